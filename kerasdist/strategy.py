@@ -1,0 +1,78 @@
+"""Build a tf.distribute strategy by name, and say plainly which ones cannot run here."""
+
+import json
+import os
+
+import tensorflow as tf
+
+from kerasdist.devices import replica_devices
+from kerasdist.errors import KerasdistError
+
+STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker")
+NOT_RUNNABLE_HERE = {
+    "parameter_server": (
+        "parameter_server needs a cluster: separate 'ps', 'worker' and 'chief' tasks "
+        "described in TF_CONFIG, and a coordinator; it cannot run in one process. "
+        "Use mirrored (one machine) or multi_worker (several processes) instead."
+    ),
+    "tpu": "tpu needs a TPU (for example a Cloud TPU VM); none is attached to this machine.",
+}
+
+
+def make_strategy(name="mirrored", num_replicas=1, collective_timeout_s=None, verbose=True):
+    """Return a ``tf.distribute`` strategy chosen by name.
+
+    Args:
+        name: one of "default", "one_device", "mirrored", "central_storage",
+            "multi_worker". "parameter_server" and "tpu" raise with an
+            explanation of what they need.
+        num_replicas: devices to use on this machine (ignored by "default" and
+            "multi_worker", which take one device per worker).
+        collective_timeout_s: for "multi_worker", how long a collective may
+            wait for a missing peer before failing (None: wait forever).
+        verbose: print "Number of devices: N" like the TensorFlow guides.
+
+    Returns:
+        A ``tf.distribute.Strategy``; build and compile the model in its ``scope()``.
+
+    Raises:
+        KerasdistError: for an unknown name, a strategy that needs hardware or
+            a cluster this machine lacks, or too few devices.
+
+    Example:
+        >>> strategy = make_strategy("mirrored", num_replicas=2)  # doctest: +SKIP
+        Number of devices: 2
+    """
+    if name in NOT_RUNNABLE_HERE:
+        raise KerasdistError(NOT_RUNNABLE_HERE[name])
+    if name not in STRATEGIES:
+        allowed = ", ".join(STRATEGIES + tuple(NOT_RUNNABLE_HERE))
+        raise KerasdistError(f"unknown strategy. Received: strategy={name!r}; allowed: {allowed}")
+    if name == "default":
+        strategy = tf.distribute.get_strategy()
+    elif name == "one_device":
+        strategy = tf.distribute.OneDeviceStrategy(replica_devices(1)[0])
+    elif name == "mirrored":
+        strategy = tf.distribute.MirroredStrategy(devices=replica_devices(num_replicas))
+    elif name == "central_storage":
+        strategy = tf.distribute.experimental.CentralStorageStrategy(
+            compute_devices=replica_devices(num_replicas)
+        )
+    else:
+        strategy = _multi_worker_strategy(collective_timeout_s)
+    if verbose:
+        print(f"Number of devices: {strategy.num_replicas_in_sync}", flush=True)
+    return strategy
+
+
+def _multi_worker_strategy(collective_timeout_s):
+    """MultiWorkerMirroredStrategy from TF_CONFIG (one local worker when it is unset)."""
+    if os.environ.get("TF_CONFIG"):
+        try:
+            json.loads(os.environ["TF_CONFIG"])
+        except json.JSONDecodeError as error:
+            raise KerasdistError(f"TF_CONFIG is not valid JSON: {error}") from None
+    options = tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=collective_timeout_s
+    )
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)

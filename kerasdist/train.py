@@ -1,0 +1,285 @@
+"""``run_training``: make or restore the model, train to a target epoch, return a plain result record."""
+
+import dataclasses
+import time
+
+import keras
+import tensorflow as tf
+
+from kerasdist import data as data_module
+from kerasdist.callbacks import CheckpointSaver, MetricsRecorder
+from kerasdist.checkpoint import CheckpointStore, RunPosition
+from kerasdist.devices import configure_replicas
+from kerasdist.errors import KerasdistError
+from kerasdist.metrics_log import MetricsLog
+from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
+from kerasdist.strategy import make_strategy
+
+ENGINES = ("fit", "loop")
+
+
+@dataclasses.dataclass
+class TrainingResult:
+    """The result record of one ``run_training`` call (``to_dict()`` is what ``--json`` prints).
+
+    ``history`` covers every epoch trained so far in the checkpoint directory,
+    resumed ones included; ``steps`` holds the per-step log the same way.
+    """
+
+    replicas: int
+    strategy: str
+    engine: str
+    epochs: int
+    initial_epoch: int
+    epochs_run: int
+    history: dict
+    steps: dict
+    test: dict
+    wall_time_s: float
+    samples_per_s: float
+    data_source: dict
+    checkpoint: str
+    global_batch_size: int
+    per_replica_batch_size: int
+    learning_rate: float
+    seed: int
+    resumed_from_step: int
+    message: str
+    model: keras.Model = dataclasses.field(default=None, repr=False, compare=False)
+
+    def to_dict(self):
+        """The record as plain JSON-able values (without the model)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "model"}
+
+
+@dataclasses.dataclass
+class TrainingContext:
+    """Everything an engine needs to train epochs ``position.epoch .. epochs - 1``."""
+
+    model: keras.Model
+    strategy: tf.distribute.Strategy
+    data: data_module.MnistData
+    epochs: int
+    global_batch_size: int
+    seed: int
+    position: RunPosition
+    log: MetricsLog
+    store: CheckpointStore
+    save_every_steps: int
+    log_every_steps: int
+    steps_per_execution: int
+    verbose: int
+
+    @property
+    def steps_per_epoch(self):
+        return data_module.steps_per_epoch(len(self.data.y_train), self.global_batch_size)
+
+    def validation_dataset(self):
+        return data_module.eval_dataset(self.data.x_val, self.data.y_val, self.global_batch_size)
+
+
+def run_training(
+    replicas=1,
+    epochs=3,
+    global_batch_size=64,
+    checkpoint_dir=None,
+    data="auto",
+    seed=0,
+    engine="fit",
+    strategy=None,
+    learning_rate=1e-3,
+    scale_learning_rate=False,
+    warmup_epochs=0,
+    jit_compile=False,
+    save_every_steps=None,
+    log_every_steps=None,
+    steps_per_execution=50,
+    deterministic=True,
+    verbose=1,
+):
+    """Train the seed MLP with ``replicas`` synchronous replicas up to ``epochs`` epochs in all.
+
+    With a ``checkpoint_dir``, a rerun resumes: it restores weights, optimizer
+    state and position from the newest valid checkpoint and trains only the
+    epochs still missing (none if the target is reached, which it says).
+    Epoch k always sees the same data order, so an interrupted and resumed run
+    ends with the same weights as an uninterrupted one.
+
+    Args:
+        replicas: replicas on this machine (see ``configure_replicas``).
+        epochs: the total number of epochs to reach (not "epochs to add").
+        global_batch_size: samples per step across all replicas; must be a
+            multiple of ``replicas``.
+        checkpoint_dir: where checkpoints and the metrics log go; None: no checkpoints.
+        data: "auto", "keras", "sample", an .npz path, or a ``MnistData``.
+        seed: seeds weights, validation split and data order.
+        engine: "fit" (Keras ``model.fit``) or "loop" (kerasdist's own loop,
+            required for multi_worker).
+        strategy: strategy name; default "mirrored" for replicas > 1, else "default".
+        learning_rate: Adam's learning rate for one replica.
+        scale_learning_rate: multiply the learning rate by ``replicas`` (linear scaling rule).
+        warmup_epochs: epochs of linear learning-rate warm-up.
+        jit_compile: compile steps with XLA.
+        save_every_steps: also checkpoint every N steps within an epoch.
+        log_every_steps: log step metrics every N steps (default: ~100 records per epoch).
+        steps_per_execution: steps per ``tf.function`` call for the loop engine.
+        deterministic: seed everything and turn on TensorFlow's deterministic ops.
+        verbose: 0 silent, 1 progress bar, 2 one line per epoch.
+
+    Returns:
+        A ``TrainingResult``.
+
+    Raises:
+        KerasdistError: for invalid arguments, data or checkpoints; nothing is
+            written before these checks pass.
+
+    Example:
+        >>> result = run_training(replicas=1, epochs=1, data="sample")  # doctest: +SKIP
+        >>> result.test["accuracy"] > 0.8                               # doctest: +SKIP
+        True
+    """
+    strategy_name = strategy or ("mirrored" if replicas > 1 else "default")
+    _validate(replicas, epochs, global_batch_size, engine, strategy_name, save_every_steps)
+    if strategy_name not in ("default", "multi_worker"):
+        configure_replicas(replicas)
+    mnist = data if isinstance(data, data_module.MnistData) else data_module.load_mnist(data, seed, verbose > 0)
+    if deterministic:
+        keras.utils.set_random_seed(seed)
+        tf.config.experimental.enable_op_determinism()
+    distribution = make_strategy(strategy_name, replicas, verbose=verbose > 0)
+    if strategy_name != "multi_worker" and distribution.num_replicas_in_sync != replicas:
+        raise KerasdistError(
+            f"strategy {strategy_name!r} runs {distribution.num_replicas_in_sync} replica(s), not "
+            f"{replicas}; use strategy 'mirrored' for several replicas"
+        )
+    steps = data_module.steps_per_epoch(len(mnist.y_train), global_batch_size)
+    rate = learning_rate_for(learning_rate, distribution.num_replicas_in_sync, scale_learning_rate,
+                             warmup_steps=int(warmup_epochs * steps))
+    with distribution.scope():
+        model = build_model(rate, jit_compile=jit_compile if engine == "fit" else False)
+    store = None
+    if checkpoint_dir is not None:
+        run_config = {
+            "seed": seed,
+            "global_batch_size": global_batch_size,
+            "data": mnist.provenance(),
+            "model": model_signature(model),
+        }
+        store = CheckpointStore(checkpoint_dir, model, run_config)
+    position = store.restore() if store else RunPosition()
+    log = MetricsLog(checkpoint_dir)
+    log.resume(position.global_step)
+    context = TrainingContext(
+        model, distribution, mnist, epochs, global_batch_size, seed, position, log, store,
+        save_every_steps, log_every_steps or max(1, steps // 100), steps_per_execution, verbose,
+    )
+    if position.epoch >= epochs:
+        message = (f"Already trained {position.epoch}/{epochs} epochs in {checkpoint_dir}; nothing to do "
+                   "(raise epochs to train more).")
+        samples, seconds = 0, 0.0
+    else:
+        if position.path:
+            print(f"Resuming from {position.path}: epoch {position.epoch + 1}, "
+                  f"step {position.step_in_epoch} of {steps}.", flush=True)
+        if engine == "loop":
+            from kerasdist import loop
+            samples, seconds = loop.train_epochs(context)
+        else:
+            samples, seconds = _train_with_fit(context)
+        message = f"Trained epochs {position.epoch + 1}..{epochs} of {epochs} in {seconds:.1f} s."
+    if verbose:
+        print(message, flush=True)
+    test = model.evaluate(
+        data_module.eval_dataset(mnist.x_test, mnist.y_test, global_batch_size), verbose=0, return_dict=True
+    )
+    return TrainingResult(
+        replicas=distribution.num_replicas_in_sync,
+        strategy=strategy_name,
+        engine=engine,
+        epochs=epochs,
+        initial_epoch=position.epoch,
+        epochs_run=max(0, epochs - position.epoch),
+        history=log.history(),
+        steps=log.steps(),
+        test={"loss": float(test["loss"]), "accuracy": float(test[ACCURACY_METRIC])},
+        wall_time_s=seconds,
+        samples_per_s=samples / seconds if seconds > 0 else None,
+        data_source=mnist.provenance(),
+        checkpoint=(store.manager.latest_checkpoint if store else None),
+        global_batch_size=global_batch_size,
+        per_replica_batch_size=global_batch_size // distribution.num_replicas_in_sync,
+        learning_rate=learning_rate * (distribution.num_replicas_in_sync if scale_learning_rate else 1),
+        seed=seed,
+        resumed_from_step=position.global_step,
+        message=message,
+        model=model,
+    )
+
+
+def _validate(replicas, epochs, global_batch_size, engine, strategy_name, save_every_steps):
+    if not isinstance(replicas, int) or replicas < 1:
+        raise KerasdistError(f"replicas must be an integer >= 1. Received: replicas={replicas!r}")
+    if not isinstance(epochs, int) or epochs < 1:
+        raise KerasdistError(f"epochs must be an integer >= 1. Received: epochs={epochs!r}")
+    if not isinstance(global_batch_size, int) or global_batch_size < 1:
+        raise KerasdistError(
+            f"global_batch_size must be an integer >= 1. Received: global_batch_size={global_batch_size!r}"
+        )
+    if global_batch_size % replicas:
+        raise KerasdistError(
+            f"global_batch_size must be divisible by replicas so each replica gets an equal share. "
+            f"Received: global_batch_size={global_batch_size}, replicas={replicas}; "
+            f"try {global_batch_size - global_batch_size % replicas or replicas}"
+        )
+    if engine not in ENGINES:
+        raise KerasdistError(f"engine must be one of {', '.join(ENGINES)}. Received: engine={engine!r}")
+    if strategy_name == "multi_worker" and engine == "fit":
+        raise KerasdistError(
+            "Keras 3 fit() fails under MultiWorkerMirroredStrategy (keras-team/keras#20585); "
+            "use engine 'loop' (--engine loop)"
+        )
+    if strategy_name in ("default", "one_device") and replicas != 1:
+        raise KerasdistError(
+            f"strategy {strategy_name!r} runs 1 replica. Received: replicas={replicas}; use 'mirrored'"
+        )
+    if save_every_steps is not None and (not isinstance(save_every_steps, int) or save_every_steps < 1):
+        raise KerasdistError(
+            f"save_every_steps must be an integer >= 1. Received: save_every_steps={save_every_steps!r}"
+        )
+
+
+def _train_with_fit(context):
+    """Train the remaining epochs with ``model.fit``; return (samples trained, seconds)."""
+    steps = context.steps_per_epoch
+    count = len(context.data.y_train)
+    recorder = MetricsRecorder(context.log, steps, count, context.global_batch_size, context.log_every_steps)
+    callbacks = [recorder]
+    if context.store:
+        callbacks.append(CheckpointSaver(context.store, steps, context.save_every_steps))
+    epoch, skip = context.position.epoch, context.position.step_in_epoch
+    samples, seconds = 0, 0.0
+    # A mid-epoch checkpoint: finish that epoch from the next batch, then train whole epochs.
+    segments = [(epoch, epoch + 1, skip), (epoch + 1, context.epochs, 0)] if skip else [(epoch, context.epochs, 0)]
+    for first, last, skip_batches in segments:
+        if first >= last:
+            continue
+        for callback in callbacks:
+            callback.step_offset = skip_batches
+        dataset = data_module.train_dataset(
+            context.data.x_train, context.data.y_train, context.global_batch_size,
+            context.seed, first, last, skip_batches,
+        )
+        start = time.perf_counter()
+        context.model.fit(
+            dataset,
+            epochs=last,
+            initial_epoch=first,
+            steps_per_epoch=steps - skip_batches if skip_batches else steps,
+            validation_data=context.validation_dataset(),
+            callbacks=callbacks,
+            shuffle=False,  # the dataset is already shuffled by (seed, epoch)
+            verbose=context.verbose,
+        )
+        seconds += time.perf_counter() - start
+        samples += (last - first) * count - skip_batches * context.global_batch_size
+    return samples, seconds
