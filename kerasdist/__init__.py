@@ -19,7 +19,7 @@ from kerasdist.devices import configure_replicas, describe_devices  # noqa: E402
 from kerasdist.strategy import make_strategy  # noqa: E402
 from kerasdist.data import load_mnist  # noqa: E402
 from kerasdist.train import TrainingResult, run_training  # noqa: E402
-# from kerasdist.compare import run_comparison  # noqa: E402
+from kerasdist.compare import run_comparison  # noqa: E402
 
 __version__ = "0.1.0"
 

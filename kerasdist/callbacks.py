@@ -11,19 +11,17 @@ class MetricsRecorder(keras.callbacks.Callback):
     Args:
         log: the ``MetricsLog`` to append to.
         steps_per_epoch: batches in a full epoch (to number steps globally).
-        num_samples: training samples per epoch.
         global_batch_size: samples per step.
         log_every_steps: write a step record every this many steps.
 
     Example:
-        >>> model.fit(ds, callbacks=[MetricsRecorder(log, 52, 3333, 64)])  # doctest: +SKIP
+        >>> model.fit(ds, callbacks=[MetricsRecorder(log, 52, 64)])  # doctest: +SKIP
     """
 
-    def __init__(self, log, steps_per_epoch, num_samples, global_batch_size, log_every_steps=1):
+    def __init__(self, log, steps_per_epoch, global_batch_size, log_every_steps=1):
         super().__init__()
         self.log = log
         self.steps_per_epoch = steps_per_epoch
-        self.num_samples = num_samples
         self.global_batch_size = global_batch_size
         self.log_every_steps = max(1, int(log_every_steps))
         self.step_offset = 0  # batches of the first epoch done before this fit (mid-epoch resume)
@@ -48,7 +46,7 @@ class MetricsRecorder(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         seconds = time.perf_counter() - self._epoch_start
-        samples = self.num_samples - min(self.num_samples, self.step_offset * self.global_batch_size)
+        samples = (self.steps_per_epoch - self.step_offset) * self.global_batch_size
         self.log.append({
             "kind": "epoch",
             "epoch": epoch,

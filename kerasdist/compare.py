@@ -1,0 +1,188 @@
+"""The convergence experiment: one device vs N replicas, same seed, same data order."""
+
+import csv
+import dataclasses
+import json
+import os
+
+from tqdm.auto import tqdm
+
+from kerasdist import data as data_module
+from kerasdist.devices import configure_replicas
+from kerasdist.errors import KerasdistError
+from kerasdist.train import run_training
+
+MODES = ("fixed_global", "fixed_per_replica")
+RESULTS_JSON = "comparison.json"
+RESULTS_CSV = "comparison.csv"
+FIGURE = "convergence.png"
+
+
+@dataclasses.dataclass
+class ComparisonResult:
+    """Runs of a comparison and what they show.
+
+    Attributes:
+        runs: a list of ``(mode, TrainingResult)``.
+        max_abs_loss_difference: per mode, the largest |train loss difference|
+            between each N-replica run and the 1-replica run, over logged steps
+            (``"step"``, fixed_global only) and over epochs (``"epoch"``).
+        files: paths of the written results (``json``, ``csv``, ``figure``).
+    """
+
+    runs: list
+    max_abs_loss_difference: dict
+    files: dict
+
+    def to_dict(self):
+        """Plain JSON-able record: summary plus each run's result record."""
+        return {
+            "max_abs_loss_difference": self.max_abs_loss_difference,
+            "files": self.files,
+            "runs": [{"mode": mode, **result.to_dict()} for mode, result in self.runs],
+        }
+
+    def tidy(self):
+        """One row per (run, level, index, metric): the long format R and pandas like.
+
+        ``level`` is "step" (index: global step) or "epoch" (index: 1-based epoch).
+        """
+        rows = []
+        for mode, result in self.runs:
+            run = f"{mode}/{result.replicas}"
+            base = {"run": run, "mode": mode, "replicas": result.replicas,
+                    "global_batch_size": result.global_batch_size}
+            for level, table, index_name in (("step", result.steps, "global_step"),
+                                             ("epoch", result.history, "epoch")):
+                for metric, values in table.items():
+                    if metric in ("epoch", "step", "global_step"):
+                        continue
+                    for position, value in enumerate(values):
+                        index = table[index_name][position] + (1 if level == "epoch" else 0)
+                        rows.append({**base, "level": level, "index": index, "metric": metric, "value": value})
+        return rows
+
+
+def run_comparison(
+    replicas=(1, 2),
+    epochs=3,
+    global_batch_size=64,
+    data="auto",
+    seed=0,
+    out_dir=None,
+    modes=("fixed_global",),
+    learning_rate=1e-3,
+    warmup_epochs=1,
+    engine="fit",
+    verbose=1,
+):
+    """Train the same model with 1 and N replicas and compare their curves.
+
+    ``fixed_global``: every run uses the same global batch, seed and data
+    order, so synchronous data parallelism should give the same curve (up to
+    float round-off). ``fixed_per_replica``: each replica keeps
+    ``global_batch_size`` samples, so the global batch grows with N; the
+    learning rate follows the linear scaling rule with ``warmup_epochs`` of
+    warm-up (Goyal et al., 2017).
+
+    Args:
+        replicas: replica counts to run, e.g. ``(1, 2)``; 1 is the baseline.
+        epochs: epochs per run.
+        global_batch_size: the global batch (fixed_global) or per-replica batch (fixed_per_replica).
+        data: data source (see ``load_mnist``) or a ``MnistData``.
+        seed: the shared seed.
+        out_dir: if given, write comparison.json, comparison.csv and convergence.png there.
+        modes: one or both of ``MODES``.
+        learning_rate: base learning rate.
+        warmup_epochs: warm-up length for fixed_per_replica.
+        engine: "fit" or "loop".
+        verbose: 0 silent; 1 a progress bar across runs.
+
+    Returns:
+        A ``ComparisonResult``.
+
+    Raises:
+        KerasdistError: for an empty replica list, an unknown mode, or any
+            training argument error.
+
+    Example:
+        >>> result = run_comparison((1, 2), epochs=2, data="sample", out_dir="results")  # doctest: +SKIP
+        >>> result.max_abs_loss_difference["fixed_global"]["step"] < 1e-3               # doctest: +SKIP
+        True
+    """
+    replicas = sorted({int(n) for n in replicas})
+    if not replicas or replicas[0] < 1:
+        raise KerasdistError(f"replicas must be integers >= 1. Received: replicas={replicas}")
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise KerasdistError(f"modes must be among {', '.join(MODES)}. Received: modes={list(modes)}")
+    configure_replicas(replicas[-1])
+    mnist = data if isinstance(data, data_module.MnistData) else data_module.load_mnist(data, seed, verbose > 0)
+    plan = [(mode, n) for mode in modes for n in replicas]
+    runs = []
+    bar = tqdm(plan, desc="runs", unit="run", disable=not verbose)
+    for mode, n in bar:
+        bar.set_postfix_str(f"{mode}, replicas={n}")
+        scaled = mode == "fixed_per_replica"
+        result = run_training(
+            replicas=n,
+            epochs=epochs,
+            global_batch_size=global_batch_size * n if scaled else global_batch_size,
+            data=mnist,
+            seed=seed,
+            engine=engine,
+            learning_rate=learning_rate,
+            scale_learning_rate=scaled,
+            warmup_epochs=warmup_epochs if scaled else 0,
+            verbose=0,
+        )
+        result.model = None  # keep memory flat across runs
+        runs.append((mode, result))
+    bar.close()
+    comparison = ComparisonResult(runs, _loss_differences(runs), {})
+    if out_dir is not None:
+        comparison.files = write_comparison(comparison, out_dir)
+    return comparison
+
+
+def _loss_differences(runs):
+    differences = {}
+    for mode in dict.fromkeys(m for m, _ in runs):
+        results = [r for m, r in runs if m == mode]
+        baseline = results[0]
+        worst = {"step": 0.0, "epoch": 0.0}
+        for other in results[1:]:
+            for level, table, key in (("step", "steps", "global_step"), ("epoch", "history", "epoch")):
+                base_table, other_table = getattr(baseline, table), getattr(other, table)
+                base_loss = dict(zip(base_table.get(key, []), base_table.get("loss", [])))
+                for index, loss in zip(other_table.get(key, []), other_table.get("loss", [])):
+                    if index in base_loss:
+                        worst[level] = max(worst[level], abs(loss - base_loss[index]))
+        if mode != "fixed_global":
+            worst["step"] = None  # different global batches: step k is not the same point in training
+        differences[mode] = worst
+    return differences
+
+
+def write_comparison(comparison, out_dir):
+    """Write comparison.json, comparison.csv (tidy rows) and convergence.png; return their paths."""
+    from kerasdist.plots import plot_convergence
+
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as error:
+        raise KerasdistError(f"cannot create output directory {out_dir} ({error.strerror})") from None
+    files = {name: os.path.join(out_dir, file) for name, file in
+             (("json", RESULTS_JSON), ("csv", RESULTS_CSV), ("figure", FIGURE))}
+    rows = comparison.tidy()
+    with open(files["csv"], "w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    figure = plot_convergence(comparison)
+    figure.savefig(files["figure"], dpi=120, bbox_inches="tight")
+    comparison.files = files
+    with open(files["json"], "w") as stream:
+        json.dump(comparison.to_dict(), stream, indent=1)
+    return files

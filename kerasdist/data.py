@@ -2,7 +2,6 @@
 
 import dataclasses
 import functools
-import math
 import os
 import socket
 
@@ -186,8 +185,17 @@ def _labels(y, count, name):
 
 
 def steps_per_epoch(num_samples, global_batch_size):
-    """Batches per epoch; the last batch of an epoch may be smaller."""
-    return math.ceil(num_samples / global_batch_size)
+    """Full batches per epoch (training drops the last, partial batch).
+
+    Raises:
+        KerasdistError: if the global batch is larger than the training set.
+    """
+    if global_batch_size > num_samples:
+        raise KerasdistError(
+            f"global_batch_size must not exceed the {num_samples} training samples. "
+            f"Received: global_batch_size={global_batch_size}"
+        )
+    return num_samples // global_batch_size
 
 
 def epoch_seed(seed, epoch):
@@ -200,7 +208,10 @@ def train_dataset(x, y, global_batch_size, seed, first_epoch, last_epoch, skip_b
 
     Each epoch is shuffled with ``epoch_seed(seed, epoch)``, so epoch k sees the
     same order whether or not the run was interrupted before it. Batches hold
-    the GLOBAL batch; a strategy splits each across its replicas.
+    the GLOBAL batch; a strategy splits each across its replicas. The last,
+    partial batch of an epoch is dropped: split unevenly across replicas it
+    would be weighted differently than on one device (each replica averages
+    its own share), which is the one place 1-vs-N curves would part.
 
     Args:
         x, y: training images and labels.
@@ -218,7 +229,7 @@ def train_dataset(x, y, global_batch_size, seed, first_epoch, last_epoch, skip_b
     examples = tf.data.Dataset.from_tensor_slices((x, y)).cache()
     epochs = [
         examples.shuffle(len(y), seed=epoch_seed(seed, epoch), reshuffle_each_iteration=False)
-        .batch(global_batch_size)
+        .batch(global_batch_size, drop_remainder=True)
         for epoch in range(first_epoch, last_epoch)
     ]
     batches = functools.reduce(lambda joined, epoch: joined.concatenate(epoch), epochs)

@@ -251,8 +251,7 @@ def _validate(replicas, epochs, global_batch_size, engine, strategy_name, save_e
 def _train_with_fit(context):
     """Train the remaining epochs with ``model.fit``; return (samples trained, seconds)."""
     steps = context.steps_per_epoch
-    count = len(context.data.y_train)
-    recorder = MetricsRecorder(context.log, steps, count, context.global_batch_size, context.log_every_steps)
+    recorder = MetricsRecorder(context.log, steps, context.global_batch_size, context.log_every_steps)
     callbacks = [recorder]
     if context.store:
         callbacks.append(CheckpointSaver(context.store, steps, context.save_every_steps))
@@ -281,5 +280,5 @@ def _train_with_fit(context):
             verbose=context.verbose,
         )
         seconds += time.perf_counter() - start
-        samples += (last - first) * count - skip_batches * context.global_batch_size
+        samples += ((last - first) * steps - skip_batches) * context.global_batch_size
     return samples, seconds
