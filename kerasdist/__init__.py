@@ -10,9 +10,31 @@ Typical use (the order matters: devices first, before TensorFlow starts):
 """
 
 import os
+import sys
 
-# TensorFlow's C++ start-up lines (oneDNN, CPU features) are noise in lessons and logs.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+def _import_tensorflow_quietly():
+    """Import TensorFlow with its C++ start-up lines (absl, oneDNN) kept off stderr.
+
+    TF_CPP_MIN_LOG_LEVEL does not silence them, and they would bury the CLI's
+    one-line errors and clutter notebook cells. Errors still surface: the
+    exception is raised after stderr is restored.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+_import_tensorflow_quietly()
 
 from kerasdist.errors import KerasdistError  # noqa: E402
 from kerasdist.devices import configure_replicas, describe_devices  # noqa: E402

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up everything kerasdist needs, idempotently: Debian's R (when root and missing),
+# a virtualenv in .venv with the package and its test/R extras, and the R package in .Rlib.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite"
+
+missing=""
+if command -v dpkg-query >/dev/null; then
+    for package in $DEBIAN_PACKAGES; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing="$missing $package"
+    done
+fi
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "Installing Debian packages:$missing"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    else
+        echo "Note: R parts need these Debian packages (run as root or with sudo):$missing" >&2
+    fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+if ! .venv/bin/python -c "import kerasdist, nbval, rpy2" 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e ".[cpu,test,r]"
+    touch .venv/.installed
+fi
