@@ -158,7 +158,7 @@ class CheckpointStore:
         for prefix in self.candidates():
             try:
                 self.checkpoint.restore(prefix).assert_existing_objects_matched()
-            except (ValueError, AssertionError, tf.errors.OpError) as error:
+            except Exception as error:  # truncated files raise IndexError, corrupt ones OpError, ...
                 reason = str(error).strip().splitlines()[0][:200]
                 if "shape" in str(error).lower():
                     raise KerasdistError(

@@ -69,6 +69,7 @@ class TrainingContext:
     log_every_steps: int
     steps_per_execution: int
     verbose: int
+    jit_compile: bool = False
 
     @property
     def steps_per_epoch(self):
@@ -172,6 +173,7 @@ def run_training(
     context = TrainingContext(
         model, distribution, mnist, epochs, global_batch_size, seed, position, log, store,
         save_every_steps, log_every_steps or max(1, steps // 100), steps_per_execution, verbose,
+        jit_compile,
     )
     if position.epoch >= epochs:
         message = (f"Already trained {position.epoch}/{epochs} epochs in {checkpoint_dir}; nothing to do "

@@ -1,0 +1,67 @@
+"""Helpers for tests that run the real command line in a subprocess."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+
+def kerasdist_command(*arguments):
+    """The argv for ``python -m kerasdist ARGUMENTS`` in this interpreter."""
+    return [sys.executable, "-m", "kerasdist", *map(str, arguments)]
+
+
+def run_cli(*arguments, timeout=300):
+    """Run the CLI to completion; return the CompletedProcess (text output)."""
+    return subprocess.run(kerasdist_command(*arguments), capture_output=True, text=True, timeout=timeout)
+
+
+def last_json_line(stdout):
+    """The result record: the last line of stdout, parsed."""
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def kill_when_logged(arguments, metrics_log, condition, timeout=240):
+    """Start the CLI, SIGKILL it as soon as a metrics-log record satisfies ``condition``.
+
+    Returns:
+        The record that triggered the kill.
+    """
+    process = subprocess.Popen(kerasdist_command(*arguments), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if os.path.exists(metrics_log):
+                with open(metrics_log) as stream:
+                    for line in stream:
+                        try:
+                            record = json.loads(line)
+                        except json.JSONDecodeError:
+                            continue
+                        if condition(record):
+                            process.send_signal(signal.SIGKILL)
+                            process.wait()
+                            return record
+            time.sleep(0.01)
+        raise AssertionError(f"run ended (status {process.poll()}) before the kill point was logged")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def checkpoint_tensors(checkpoint_prefix):
+    """Every variable stored in a checkpoint (weights, optimizer state, run position), by name.
+
+    ``save_counter`` is left out: it counts saves, which differ when a run was interrupted.
+    """
+    reader = tf.train.load_checkpoint(checkpoint_prefix)
+    names = [n for n in reader.get_variable_to_shape_map()
+             if n.endswith(".ATTRIBUTES/VARIABLE_VALUE") and not n.startswith("save_counter")]
+    return {name: np.asarray(reader.get_tensor(name)) for name in names}

