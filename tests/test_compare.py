@@ -1,0 +1,48 @@
+"""Tests for kerasdist/compare.py and plots.py: 1 vs N replicas, results files, figure."""
+
+import csv
+import json
+
+import pytest
+
+from kerasdist import run_comparison
+from kerasdist.errors import KerasdistError
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory, sample_data):
+    out = tmp_path_factory.mktemp("compare")
+    return run_comparison((1, 2), epochs=2, data=sample_data, out_dir=out, verbose=0,
+                          modes=("fixed_global", "fixed_per_replica"))
+
+
+def test_fixed_global_batch_curves_coincide(comparison):
+    difference = comparison.max_abs_loss_difference["fixed_global"]
+    assert difference["step"] < 1e-5 and difference["epoch"] < 1e-5
+    runs = {(mode, r.replicas): r for mode, r in comparison.runs}
+    assert runs["fixed_global", 1].global_batch_size == runs["fixed_global", 2].global_batch_size == 64
+    assert runs["fixed_per_replica", 2].global_batch_size == 128
+    assert runs["fixed_per_replica", 2].learning_rate == pytest.approx(2e-3)  # linear scaling rule
+
+
+def test_growing_the_global_batch_changes_the_curve(comparison):
+    assert comparison.max_abs_loss_difference["fixed_per_replica"]["epoch"] > 1e-3
+
+
+def test_results_files_are_written(comparison):
+    files = comparison.files
+    with open(files["figure"], "rb") as stream:
+        assert stream.read(8) == b"\x89PNG\r\n\x1a\n"
+    with open(files["json"]) as stream:
+        saved = json.load(stream)
+    assert len(saved["runs"]) == 4 and {"mode", "replicas", "history", "steps"} <= set(saved["runs"][0])
+    with open(files["csv"]) as stream:
+        rows = list(csv.DictReader(stream))
+    assert set(rows[0]) == {"run", "mode", "replicas", "global_batch_size", "level", "index", "metric", "value"}
+    epoch_rows = [r for r in rows if r["level"] == "epoch" and r["metric"] == "val_sparse_categorical_accuracy"]
+    assert len(epoch_rows) == 4 * 2
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(KerasdistError, match="modes must be among fixed_global, fixed_per_replica"):
+        run_comparison((1, 2), modes=("fixed_local",))
