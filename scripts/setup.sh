@@ -31,3 +31,11 @@ if ! .venv/bin/python -c "import kerasdist, nbval, rpy2" 2>/dev/null || [ pyproj
     .venv/bin/pip install -q -e ".[cpu,test,r]"
     touch .venv/.installed
 fi
+
+# The kerasdist R package, in a project-local library (.Rlib) that lessons and R users can add to .libPaths().
+if command -v R >/dev/null; then
+    mkdir -p .Rlib
+    if [ ! -f .Rlib/kerasdist/DESCRIPTION ] || [ -n "$(find r -newer .Rlib/kerasdist/DESCRIPTION -type f | head -1)" ]; then
+        R CMD INSTALL --no-test-load -l .Rlib r >/dev/null
+    fi
+fi

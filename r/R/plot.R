@@ -1,0 +1,209 @@
+# Convergence plots in R: base graphics always, ggplot2 when it is installed.
+
+#' Plot training curves of a comparison or of one training run
+#'
+#' For a [kd_compare()] result: training loss per logged step (x axis in
+#' epochs), validation accuracy per epoch, one line per run (dashed for N > 1
+#' replicas, so a curve lying exactly on the 1-replica one stays visible),
+#' and, with base graphics, samples per second of each run. For a
+#' [kd_train()] result: training and validation loss and accuracy per
+#' epoch.
+#'
+#' @param x A [kd_compare()] or [kd_train()] result (a data.frame with the
+#'   same columns works too).
+#' @param file If not `NULL`, the path of a PNG file to write (its folder
+#'   must exist); otherwise the plot goes to the current graphics device.
+#' @param backend `"auto"` (ggplot2 if installed, else base graphics),
+#'   `"base"` or `"ggplot2"`.
+#' @param width,height,res Size in pixels and resolution (pixels per inch)
+#'   of the PNG file.
+#' @returns With base graphics, `file` (if given) or `x`, invisibly. With
+#'   ggplot2, the ggplot object (invisibly when written to `file`).
+#' @family training
+#' @export
+#' @examples
+#' \donttest{
+#' if (kd_available()) {
+#'   comparison <- kd_compare(replicas = c(1, 2), epochs = 2, data = "sample")
+#'   png_file <- kd_plot_convergence(comparison, backend = "base",
+#'                                   file = tempfile(fileext = ".png"))
+#'   file.size(png_file)
+#' }
+#' }
+kd_plot_convergence <- function(x, file = NULL, backend = c("auto", "base", "ggplot2"),
+                                width = 1500, height = 480, res = 110) {
+  backend <- match.arg(backend)
+  panels <- convergence_panels(x)
+  if (!is.null(file)) {
+    file <- as_path(file, "file")
+    if (!dir.exists(dirname(file))) {
+      kd_abort(sprintf("cannot write %s: its folder does not exist", file))
+    }
+    width <- as_count(width, "width")
+    height <- as_count(height, "height")
+    res <- as_count(res, "res")
+  }
+  has_ggplot2 <- requireNamespace("ggplot2", quietly = TRUE)
+  if (backend == "ggplot2" && !has_ggplot2) {
+    kd_abort(paste("backend = \"ggplot2\" needs the ggplot2 package:",
+                   "install.packages(\"ggplot2\") (Debian: apt-get install r-cran-ggplot2),",
+                   "or use backend = \"base\"."))
+  }
+  if (backend == "ggplot2" || (backend == "auto" && has_ggplot2)) {
+    plot <- convergence_ggplot(panels)
+    if (is.null(file)) {
+      return(plot)
+    }
+    grDevices::png(file, width = width, height = height, res = res)
+    on.exit(grDevices::dev.off(), add = TRUE)
+    print(plot)
+    return(invisible(plot))
+  }
+  if (!is.null(file)) {
+    grDevices::png(file, width = width, height = height, res = res)
+    on.exit(grDevices::dev.off(), add = TRUE)
+  }
+  convergence_base(panels)
+  invisible(if (is.null(file)) x else file)
+}
+
+# Long data for the plots: a list of panels, each with a title, axis labels and a
+# data.frame of points (series, x, y, dashed); "bars" for throughput.
+convergence_panels <- function(x) {
+  if (!is.data.frame(x)) {
+    kd_abort(sprintf("`x` must be the result of kd_compare() or kd_train(). Received: %s",
+                     deparse_short(x)))
+  }
+  if (all(c("run", "replicas", "level", "index", "metric", "value") %in% names(x))) {
+    return(comparison_panels(x))
+  }
+  if (all(c("epoch", "loss") %in% names(x))) {
+    return(training_panels(x))
+  }
+  kd_abort(paste("`x` must be the result of kd_compare() (columns run, replicas, level, index,",
+                 "metric, value) or kd_train() (columns epoch, loss, ...). Received columns:",
+                 paste(names(x), collapse = ", ")))
+}
+
+comparison_panels <- function(x) {
+  runs <- unique(x$run)
+  dashed <- vapply(runs, function(run) any(x$replicas[x$run == run] > 1L), logical(1))
+  series <- function(level, metric, as_epochs) {
+    parts <- lapply(runs, function(run) {
+      rows <- x[x$run == run & x$level == level & x$metric == metric, , drop = FALSE]
+      position <- rows$index
+      if (as_epochs && nrow(rows) > 0L) {
+        # Steps in epochs elapsed, so runs with different global batches share an axis.
+        epochs <- max(c(1L, x$index[x$run == run & x$level == "epoch"]))
+        position <- rows$index * epochs / max(rows$index)
+      }
+      data.frame(series = rep(run, nrow(rows)), x = position, y = rows$value,
+                 dashed = rep(dashed[[run]], nrow(rows)), stringsAsFactors = FALSE)
+    })
+    do.call(rbind, parts)
+  }
+  loss_level <- if (any(x$level == "step" & x$metric == "loss")) "step" else "epoch"
+  panels <- list(
+    list(title = "Training loss", xlab = "epoch", ylab = "loss",
+         points = series(loss_level, "loss", loss_level == "step"), markers = FALSE),
+    list(title = "Validation accuracy", xlab = "epoch", ylab = "accuracy",
+         points = series("epoch", "val_sparse_categorical_accuracy", FALSE), markers = TRUE,
+         legend = "bottomright")
+  )
+  runs_summary <- attr(x, "runs")
+  if (!is.null(runs_summary) && any(!is.na(runs_summary$samples_per_s))) {
+    panels[[3]] <- list(title = "Throughput (this machine)", xlab = "samples/s", ylab = "",
+                        bars = stats_named(runs_summary$samples_per_s, runs_summary$run))
+  }
+  panels
+}
+
+training_panels <- function(x) {
+  pairs <- list(
+    list(title = "Loss", ylab = "loss", legend = "topright", metrics = c(train = "loss", validation = "val_loss")),
+    list(title = "Accuracy", ylab = "accuracy", legend = "bottomright",
+         metrics = c(train = "sparse_categorical_accuracy", validation = "val_sparse_categorical_accuracy"))
+  )
+  replicas <- attr(x, "replicas")
+  suffix <- if (is.null(replicas)) "" else sprintf(" (%d replica%s)", replicas, if (replicas > 1L) "s" else "")
+  lapply(pairs, function(pair) {
+    present <- pair$metrics[pair$metrics %in% names(x)]
+    points <- do.call(rbind, lapply(names(present), function(label) {
+      data.frame(series = rep(label, nrow(x)), x = x$epoch, y = x[[present[[label]]]],
+                 dashed = rep(label == "validation", nrow(x)), stringsAsFactors = FALSE)
+    }))
+    list(title = paste0(pair$title, suffix), xlab = "epoch", ylab = pair$ylab, points = points,
+         markers = TRUE, legend = pair$legend)
+  })
+}
+
+stats_named <- function(values, names) {
+  names(values) <- names
+  values
+}
+
+convergence_base <- function(panels) {
+  old <- graphics::par(mfrow = c(1L, length(panels)), mar = c(4.2, 4.2, 2.5, 1))
+  on.exit(graphics::par(old), add = TRUE)
+  for (panel in panels) {
+    if (!is.null(panel$bars)) {
+      old_mar <- graphics::par(mar = c(4.2, 9, 2.5, 1))
+      bars <- rev(panel$bars)
+      centres <- graphics::barplot(bars, horiz = TRUE, las = 1, col = "grey60", main = panel$title,
+                                   xlab = panel$xlab, cex.names = 0.8, xlim = c(0, 1.15 * max(bars, na.rm = TRUE)))
+      graphics::text(bars, centres, labels = sprintf("%.0f", bars), pos = 4L, cex = 0.8)
+      graphics::par(old_mar)
+      next
+    }
+    points <- panel$points
+    series <- unique(points$series)
+    colours <- grDevices::hcl.colors(max(2L, length(series)), "Dark 3")[seq_along(series)]
+    finite <- is.finite(points$x) & is.finite(points$y)
+    if (!any(finite)) {
+      graphics::plot.new()
+      graphics::title(main = panel$title)
+      next
+    }
+    graphics::plot(range(floor(min(points$x[finite])), points$x[finite]), range(points$y[finite]),
+                   type = "n", main = panel$title,
+                   xlab = panel$xlab, ylab = panel$ylab, xaxt = "n")
+    # Whole epochs on the x axis.
+    ticks <- unique(round(pretty(points$x[finite])))
+    graphics::axis(1L, at = ticks[ticks >= floor(min(points$x[finite])) & ticks <= max(points$x[finite])])
+    graphics::grid(nx = NA, ny = NULL)
+    graphics::abline(v = ticks, col = "lightgray", lty = "dotted")
+    for (i in seq_along(series)) {
+      rows <- points[points$series == series[[i]], , drop = FALSE]
+      graphics::lines(rows$x, rows$y, col = colours[[i]], lty = if (rows$dashed[1]) 2L else 1L,
+                      type = if (panel$markers) "o" else "l", pch = 16L, cex = 0.8)
+    }
+    graphics::legend(panel$legend %||% "topright", legend = series, col = colours, lty = ifelse(
+      vapply(series, function(s) points$dashed[points$series == s][1], logical(1)), 2L, 1L),
+      bty = "n", cex = 0.8)
+  }
+}
+
+convergence_ggplot <- function(panels) {
+  lines <- do.call(rbind, lapply(panels, function(panel) {
+    if (is.null(panel$points) || nrow(panel$points) == 0L) {
+      return(NULL)
+    }
+    cbind(panel$points, panel = panel$title, markers = panel$markers, stringsAsFactors = FALSE)
+  }))
+  lines$panel <- factor(lines$panel, levels = unique(lines$panel))
+  lines$line <- ifelse(lines$dashed, "dashed", "solid")
+  ggplot2::ggplot(lines, ggplot2::aes(x = .data$x, y = .data$y, colour = .data$series)) +
+    ggplot2::geom_line(ggplot2::aes(linetype = .data$line), alpha = 0.8) +
+    ggplot2::geom_point(data = lines[lines$markers, , drop = FALSE], size = 1.5) +
+    ggplot2::scale_linetype_identity() +
+    ggplot2::scale_x_continuous(breaks = whole_breaks) +
+    ggplot2::facet_wrap(ggplot2::vars(.data$panel), scales = "free_y") +
+    ggplot2::labs(x = "epoch", y = NULL, colour = NULL) +
+    ggplot2::theme_bw()
+}
+
+# Axis breaks at whole epochs only.
+whole_breaks <- function(limits) {
+  breaks <- pretty(limits)
+  breaks[breaks == round(breaks)]
+}

@@ -1,0 +1,164 @@
+"""The R package in r/: install it, run its testthat suite, R CMD check it, and drive it from R in Python.
+
+Every R process here is a subprocess, so nothing touches TensorFlow in the pytest process:
+replicas must be made before TensorFlow starts its devices, and other tests own this process.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+R_PACKAGE = ROOT / "r"
+RSCRIPT = shutil.which("Rscript")
+R = shutil.which("R")
+TIMEOUT_S = 600
+
+pytestmark = pytest.mark.skipif(
+    RSCRIPT is None or R is None,
+    reason="R is not installed (Debian: apt-get install --no-install-recommends r-base-core "
+           "r-cran-reticulate r-cran-testthat r-cran-withr; scripts/setup.sh does this as root)",
+)
+
+
+def r_environment(library, **extra):
+    """The environment for R subprocesses: the temporary library first, this Python for reticulate."""
+    env = dict(os.environ)
+    libraries = [str(library)] + ([env["R_LIBS"]] if env.get("R_LIBS") else [])
+    env.update(
+        R_LIBS=os.pathsep.join(libraries),
+        RETICULATE_PYTHON=sys.executable,
+        # A missing Python side fails the R tests instead of skipping them.
+        KERASDIST_TEST_REQUIRE_PYTHON="true",
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
+    env.update(extra)
+    return env
+
+
+def run(command, **kwargs):
+    """Run a command, returning the CompletedProcess with stdout and stderr merged as text."""
+    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=TIMEOUT_S, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def r_library(tmp_path_factory):
+    """The R package installed into a temporary library (R CMD INSTALL -l)."""
+    library = tmp_path_factory.mktemp("r-library")
+    result = run([R, "CMD", "INSTALL", "--no-multiarch", "-l", str(library), str(R_PACKAGE)])
+    assert result.returncode == 0, result.stdout
+    assert (library / "kerasdist" / "DESCRIPTION").is_file()
+    return library
+
+
+def test_testthat_suite_passes_with_rscript(r_library, tmp_path):
+    # A copy of the tests, so that testthat writes nothing into the source tree.
+    tests = tmp_path / "testthat"
+    shutil.copytree(R_PACKAGE / "tests" / "testthat", tests)
+    script = textwrap.dedent(f"""
+        results <- as.data.frame(testthat::test_dir(
+          {json.dumps(str(tests))}, package = "kerasdist", load_package = "installed",
+          reporter = "summary", stop_on_failure = FALSE
+        ))
+        for (test in results$test[results$skipped]) cat("SKIPPED:", test, "\\n")
+        cat(sprintf("KD_TESTTHAT tests=%d expectations=%d failed=%d errors=%d skipped=%d seconds=%.1f\\n",
+                    nrow(results), sum(results$nb), sum(results$failed), sum(results$error),
+                    sum(results$skipped), sum(results$real)))
+        quit(status = if (sum(results$failed) + sum(results$error) > 0) 1L else 0L)
+    """)
+    result = run([RSCRIPT, "-e", script], cwd=tmp_path, env=r_environment(r_library))
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout
+    summary = next(line for line in result.stdout.splitlines() if line.startswith("KD_TESTTHAT"))
+    counts = dict(field.split("=") for field in summary.split()[1:])
+    assert int(counts["tests"]) >= 20
+    assert int(counts["failed"]) == 0 and int(counts["errors"]) == 0
+
+
+def test_r_cmd_check_has_no_errors_or_warnings(tmp_path):
+    build = run([R, "CMD", "build", "--no-build-vignettes", "--no-manual", str(R_PACKAGE)], cwd=tmp_path)
+    assert build.returncode == 0, build.stdout
+    tarball = next(tmp_path.glob("kerasdist_*.tar.gz"))
+    # The testthat suite runs in the test above, against the same sources; --no-tests avoids a second run.
+    # ggplot2 is optional (Suggests): check without it where it is not installed.
+    check = run(
+        [R, "CMD", "check", "--no-manual", "--no-build-vignettes", "--no-tests", tarball.name],
+        cwd=tmp_path, env={**os.environ, "_R_CHECK_FORCE_SUGGESTS_": "false"},
+    )
+    print(check.stdout)
+    status = [line for line in check.stdout.splitlines() if line.startswith("Status:")]
+    assert check.returncode == 0, check.stdout
+    assert status, check.stdout
+    assert "ERROR" not in status[-1] and "WARNING" not in status[-1], check.stdout
+
+
+EMBEDDED = textwrap.dedent("""
+    import atexit
+    import json
+    import shutil
+    import sys
+
+    import rpy2.rinterface
+    import rpy2.robjects as robjects
+
+    values = robjects.r('''
+      suppressPackageStartupMessages(library(kerasdist))
+      kd_simulate_devices(2)
+      checkpoints <- tempfile()
+      first <- kd_train(replicas = 2, epochs = 2, data = "sample", checkpoint_dir = checkpoints, verbose = 0)
+      more <- kd_train(replicas = 2, epochs = 3, data = "sample", checkpoint_dir = checkpoints, verbose = 0)
+      python <- kd_python()
+      list(
+        first_is_data_frame = is.data.frame(first), first_rows = nrow(first),
+        first_epochs = first$epoch, first_replicas = attr(first, "replicas"),
+        more_rows = nrow(more), more_initial_epoch = attr(more, "initial_epoch"),
+        more_epochs_run = attr(more, "epochs_run"),
+        same_first_epochs = identical(more$loss[1:2], first$loss),
+        python = python$python, chosen_by = python$chosen_by, r_tempdir = tempdir()
+      )
+    ''')
+    record = {name: list(value) if len(value) > 1 else value[0] for name, value in zip(values.names, values)}
+
+    # R drove this very process: TensorFlow here has the two replicas R asked for.
+    import tensorflow as tf
+    record["logical_cpus"] = len(tf.config.list_logical_devices("CPU"))
+    record["sys_executable"] = sys.executable
+    print("KD_EMBEDDED " + json.dumps(record, default=str), flush=True)
+
+    # reticulate 1.28 under rpy2 3.5 aborts at interpreter exit ("PyThreadState_Get: ... GIL is
+    # released") when rpy2's exit hook ends R and R finalizes Python objects; the work is done by
+    # then. Skip that hook and remove R's session folder instead.
+    shutil.rmtree(record["r_tempdir"], ignore_errors=True)
+    atexit.unregister(rpy2.rinterface.endr)
+""")
+
+
+def test_kd_train_from_r_embedded_in_python_through_rpy2(r_library, tmp_path):
+    # A fresh Python process: kd_simulate_devices(2) must run before TensorFlow starts its devices.
+    env = r_environment(r_library, TMPDIR=str(tmp_path))
+    for name in ("RETICULATE_PYTHON", "KERASDIST_PYTHON"):
+        env.pop(name, None)  # reticulate must find the host interpreter by itself
+    result = run([sys.executable, "-c", EMBEDDED], cwd=tmp_path, env=env)
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout
+    line = next(line for line in result.stdout.splitlines() if line.startswith("KD_EMBEDDED "))
+    record = json.loads(line.removeprefix("KD_EMBEDDED "))
+    assert record["first_is_data_frame"] is True
+    assert record["first_rows"] == 2
+    assert record["first_epochs"] == [1, 2]
+    assert record["first_replicas"] == 2
+    # epochs = 3 with the same checkpoint folder trains only epoch 3.
+    assert record["more_rows"] == 3
+    assert record["more_initial_epoch"] == 2
+    assert record["more_epochs_run"] == 1
+    assert record["same_first_epochs"] is True
+    assert record["logical_cpus"] == 2
+    assert "embedded" in record["chosen_by"]
+    assert os.path.samefile(record["python"], record["sys_executable"])
