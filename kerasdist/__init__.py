@@ -29,6 +29,7 @@ def _import_tensorflow_quietly():
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 2)
             import tensorflow  # noqa: F401
+            tensorflow.get_logger().setLevel("WARNING")  # in notebooks TF logs INFO lines to stdout
     finally:
         os.dup2(saved, 2)
         os.close(saved)

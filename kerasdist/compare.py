@@ -5,7 +5,7 @@ import dataclasses
 import json
 import os
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file path) in every notebook
 
 from kerasdist import data as data_module
 from kerasdist.devices import configure_replicas

@@ -74,7 +74,7 @@ class DistributedSteps:
 
     def evaluate(self, distributed_dataset):
         """Return ``{"loss", ACCURACY_METRIC}`` over a whole distributed dataset."""
-        loss_sum, correct, examples = self._evaluate_function(distributed_dataset).numpy()
+        loss_sum, correct, examples = self._evaluate_function(iter(distributed_dataset)).numpy()
         return {LOSS_METRIC: float(loss_sum / examples), ACCURACY_METRIC: float(correct / examples)}
 
     def _train_steps(self, iterator, num_steps):
@@ -102,9 +102,9 @@ class DistributedSteps:
         gradients = tape.gradient(loss, self.model.trainable_variables)
         return gradients, _statistics(per_example_loss, logits, labels)
 
-    def _evaluate_dataset(self, distributed_dataset):
+    def _evaluate_dataset(self, iterator):
         totals = self.strategy.run(tf.zeros, args=([_STATISTICS],))
-        for images, labels in distributed_dataset:
+        for images, labels in iterator:
             totals = self.strategy.run(self._evaluate_on_replica, args=(images, labels, totals))
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, totals, axis=None)
 

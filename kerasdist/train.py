@@ -7,6 +7,7 @@ import keras
 import tensorflow as tf
 
 from kerasdist import data as data_module
+from kerasdist import loop
 from kerasdist.callbacks import CheckpointSaver, MetricsRecorder
 from kerasdist.checkpoint import CheckpointStore, RunPosition
 from kerasdist.devices import configure_replicas
@@ -96,6 +97,7 @@ def run_training(
     log_every_steps=None,
     steps_per_execution=50,
     deterministic=True,
+    collective_timeout_s=None,
     verbose=1,
 ):
     """Train the seed MLP with ``replicas`` synchronous replicas up to ``epochs`` epochs in all.
@@ -125,6 +127,8 @@ def run_training(
         log_every_steps: log step metrics every N steps (default: ~100 records per epoch).
         steps_per_execution: steps per ``tf.function`` call for the loop engine.
         deterministic: seed everything and turn on TensorFlow's deterministic ops.
+        collective_timeout_s: multi_worker only: how long an all-reduce may wait
+            for a missing worker before failing (None: forever).
         verbose: 0 silent, 1 progress bar, 2 one line per epoch.
 
     Returns:
@@ -147,7 +151,7 @@ def run_training(
     if deterministic:
         keras.utils.set_random_seed(seed)
         tf.config.experimental.enable_op_determinism()
-    distribution = make_strategy(strategy_name, replicas, verbose=verbose > 0)
+    distribution = make_strategy(strategy_name, replicas, collective_timeout_s, verbose=verbose > 0)
     if strategy_name != "multi_worker" and distribution.num_replicas_in_sync != replicas:
         raise KerasdistError(
             f"strategy {strategy_name!r} runs {distribution.num_replicas_in_sync} replica(s), not "
@@ -184,16 +188,17 @@ def run_training(
             print(f"Resuming from {position.path}: epoch {position.epoch + 1}, "
                   f"step {position.step_in_epoch} of {steps}.", flush=True)
         if engine == "loop":
-            from kerasdist import loop
             samples, seconds = loop.train_epochs(context)
         else:
             samples, seconds = _train_with_fit(context)
         message = f"Trained epochs {position.epoch + 1}..{epochs} of {epochs} in {seconds:.1f} s."
     if verbose:
         print(message, flush=True)
-    test = model.evaluate(
-        data_module.eval_dataset(mnist.x_test, mnist.y_test, global_batch_size), verbose=0, return_dict=True
-    )
+    test_dataset = data_module.eval_dataset(mnist.x_test, mnist.y_test, global_batch_size)
+    if engine == "loop":  # Keras evaluate() meets keras-team/keras#20585 under multi_worker too
+        test = loop.evaluate(model, distribution, test_dataset, global_batch_size)
+    else:
+        test = model.evaluate(test_dataset, verbose=0, return_dict=True)
     return TrainingResult(
         replicas=distribution.num_replicas_in_sync,
         strategy=strategy_name,
