@@ -1,19 +1,15 @@
-"""TF_CONFIG building and checking, a local multi-worker launcher, and the chief/worker/evaluator roles."""
+"""A cluster description: TF_CONFIG building and checking, loopback ports, and the ``worker``/``launch`` commands.
 
+What each task does is in ``kerasdist.roles``; starting local tasks is in ``kerasdist.launcher``.
+"""
+
+import argparse
 import dataclasses
 import errno
-import glob
-import hashlib
 import json
 import os
-import shutil
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
-import threading
-import time
 
 from kerasdist.errors import KerasdistError
 
@@ -22,12 +18,6 @@ ROLES = TRAINING_ROLES + ("evaluator",)
 LOOPBACK = "127.0.0.1"
 DEFAULT_COLLECTIVE_TIMEOUT_S = 30
 EXIT_WORKER_FAILED = 1
-# Files a non-chief worker copies from the chief's directory to resume from the same checkpoint.
-_RESUME_FILES = ("checkpoint", "ckpt-*", "run_config.json", "metrics.jsonl")
-
-
-class ClusterError(RuntimeError):
-    """A cluster failure at run time (a peer stopped, no checkpoint came); the CLI exits with status 1."""
 
 
 @dataclasses.dataclass
@@ -235,337 +225,27 @@ def check_port_free(host, port):
         probe.close()
 
 
-def weights_digest(model):
-    """SHA-256 of the model's weights, concatenated in order: equal digests mean identical weights."""
-    digest = hashlib.sha256()
-    for weights in model.get_weights():
-        digest.update(weights.tobytes())
-    return digest.hexdigest()
-
-
-def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_TIMEOUT_S, verbose=2):
-    """Train as one chief/worker task of a multi-worker cluster with the loop engine.
-
-    All workers restore the same checkpoint and train in lockstep
-    (``MultiWorkerMirroredStrategy``: one all-reduce per step). Every worker
-    saves at the same steps, since saving may involve collectives; the chief
-    saves into ``checkpoint_dir``, the others into a temporary copy of it that
-    is deleted at the end.
-
-    Args:
-        task: this process's ``ClusterTask`` (a chief or worker).
-        training_options: ``run_training`` keyword arguments; ``strategy`` and
-            ``engine`` are set here ("multi_worker", "loop").
-        collective_timeout_s: an all-reduce waiting longer than this for a
-            peer fails, so a stuck peer cannot hang the others.
-        verbose: as for ``run_training``.
-
-    Returns:
-        The result record (dict) with ``task``, ``is_chief`` and ``weights_sha256`` added.
-
-    Raises:
-        KerasdistError: for invalid options (before any training).
-        ClusterError: if a peer stops or cannot be reached during training.
-
-    Example:
-        >>> task = parse_tf_config(os.environ["TF_CONFIG"])                       # doctest: +SKIP
-        >>> record = run_worker(task, {"epochs": 2, "data": "sample", "checkpoint_dir": "ckpt"})  # doctest: +SKIP
-    """
-    import tensorflow as tf
-
-    from kerasdist.train import run_training
-
-    if task.task_type not in TRAINING_ROLES:
-        raise KerasdistError(f"run_worker trains chief or worker tasks. Received: {task.name}")
-    options = dict(training_options, strategy="multi_worker", engine=training_options.get("engine", "loop"))
-    if options.get("replicas", 1) != 1:
-        raise KerasdistError(
-            "replicas does not apply to workers: each worker trains one replica on its CPU (or one per GPU). "
-            f"Received: replicas={options['replicas']}"
-        )
-    global_batch_size = options.get("global_batch_size", 64)
-    if global_batch_size % task.num_workers:
-        raise KerasdistError(
-            f"global_batch_size must be divisible by the {task.num_workers} workers. "
-            f"Received: global_batch_size={global_batch_size}"
-        )
-    host, _, port = task.address.rpartition(":")
-    check_port_free(host, port)
-    # MultiWorkerMirroredStrategy reads TF_CONFIG; the evaluator is not part of its all-reduce.
-    os.environ["TF_CONFIG"] = tf_config(task.training_cluster(), task.task_type, task.task_index)
-    chief_directory = options.get("checkpoint_dir")
-    own_directory = None
-    if chief_directory is not None and not task.is_chief:
-        own_directory = tempfile.mkdtemp(prefix=f"kerasdist-{task.task_type}{task.task_index}-")
-        _copy_resume_files(chief_directory, own_directory)
-        options["checkpoint_dir"] = own_directory
-    try:
-        result = run_training(**options, collective_timeout_s=collective_timeout_s, verbose=verbose)
-    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError,
-            tf.errors.AbortedError, tf.errors.InternalError) as error:
-        raise ClusterError(
-            f"{task.name} lost contact with the other workers ({type(error).__name__}: {_reason(error)}); "
-            "another worker probably stopped. Rerun the same command to resume from the last checkpoint."
-        ) from None
-        _barrier(result.model.distribute_strategy)
-    finally:
-        if own_directory:
-            shutil.rmtree(own_directory, ignore_errors=True)
-    digest = weights_digest(result.model)
-    print(f"Final weights sha256 {digest} ({task.name})", flush=True)
-    record = result.to_dict()
-    if own_directory:
-        record["checkpoint"] = None  # the copy is gone; the chief's record names the checkpoint
-    record.update(task=task.name, is_chief=task.is_chief, weights_sha256=digest)
-    return record
-
-
-def _reason(error):
-    """The line of a TensorFlow error that says what happened (not "Graph execution error" or a traceback)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    skipped = ("Graph execution error", "Detected at node", "File ", "[[", "Additional GRPC", ":UNKNOWN")
-    useful = [index for index, line in enumerate(lines) if not line.startswith(skipped)]
-    if not useful:
-        return lines[0][:200] if lines else "no details"
-    first = useful[0]
-    # "The following tasks are unhealthy:" reads better with the task on the next line.
-    reason = " ".join(lines[first:first + 2]) if lines[first].endswith(":") else lines[first]
-    return reason[:200]
-
-
-def _barrier(strategy):
-    """A last all-reduce, so that no worker exits while others still need the chief's coordination service."""
-    import tensorflow as tf
-
-    strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.ones, args=([],)), axis=None)
-
-
-def _copy_resume_files(source, destination):
-    """Copy the chief's checkpoints, run config and metrics log (what a resume reads) if they exist."""
-    for pattern in _RESUME_FILES:
-        for path in glob.glob(os.path.join(source, pattern)):
-            try:
-                shutil.copy2(path, destination)
-            except FileNotFoundError:
-                pass  # rotated away by the chief meanwhile; the "checkpoint" index names only kept ones
-
-
-def run_evaluator(checkpoint_dir, epochs, data="auto", seed=0, global_batch_size=64, poll_interval_s=2.0,
-                  idle_timeout_s=600, verbose=True):
-    """Evaluate each new checkpoint the chief writes, until the one that completes ``epochs``.
-
-    The evaluator (the seed's third role) takes no part in training: it
-    restores the newest checkpoint in ``checkpoint_dir`` whenever one appears
-    and reports validation loss and accuracy, so training never waits for it.
-
-    Args:
-        checkpoint_dir: the chief's checkpoint directory.
-        epochs: the training target; the evaluator ends after a checkpoint at that epoch.
-        data, seed, global_batch_size: as given to the workers (they fix the validation split).
-        poll_interval_s: seconds between looks for a new checkpoint.
-        idle_timeout_s: give up after this long without a new checkpoint.
-        verbose: print a line per evaluation.
-
-    Returns:
-        A record: ``{"task": "evaluator 0", "evaluations": [...], "final": {...}}``.
-
-    Raises:
-        KerasdistError: for a missing directory argument or a checkpoint of another run.
-        ClusterError: if no new checkpoint appears for ``idle_timeout_s``.
-
-    Example:
-        >>> record = run_evaluator("ckpt", epochs=2, data="sample")  # doctest: +SKIP
-        evaluator: ckpt-52 (epoch 1/2): val_loss 0.4099, val_sparse_categorical_accuracy 0.8591
-    """
-    import tensorflow as tf
-
-    from kerasdist import data as data_module
-    from kerasdist import loop
-    from kerasdist.checkpoint import CheckpointStore
-    from kerasdist.model import ACCURACY_METRIC, build_model, model_signature
-
-    if checkpoint_dir is None:
-        raise KerasdistError("the evaluator needs the chief's --checkpoint-dir. Received: none")
-    mnist = data if isinstance(data, data_module.MnistData) else data_module.load_mnist(data, seed, verbose)
-    strategy = tf.distribute.get_strategy()
-    model = build_model()
-    run_config = {"seed": seed, "global_batch_size": global_batch_size, "data": mnist.provenance(),
-                  "model": model_signature(model)}
-    store = CheckpointStore(checkpoint_dir, model, run_config)
-    validation = data_module.eval_dataset(mnist.x_val, mnist.y_val, global_batch_size)
-    evaluations, evaluated, last_change = [], None, time.monotonic()
-    while True:
-        latest = tf.train.latest_checkpoint(checkpoint_dir)
-        if latest and latest != evaluated:
-            try:
-                store.checkpoint.restore(latest).expect_partial()
-            except (tf.errors.OpError, ValueError):
-                time.sleep(poll_interval_s)  # rotated away while reading; a newer one is coming
-                continue
-            evaluated, last_change = latest, time.monotonic()
-            metrics = loop.evaluate(model, strategy, validation, global_batch_size)
-            evaluation = {
-                "checkpoint": latest,
-                "epoch": int(store.epoch.numpy()),
-                "step_in_epoch": int(store.step_in_epoch.numpy()),
-                "global_step": int(store.global_step.numpy()),
-                "val_loss": metrics["loss"],
-                f"val_{ACCURACY_METRIC}": metrics[ACCURACY_METRIC],
-            }
-            evaluations.append(evaluation)
-            if verbose:
-                position = f"epoch {evaluation['epoch']}/{epochs}"
-                if evaluation["step_in_epoch"]:
-                    position = f"epoch {evaluation['epoch'] + 1}/{epochs}, step {evaluation['step_in_epoch']}"
-                print(f"evaluator: {os.path.basename(latest)} ({position}): val_loss {metrics['loss']:.4f}, "
-                      f"val_{ACCURACY_METRIC} {metrics[ACCURACY_METRIC]:.4f}", flush=True)
-            if evaluation["epoch"] >= epochs:
-                return {"task": "evaluator 0", "evaluations": evaluations, "final": evaluation}
-        elif time.monotonic() - last_change > idle_timeout_s:
-            raise ClusterError(
-                f"evaluator: no new checkpoint in {checkpoint_dir} for {idle_timeout_s:.0f} s; "
-                "is training running? (it ends after the checkpoint of the last epoch)"
-            )
-        time.sleep(poll_interval_s)
-
-
-def launch(num_workers, worker_arguments, evaluator=False, ports=None, evaluator_grace_s=120):
-    """Run ``num_workers`` local workers (and an evaluator) as subprocesses; stream their output.
-
-    Each task runs ``python -m kerasdist worker`` with its own ``TF_CONFIG``
-    on 127.0.0.1; every output line is printed with a ``[worker i]`` prefix.
-
-    Args:
-        num_workers: how many workers (worker 0 is the chief).
-        worker_arguments: command-line options for ``kerasdist worker``.
-        evaluator: also run an evaluator task.
-        ports: one port per task, or None for free ones.
-        evaluator_grace_s: how long the evaluator may run on after the workers end.
-
-    Returns:
-        ``(exit status, records)``: the worst task's status (0 if all
-        succeeded) and each task's result record by name (None if it wrote none).
-
-    Example:
-        >>> status, records = launch(2, ["--epochs", "2", "--data", "sample"])  # doctest: +SKIP
-    """
-    cluster = local_cluster(num_workers, ports, evaluator)
-    names = [f"worker {index}" for index in range(num_workers)] + (["evaluator 0"] if evaluator else [])
-    record_directory = tempfile.mkdtemp(prefix="kerasdist-launch-")
-    processes, threads, print_lock = {}, [], threading.Lock()
-    try:
-        for name in names:
-            task_type, index = name.split()
-            record_file = os.path.join(record_directory, f"{task_type}-{index}.json")
-            command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments, "--record-file", record_file]
-            environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),
-                               PYTHONUNBUFFERED="1")
-            process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True, bufsize=1)
-            processes[name] = (process, record_file)
-            thread = threading.Thread(target=_stream, args=(process.stdout, f"[{name}] ", print_lock), daemon=True)
-            thread.start()
-            threads.append(thread)
-            _print(print_lock, f"[launch] {name}: pid {process.pid}, {cluster[task_type][int(index)]}")
-        statuses = _wait(processes, names, evaluator, evaluator_grace_s, print_lock)
-    except BaseException:
-        _stop([process for process, _ in processes.values()])
-        raise
-    finally:
-        for thread in threads:
-            thread.join(timeout=5)
-    records = {name: _read_record(record_file) for name, (_, record_file) in processes.items()}
-    shutil.rmtree(record_directory, ignore_errors=True)
-    return max(statuses.values()), records
-
-
-def _wait(processes, names, evaluator, evaluator_grace_s, print_lock):
-    """Wait for the workers, then give the evaluator its grace period; return each task's status."""
-    statuses = {}
-    for name in names:
-        process, _ = processes[name]
-        if name.startswith("evaluator"):
-            failed = any(statuses.values())
-            try:
-                process.wait(timeout=1 if failed else evaluator_grace_s)
-            except subprocess.TimeoutExpired:
-                _stop([process])
-                _print(print_lock, "[launch] stopped the evaluator: training ended without its final checkpoint")
-        else:
-            process.wait()
-        statuses[name] = _exit_status(process.returncode)
-        if statuses[name]:
-            _print(print_lock, f"[launch] {name} exited with status {_describe(process.returncode)}")
-    return statuses
-
-
-def _exit_status(returncode):
-    """A process's status as a shell reports it (killed by signal N -> 128 + N)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _describe(returncode):
-    if returncode < 0:
-        return f"{128 - returncode} (killed by {signal.Signals(-returncode).name})"
-    return str(returncode)
-
-
-def _stream(stream, prefix, print_lock):
-    for line in stream:
-        _print(print_lock, prefix + line.rstrip("\n"))
-
-
-def _print(print_lock, line):
-    with print_lock:
-        print(line, flush=True)
-
-
-def _stop(processes, grace_s=5):
-    """Terminate processes, then kill those still running after ``grace_s``."""
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _read_record(path):
-    try:
-        with open(path) as stream:
-            return json.load(stream)
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def _training_argv(args, add_training_arguments):
     """Turn parsed training options back into command-line options (to forward them to workers)."""
-    import argparse
-
     parser = argparse.ArgumentParser(add_help=False)
     add_training_arguments(parser)
     argv = []
     for action in parser._actions:
         value = getattr(args, action.dest)
-        flag = action.option_strings[0]
         if action.nargs == 0:  # a switch such as --jit-compile
-            argv += [flag] if value else []
+            argv += [action.option_strings[0]] if value else []
         elif value is not None:
-            argv += [flag, str(value)]
+            argv += [action.option_strings[0], str(value)]
     return argv
 
 
 def add_commands(commands, add_training_arguments):
     """Add the ``worker`` and ``launch`` subcommands (each sets ``handler``)."""
     worker = commands.add_parser(
-        "worker", help="run one task of a multi-worker cluster described by TF_CONFIG",
-        description="Run the chief, a worker or the evaluator named by TF_CONFIG. Workers train with "
-                    "MultiWorkerMirroredStrategy and kerasdist's loop; worker 0 (or the chief) writes "
-                    "checkpoints and the metrics log to --checkpoint-dir.",
+        "worker", help="run one task (chief, worker or evaluator) of the cluster in TF_CONFIG",
+        description="Run the task TF_CONFIG names. Workers train with MultiWorkerMirroredStrategy and "
+                    "kerasdist's loop; the chief (worker 0 when there is no chief) writes checkpoints and the "
+                    "metrics log to --checkpoint-dir; the evaluator evaluates each new checkpoint there.",
     )
     add_training_arguments(worker)
     _add_cluster_arguments(worker)
@@ -573,23 +253,18 @@ def add_commands(commands, add_training_arguments):
     worker.add_argument("--json", action="store_true", help="print the result record as the last line")
     worker.set_defaults(handler=_run_worker_command, engine="loop")
 
-    launch_parser = commands.add_parser(
+    launch = commands.add_parser(
         "launch", help="run N local workers (and an evaluator) on 127.0.0.1",
         description="Start N workers on free loopback ports, stream their output with a [worker i] prefix, "
                     "and exit with the worst worker's status. Rerun the same command to resume.",
     )
-    launch_parser.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
-    launch_parser.add_argument("--evaluator", action="store_true",
-                               help="also run an evaluator that evaluates each new checkpoint")
-    launch_parser.add_argument("--ports", default=None,
-                               help="comma-separated ports, one per task (default: free ports)")
-    add_training_arguments(launch_parser)
-    _add_cluster_arguments(launch_parser)
-    launch_parser.add_argument("--json", action="store_true",
-                               help="print the chief's result record as the last line")
-    launch_parser.set_defaults(
-        handler=lambda args: _run_launch_command(args, add_training_arguments), engine="loop"
-    )
+    launch.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
+    launch.add_argument("--evaluator", action="store_true", help="also run an evaluator (needs --checkpoint-dir)")
+    launch.add_argument("--ports", default=None, help="comma-separated ports, one per task (default: free ones)")
+    add_training_arguments(launch)
+    _add_cluster_arguments(launch)
+    launch.add_argument("--json", action="store_true", help="print the chief's result record as the last line")
+    launch.set_defaults(handler=lambda args: _run_launch_command(args, add_training_arguments), engine="loop")
 
 
 def _add_cluster_arguments(parser):
@@ -601,6 +276,7 @@ def _add_cluster_arguments(parser):
 
 
 def _run_worker_command(args):
+    from kerasdist import roles
     from kerasdist.checkpoint import atomic_write_text
     from kerasdist.cli import training_options
 
@@ -609,11 +285,12 @@ def _run_worker_command(args):
         raise KerasdistError(f"workers train with strategy multi_worker. Received: --strategy {args.strategy}")
     try:
         if task.task_type == "evaluator":
-            record = run_evaluator(args.checkpoint_dir, args.epochs, args.data, args.seed, args.global_batch_size,
-                                   idle_timeout_s=args.evaluator_idle_timeout_s)
+            record = roles.run_evaluator(args.checkpoint_dir, args.epochs, args.data, args.seed,
+                                         args.global_batch_size, idle_timeout_s=args.evaluator_idle_timeout_s)
         else:
-            record = run_worker(task, training_options(args), args.collective_timeout_s)
-    except ClusterError as error:
+            record = roles.run_worker(task, training_options(args), args.collective_timeout_s,
+                                      verbose=1 if sys.stdout.isatty() else 2)
+    except roles.ClusterError as error:
         print(f"kerasdist: error: {error}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_WORKER_FAILED) from None
     if args.record_file:
@@ -622,6 +299,8 @@ def _run_worker_command(args):
 
 
 def _run_launch_command(args, add_training_arguments):
+    from kerasdist import launcher
+
     try:
         ports = [int(part) for part in args.ports.split(",")] if args.ports else None
     except ValueError:
@@ -632,17 +311,19 @@ def _run_launch_command(args, add_training_arguments):
         "--collective-timeout-s", str(args.collective_timeout_s),
         "--evaluator-idle-timeout-s", str(args.evaluator_idle_timeout_s),
     ]
-    status, records = launch(args.workers, worker_arguments, args.evaluator, ports)
-    workers = [{"task": name, "weights_sha256": (record or {}).get("weights_sha256")}
-               for name, record in records.items() if name.startswith("worker")]
+    status, records = launcher.launch(args.workers, worker_arguments, args.evaluator, ports)
     if status:
-        print(f"kerasdist: error: a task failed (worst exit status {status}); rerun the same command to "
+        print(f"kerasdist: error: a worker failed (worst exit status {status}); rerun the same command to "
               "resume from the last checkpoint", file=sys.stderr, flush=True)
         raise SystemExit(status)
+    workers = [{"task": name, "weights_sha256": record["weights_sha256"]}
+               for name, record in records.items() if name.startswith("worker")]
     digests = {worker["weights_sha256"] for worker in workers}
-    print(f"[launch] {len(workers)} worker(s) finished; final weights "
-          f"{'identical' if len(digests) == 1 else 'DIFFER'} (sha256 {', '.join(sorted(digests))[:64]})", flush=True)
+    if len(digests) != 1:
+        print(f"kerasdist: error: the workers ended with different weights: {workers}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_WORKER_FAILED)
+    print(f"[launch] {len(workers)} worker(s) finished with identical weights (sha256 {digests.pop()})", flush=True)
     record = dict(records["worker 0"], workers=workers)
     if args.evaluator:
-        record["evaluator"] = records.get("evaluator 0")
+        record["evaluator"] = records["evaluator 0"]
     return record

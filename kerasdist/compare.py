@@ -167,6 +167,8 @@ def _loss_differences(runs):
 
 def write_comparison(comparison, out_dir):
     """Write comparison.json, comparison.csv (tidy rows) and convergence.png; return their paths."""
+    import matplotlib.pyplot as plt
+
     from kerasdist.plots import plot_convergence
 
     try:
@@ -182,6 +184,7 @@ def write_comparison(comparison, out_dir):
         writer.writerows(rows)
     figure = plot_convergence(comparison)
     figure.savefig(files["figure"], dpi=120, bbox_inches="tight")
+    plt.close(figure)  # written to a file: do not also show it in a notebook
     comparison.files = files
     with open(files["json"], "w") as stream:
         json.dump(comparison.to_dict(), stream, indent=1)

@@ -6,14 +6,17 @@ steps per call under ``MirroredStrategy`` (keras-team/keras#19246).
 """
 
 import time
+import weakref
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from kerasdist import data as data_module
+from kerasdist.errors import KerasdistError
 from kerasdist.model import ACCURACY_METRIC, LOSS_METRIC
 
+_STEPS_BY_MODEL = weakref.WeakKeyDictionary()
 # Each step yields three numbers, summed over replicas and workers: loss sum, correct predictions, examples.
 _STATISTICS = 3
 
@@ -120,6 +123,22 @@ def _statistics(per_example_loss, logits, labels):
     return tf.stack([tf.reduce_sum(per_example_loss), correct, examples])
 
 
+def steps_for(model, strategy, global_batch_size, steps_per_execution=1, jit_compile=False):
+    """The ``DistributedSteps`` of ``model``, made once per model and settings.
+
+    Tracing costs seconds, so validation, the test evaluation and later calls
+    reuse the functions already traced for this model. Evaluation does not
+    depend on ``steps_per_execution`` or ``jit_compile``: with those left at
+    their defaults any steps of the model with the same strategy and batch are reused.
+    """
+    settings = (strategy, global_batch_size, int(steps_per_execution), bool(jit_compile))
+    known = _STEPS_BY_MODEL.get(model)
+    evaluation_only = (steps_per_execution, jit_compile) == (1, False)
+    if known is None or (known[0][:2] != settings[:2] if evaluation_only else known[0] != settings):
+        known = _STEPS_BY_MODEL[model] = (settings, DistributedSteps(model, *settings))
+    return known[1]
+
+
 def evaluate(model, strategy, dataset, global_batch_size):
     """Evaluate ``model`` on a batched dataset with the loop's distributed evaluation.
 
@@ -139,7 +158,7 @@ def evaluate(model, strategy, dataset, global_batch_size):
         >>> evaluate(model, strategy, data.eval_dataset(x, y, 64), 64)  # doctest: +SKIP
         {'loss': 0.27, 'sparse_categorical_accuracy': 0.92}
     """
-    steps = DistributedSteps(model, strategy, global_batch_size, 1)
+    steps = steps_for(model, strategy, global_batch_size)
     return steps.evaluate(strategy.experimental_distribute_dataset(dataset))
 
 
@@ -163,7 +182,9 @@ def train_epochs(context):
     strategy = context.strategy
     steps_per_epoch = context.steps_per_epoch
     first_epoch, skip = context.position.epoch, context.position.step_in_epoch
-    steps = DistributedSteps(
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        _check_same_position(strategy, context.position.global_step)
+    steps = steps_for(
         context.model, strategy, context.global_batch_size, context.steps_per_execution, context.jit_compile
     )
     dataset = data_module.train_dataset(
@@ -178,6 +199,17 @@ def train_epochs(context):
         _train_one_epoch(context, steps, iterator, validation, epoch, first_step)
         samples += (steps_per_epoch - first_step) * context.global_batch_size
     return samples, time.perf_counter() - start
+
+
+def _check_same_position(strategy, global_step):
+    """Stop if the workers restored different checkpoints: training on, their weights would silently part."""
+    gather = tf.function(lambda: strategy.gather(strategy.run(tf.constant, args=([global_step], tf.int64)), axis=0))
+    steps = gather().numpy()
+    if len(set(steps.tolist())) > 1:
+        raise KerasdistError(
+            f"the workers restored different checkpoints (global steps {sorted(set(steps.tolist()))}); every "
+            "worker must read the chief's --checkpoint-dir (a shared directory), or all must start fresh"
+        )
 
 
 def _train_one_epoch(context, steps, iterator, validation, epoch, first_step):

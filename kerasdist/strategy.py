@@ -53,7 +53,15 @@ def make_strategy(name="mirrored", num_replicas=1, collective_timeout_s=None, ve
     elif name == "one_device":
         strategy = tf.distribute.OneDeviceStrategy(replica_devices(1)[0])
     elif name == "mirrored":
-        strategy = tf.distribute.MirroredStrategy(devices=replica_devices(num_replicas))
+        devices = replica_devices(num_replicas)
+        # On CPU devices TensorFlow picks collective all-reduce, whose group keys clash when a
+        # second MirroredStrategy with another replica count is made in the same process
+        # ("joining a group with size 4, but that group has size 2"). Reducing on one device
+        # gives the same numbers on virtual CPUs; GPUs keep TensorFlow's choice (NCCL).
+        cpu_only = all("CPU" in device for device in devices)
+        strategy = tf.distribute.MirroredStrategy(
+            devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice() if cpu_only else None
+        )
     elif name == "central_storage":
         strategy = tf.distribute.experimental.CentralStorageStrategy(
             compute_devices=replica_devices(num_replicas)

@@ -191,7 +191,8 @@ def checkpoint_epoch(path):
 
 latest = max(KERAS_DIR.glob("ckpt-*.keras"), key=checkpoint_epoch)
 epochs_done = checkpoint_epoch(latest)
-print(f"Resuming from {latest.name}: {epochs_done} epoch(s) done, training epochs {epochs_done + 1}..{EPOCHS}")
+print(f"Resuming from {latest.name}: {epochs_done} epoch(s) done, "
+      f"training epochs {epochs_done + 1}..{EPOCHS}")
 
 # %%
 # Restore the model (weights + optimizer state) in the scope and continue the epoch count.
@@ -340,7 +341,8 @@ print(f"... it had logged up to global step {killed_log[-1]['global_step']} when
 finished = subprocess.run(command + ["--json"], capture_output=True, text=True, check=True)
 record = json.loads(finished.stdout.strip().splitlines()[-1])
 print(next(line for line in finished.stdout.splitlines() if line.startswith("Resuming")))
-print(f"initial_epoch (0-based) {record['initial_epoch']}, resumed after global step {record['resumed_from_step']}")
+print(f"initial_epoch (0-based) {record['initial_epoch']}, "
+      f"resumed after global step {record['resumed_from_step']}")
 print("epochs in the history:", len(record["history"]["loss"]))
 
 # %%

@@ -156,8 +156,8 @@ import matplotlib.pyplot as plt
 # set_random_seed(0)
 # with(strategy$scope(), model <- build_model())
 # tryCatch(
-#   model |> fit(train_dataset, epochs = epochs, validation_data = val_dataset, shuffle = FALSE,
-#                verbose = 2, callbacks = c(keras_callbacks(), list(callback_crash_at(epoch = 2, batch = 20)))),
+#   model |> fit(train_dataset, epochs = epochs, validation_data = val_dataset, shuffle = FALSE, verbose = 2,
+#                callbacks = c(keras_callbacks(), list(callback_crash_at(epoch = 2, batch = 20)))),
 #   error = function(e) cat("Training stopped:", crash_message(e), "\n")
 # )
 
@@ -359,7 +359,8 @@ figure, axis = plt.subplots(figsize=(9, 3.4))
 axis.plot(killed_steps["global_step"], killed_steps["loss"], color="tab:red", linewidth=4, alpha=0.35,
           label="killed run (its steps after the checkpoint are lost)")
 axis.plot(final_steps["global_step"], final_steps["loss"], color="tab:blue", label="final metrics log")
-axis.axvline(resumed_from[0], color="gray", linestyle="--", label=f"resumed after step {int(resumed_from[0])}")
+resumed_after = int(resumed_from[0])
+axis.axvline(resumed_after, color="gray", linestyle="--", label=f"resumed after step {resumed_after}")
 axis.axvline(52, color="black", linewidth=0.5)
 axis.set(title="One continuous log across a SIGKILL (thin line: end of epoch 1)", xlabel="global step",
          ylabel="training loss (running epoch mean)")

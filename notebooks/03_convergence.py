@@ -94,7 +94,7 @@ figure = plots.plot_convergence(comparison)
 # NBVAL_CHECK_OUTPUT
 # The measured gap: float32 round-off, far below anything that changes training.
 gap = comparison.max_abs_loss_difference["fixed_global"]
-print("max |loss difference| below 1e-5, per step and per epoch:", gap["step"] < 1e-5, gap["epoch"] < 1e-5)
+print("max |loss difference| below 1e-3, per step and per epoch:", gap["step"] < 1e-3, gap["epoch"] < 1e-3)
 
 # %%
 # The values themselves, and the test accuracy of both runs.
@@ -106,7 +106,11 @@ for _, run in comparison.runs:
 # The dashed 2-replica curve lies on the 1-device curve; the largest difference over all steps is a
 # few times 1e-7, the size of float32 rounding. It is not exactly zero because two replicas add up
 # the gradient in a different order (each sums over its 32 samples, then the all-reduce sums the
-# two), and floating-point addition is not associative.
+# two), and floating-point addition is not associative. Such rounding differences can also grow
+# during training (a unit whose input sits near zero may switch its ReLU in one run and not in the
+# other), so on other hardware or with other seeds a gap up to ~1e-4 is still "the same curve"; a
+# real difference (another data order, another batch) shows up at the scale of the loss's own
+# step-to-step change, around 1e-2. Hence the test above uses 1e-3.
 #
 # The throughput panel is the honest part: on this machine the two "replicas" are virtual devices
 # that share the same two CPU cores and also pay for the all-reduce, so they are slower than one
@@ -233,7 +237,8 @@ figure = plots.plot_convergence(runs)
 # NBVAL_CHECK_OUTPUT
 # Training loss per epoch: the unscaled run lags; the scaled run is back with the 1-device run.
 for name, run in runs.runs:
-    print(f"{name:>11}: batch {run.global_batch_size:>3}, learning rate {run.learning_rate:g}, loss per epoch",
+    print(f"{name:>11}: batch {run.global_batch_size:>3}, learning rate {run.learning_rate:g}, "
+          "loss per epoch",
           np.round(run.history["loss"], 2).tolist())
 
 # %% [markdown]

@@ -51,13 +51,17 @@ while read -r kind path; do
     esac
     if [ "$kind" = keras3 ] && [ "$mode" != plain ] && [ -z "${checked_r:-}" ]; then
         checked_r=1
-        Rscript -e 'quit(status = !all(sapply(c("keras3", "tfdatasets"), requireNamespace, quietly = TRUE)))' \
+        Rscript -e 'pkgs <- c("keras3", "tfdatasets")' \
+                -e 'quit(status = !all(sapply(pkgs, requireNamespace, quietly = TRUE)))' \
             || { echo "run_notebooks: the R twins need keras3 and tfdatasets in R:" \
                       "install.packages(c(\"keras3\", \"tfdatasets\"))" >&2; exit 2; }
     fi
 done < <(classify "${notebooks[@]}")
 
-elapsed() { local ms=$(( ($(date +%s%N) - $1) / 1000000 )); printf "%d.%d" $((ms / 1000)) $((ms % 1000 / 100)); }
+elapsed() {  # seconds since $1 (a `date +%s%N` stamp), one decimal
+    local ms=$(( ($(date +%s%N) - $1) / 1000000 ))
+    printf "%d.%d" $((ms / 1000)) $((ms % 1000 / 100))
+}
 
 total_start=$(date +%s%N)
 for notebook in "${selected[@]}"; do

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from helpers import last_json_line, run_cli
 from kerasdist import run_comparison
 from kerasdist.errors import KerasdistError
 
@@ -46,3 +47,17 @@ def test_results_files_are_written(comparison):
 def test_unknown_mode_is_refused():
     with pytest.raises(KerasdistError, match="modes must be among fixed_global, fixed_per_replica"):
         run_comparison((1, 2), modes=("fixed_local",))
+
+
+
+
+def test_compare_cli_runs_1_2_and_4_replicas_in_one_process(tmp_path):
+    # A 4-replica MirroredStrategy after a 2-replica one must not reuse the collective group
+    # of the first ("joining a group with size 4, but that group has size 2").
+    completed = run_cli("compare", "--replicas", "1,2,4", "--epochs", "1", "--data", "sample",
+                        "--out", tmp_path, "--json")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    record = last_json_line(completed.stdout)
+    assert [run["replicas"] for run in record["runs"]] == [1, 2, 4]
+    assert record["max_abs_loss_difference"]["fixed_global"]["step"] < 1e-5
+    assert (tmp_path / "convergence.png").stat().st_size > 10_000

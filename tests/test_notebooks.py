@@ -73,7 +73,8 @@ def headings(notebook):
 
 
 def outputs(notebook):
-    return [out for cell in notebook["cells"] if cell["cell_type"] == "code" for out in cell.get("outputs", [])]
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    return [out for cell in code for out in cell.get("outputs", [])]
 
 
 def ids(paths):
@@ -116,7 +117,8 @@ def test_r_twin_names_its_python_twin_at_the_top(twin):
 
 @pytest.mark.parametrize("notebook", all_notebooks(), ids=ids(all_notebooks()))
 def test_no_committed_output_is_an_error(notebook):
-    errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs(load(notebook)) if o["output_type"] == "error"]
+    errors = [f"{out.get('ename')}: {out.get('evalue')}"
+              for out in outputs(load(notebook)) if out["output_type"] == "error"]
     assert not errors, f"{notebook.name} stores error outputs: {errors}"
 
 
@@ -171,7 +173,9 @@ def test_r_cells_parse(notebook, tmp_path):
         "for (f in commandArgs(TRUE)) tryCatch(parse(file = f), "
         "error = function(e) cat(basename(f), ': ', conditionMessage(e), '\\n', sep = ''))"
     )
-    done = subprocess.run(["Rscript", "-e", script, *map(str, files)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["Rscript", "-e", script, *map(str, files)],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and not done.stdout.strip(), (
-        f"%%R cells of {notebook.name} do not parse (cellN counts %%R cells from 0):\n{done.stdout}{done.stderr}"
+        f"%%R cells of {notebook.name} do not parse (cellN counts %%R cells from 0):\n"
+        f"{done.stdout}{done.stderr}"
     )

