@@ -130,6 +130,8 @@ def _copy_resume_files(source, destination):
     """Copy the chief's checkpoints, run config and metrics log (what a resume reads) if they exist."""
     for pattern in _RESUME_FILES:
         for path in glob.glob(os.path.join(source, pattern)):
+            if not os.path.isfile(path):
+                continue  # e.g. the "ckpt-N_temp" folder of a save the chief did not finish
             try:
                 shutil.copy2(path, destination)
             except FileNotFoundError:

@@ -137,14 +137,17 @@
 #   resumed <- kd_train(replicas = 2, epochs = 3, data = data_source, checkpoint_dir = checkpoint_dir,
 #                       verbose = 0)
 # )
-# cat(gsub(paste0(normalizePath(getwd()), "/"), "", said, fixed = TRUE))  # kerasdist's message, path made relative
+# # kerasdist's own message, with the path made relative to this folder.
+# cat(gsub(paste0(normalizePath(getwd()), "/"), "", said, fixed = TRUE))
 # cat(sprintf("epochs %s; this call trained %d, starting after epoch %d\n",
-#             paste(resumed$epoch, collapse = ", "), attr(resumed, "epochs_run"), attr(resumed, "initial_epoch")))
+#             paste(resumed$epoch, collapse = ", "), attr(resumed, "epochs_run"),
+#             attr(resumed, "initial_epoch")))
 # cat("epochs 1-2 unchanged by the resume:", identical(resumed$loss[1:2], first$loss), "\n")
 
 # %% magic_args="-o resumed_history" language="R"
 # # Hand the history to Python: an R data.frame becomes a pandas DataFrame.
-# resumed_history <- as.data.frame(resumed)[, c("epoch", "loss", "val_loss", "val_sparse_categorical_accuracy")]
+# columns <- c("epoch", "loss", "val_loss", "val_sparse_categorical_accuracy")
+# resumed_history <- as.data.frame(resumed)[, columns]
 # attr(resumed, "test")
 
 # %%

@@ -120,8 +120,8 @@ print(in_memory.batch(GLOBAL_BATCH_SIZE, drop_remainder=True).element_spec)
 # images "on storage" as raw bytes and read them through a function that waits 20 ms per request,
 # as one round trip to network storage might. Each request fetches the records of one batch by
 # their keys, the way a random-access data loader does: shuffling the *keys* is then enough to
-# shuffle the data. We put 52 global batches' worth of records there (nearly all of the offline sample):
-# enough to time, short enough to repeat.
+# shuffle the data. We put 52 global batches' worth of records there (nearly all of the offline
+# sample): enough to time, short enough to repeat.
 #
 # `tf.numpy_function` runs the Python reader inside the pipeline; `tf.data` calls it on its own
 # threads, so several reads can be in flight at once.
@@ -317,7 +317,7 @@ for device, part in zip(strategy.extended.worker_devices, strategy.experimental_
 # %%
 # NBVAL_CHECK_OUTPUT
 # An uneven global batch of 5 examples, split between 2 replicas.
-remainder = tf.data.Dataset.from_tensor_slices((mnist.x_train[:5], mnist.y_train[:5])).batch(GLOBAL_BATCH_SIZE)
+remainder = in_memory.take(5).batch(GLOBAL_BATCH_SIZE)
 _, labels = next(iter(strategy.experimental_distribute_dataset(remainder)))
 print([int(part.shape[0]) for part in strategy.experimental_local_results(labels)])
 

@@ -142,8 +142,10 @@ for text in mistakes:
 # NBVAL_CHECK_OUTPUT
 # Add an evaluator: its TF_CONFIG, and the training cluster the workers' all-reduce uses.
 cluster_with_evaluator = dict(cluster, evaluator=["127.0.0.1:12347"])
-evaluator = kerasdist.cluster.parse_tf_config(kerasdist.cluster.tf_config(cluster_with_evaluator, "evaluator", 0))
-print(f"{evaluator.name}: chief={evaluator.is_chief}, trains: {evaluator.task_type in kerasdist.cluster.TRAINING_ROLES}")
+evaluator_config = kerasdist.cluster.tf_config(cluster_with_evaluator, "evaluator", 0)
+evaluator = kerasdist.cluster.parse_tf_config(evaluator_config)
+trains = evaluator.task_type in kerasdist.cluster.TRAINING_ROLES
+print(f"{evaluator.name}: chief={evaluator.is_chief}, trains: {trains}")
 print("training cluster:", evaluator.training_cluster())
 
 # %% [markdown]
@@ -169,7 +171,7 @@ print("training cluster:", evaluator.training_cluster())
 
 # %%
 # %%writefile results/05_multi_worker/fit_then_loop.py
-"""One worker: try Keras fit() under MultiWorkerMirroredStrategy, then train the same model with a custom loop."""
+"""One worker: Keras fit() under MultiWorkerMirroredStrategy, then the same model with a custom loop."""
 import hashlib
 import os
 
@@ -251,7 +253,8 @@ for worker, output in zip(workers, outputs):
 lines = [line for output in outputs for line in output.splitlines()]
 digests = {line.rsplit(" ", 1)[1] for line in lines if "weights sha256" in line}
 print("fit() failed on every worker:", sum("fit() failed" in line for line in lines) == NUM_WORKERS)
-print("custom loop finished on every worker:", sum("custom loop trained" in line for line in lines) == NUM_WORKERS)
+print("custom loop finished on every worker:",
+      sum("custom loop trained" in line for line in lines) == NUM_WORKERS)
 print("identical final weights:", len(digests) == 1)
 
 # %% [markdown]
@@ -298,10 +301,11 @@ print(f"(exit status {launched.returncode})")
 # The chief's result record (the --json line): epochs, replicas, and the final weights of each worker.
 record = json.loads(last_line)
 print(f"engine {record['engine']}, strategy {record['strategy']}, {record['replicas']} replicas in sync")
-print(f"epochs trained: {record['epochs_run']} of {record['epochs']}, "
-      f"global batch {record['global_batch_size']} = {record['replicas']} x {record['per_replica_batch_size']}")
+print(f"epochs trained: {record['epochs_run']} of {record['epochs']}, global batch "
+      f"{record['global_batch_size']} = {record['replicas']} x {record['per_replica_batch_size']}")
 print("identical final weights:", len({worker["weights_sha256"] for worker in record["workers"]}) == 1)
-print("the evaluator evaluated the last checkpoint:", record["evaluator"]["final"]["epoch"] == record["epochs"])
+print("the evaluator evaluated the last checkpoint:",
+      record["evaluator"]["final"]["epoch"] == record["epochs"])
 
 # %%
 # Plot what the cluster learned: the chief's training loss per step, and validation accuracy per epoch.

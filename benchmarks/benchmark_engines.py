@@ -1,0 +1,210 @@
+"""Throughput of the seed's code, kerasdist's fit engine and its loop engine (1/2/4 replicas, 2 workers).
+
+Every setup runs in its own process (replicas must be made before TensorFlow
+starts) on the same data: the 3,333 training digits of the offline MNIST
+sample, repeated to 50,000 images per epoch, global batch 64, validated on
+the 667 held-out digits and tested on the 1,000 test digits. Each setup
+trains a few epochs; the first includes tracing and compilation, so the
+score is the best samples/s of the later epochs (the CPU may be shared).
+
+Usage:
+    python benchmarks/benchmark_engines.py [--epochs 3] [--steps-per-execution 50] [--out benchmarks/results]
+
+Writes ``engines.md`` and ``engines.csv`` to ``--out`` and prints the table.
+"""
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import keras
+
+TRAIN_IMAGES = 50_000
+GLOBAL_BATCH_SIZE = 64
+SEED = 0
+
+
+def setups(steps_per_execution):
+    """The setups to measure, in order; ``kind`` says which runner trains it."""
+    k = steps_per_execution
+    rows = [
+        {"name": "seed code: Keras fit, default strategy", "kind": "seed", "replicas": 1, "xla": False, "k": 1},
+        {"name": "kerasdist fit engine", "kind": "train", "engine": "fit", "replicas": 1, "xla": False, "k": 1},
+        {"name": "kerasdist fit engine, mirrored", "kind": "train", "engine": "fit", "replicas": 2, "xla": False,
+         "k": 1},
+    ]
+    for xla in (False, True):
+        for replicas in (1, 2, 4):
+            rows.append({"name": "kerasdist loop engine" + (", mirrored" if replicas > 1 else ""), "kind": "train",
+                         "engine": "loop", "replicas": replicas, "xla": xla, "k": k})
+    for xla in (False, True):
+        for workers in (1, 2):
+            rows.append({"name": f"kerasdist loop engine, {workers} local worker{'s' * (workers > 1)}",
+                         "kind": "workers", "workers": workers, "replicas": workers, "xla": xla, "k": k})
+    return rows
+
+
+def benchmark_data():
+    """The sample's training digits repeated to ``TRAIN_IMAGES``; validation and test stay as they are."""
+    import numpy as np
+
+    from kerasdist.data import load_mnist
+
+    data = load_mnist("sample", seed=SEED, verbose=False)
+    repeat = np.resize(np.arange(len(data.y_train)), TRAIN_IMAGES)
+    data.x_train, data.y_train = data.x_train[repeat], data.y_train[repeat]
+    data.description += f", training digits repeated to {TRAIN_IMAGES}"
+    return data
+
+
+def run_seed_code(epochs):
+    """The seed's single-host code as the TensorFlow guide writes it: plain Keras ``fit``, batch 64."""
+    import tensorflow as tf
+
+    data = benchmark_data()
+    keras.utils.set_random_seed(SEED)
+    train = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train)).cache()
+    train = train.shuffle(10_000).batch(GLOBAL_BATCH_SIZE)
+    model = keras.Sequential([
+        keras.Input(shape=(784,)),
+        keras.layers.Dense(256, activation="relu"),
+        keras.layers.Dense(256, activation="relu"),
+        keras.layers.Dense(10),
+    ])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    timer = EpochTimer()
+    model.fit(train, epochs=epochs, callbacks=[timer], verbose=0)
+    _, accuracy = model.evaluate(data.x_test, data.y_test, verbose=0)
+    return {"samples_per_s": [TRAIN_IMAGES / seconds for seconds in timer.seconds], "test_accuracy": accuracy}
+
+
+class EpochTimer(keras.callbacks.Callback):
+    """Seconds per epoch of ``fit``."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+        self._start = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds.append(time.perf_counter() - self._start)
+
+
+def run_kerasdist(setup, epochs):
+    """kerasdist's ``run_training`` with the fit or loop engine on ``replicas`` local devices."""
+    import kerasdist
+
+    kerasdist.configure_replicas(setup["replicas"])
+    result = kerasdist.run_training(
+        replicas=setup["replicas"], epochs=epochs, global_batch_size=GLOBAL_BATCH_SIZE, data=benchmark_data(),
+        seed=SEED, engine=setup["engine"], jit_compile=setup["xla"], steps_per_execution=setup["k"], verbose=0,
+    )
+    return {"samples_per_s": result.history["samples_per_s"], "test_accuracy": result.test["accuracy"]}
+
+
+def run_worker(setup, epochs):
+    """One worker of a local cluster (TF_CONFIG set by the parent); only the chief reports."""
+    from kerasdist import cluster, roles
+
+    task = cluster.parse_tf_config(os.environ["TF_CONFIG"])
+    record = roles.run_worker(task, {
+        "epochs": epochs, "global_batch_size": GLOBAL_BATCH_SIZE, "data": benchmark_data(), "seed": SEED,
+        "jit_compile": setup["xla"], "steps_per_execution": setup["k"],
+    }, verbose=0)
+    return {"samples_per_s": record["history"]["samples_per_s"], "test_accuracy": record["test"]["accuracy"],
+            "weights_sha256": record["weights_sha256"]}
+
+
+def measure(setup, epochs):
+    """Run one setup in fresh processes; return its per-epoch samples/s and test accuracy."""
+    command = [sys.executable, __file__, "--epochs", str(epochs), "--run", json.dumps(setup)]
+    if setup["kind"] != "workers":
+        return _result(subprocess.run(command, capture_output=True, text=True, check=False))
+    from kerasdist import cluster
+
+    spec = cluster.local_cluster(setup["workers"])
+    outputs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in range(setup["workers"])]
+    # Output goes to files, not pipes: a worker blocked on a full pipe would stall the other's all-reduce.
+    workers = [subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True,
+                                env=dict(os.environ, TF_CONFIG=cluster.tf_config(spec, "worker", index)))
+               for index, (stdout, stderr) in enumerate(outputs)]
+    results = []
+    for worker, (stdout, stderr) in zip(workers, outputs):
+        worker.wait()
+        stdout.seek(0), stderr.seek(0)
+        results.append(_result(subprocess.CompletedProcess(worker.args, worker.returncode, stdout.read(),
+                                                           stderr.read())))
+    if len({result["weights_sha256"] for result in results}) != 1:
+        raise RuntimeError(f"workers ended with different weights: {results}")
+    return results[0]
+
+
+def _result(completed):
+    if completed.returncode:
+        raise RuntimeError(f"benchmark run failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def table(rows):
+    """Markdown table: samples/s, ratio to the seed's code, time ratio to the loop's 1 device, accuracy."""
+    seed_rate = rows[0]["samples_per_s"]
+    one_device = {row["xla"]: row["samples_per_s"] for row in rows
+                  if row["kind"] == "train" and row["engine"] == "loop" and row["replicas"] == 1}
+    lines = ["| setup | replicas | XLA | steps/call | samples/s | x seed code | time vs loop 1 device | "
+             "test accuracy |", "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        is_loop = row["kind"] == "workers" or row.get("engine") == "loop"
+        time_ratio = f"{one_device[row['xla']] / row['samples_per_s']:.2f}" if is_loop else ""
+        lines.append(f"| {row['name']} | {row['replicas']} | {'on' if row['xla'] else 'off'} | {row['k']} | "
+                     f"{row['samples_per_s']:,.0f} | {row['samples_per_s'] / seed_rate:.2f} | {time_ratio} | "
+                     f"{row['test_accuracy']:.3f} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per setup; the first is not scored")
+    parser.add_argument("--steps-per-execution", type=int, default=50, help="loop engine: steps per call")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    parser.add_argument("--run", default=None, help=argparse.SUPPRESS)  # a child process: one setup
+    args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error(f"--epochs must be >= 2 (the first epoch is not scored). Received: {args.epochs}")
+    if args.run:
+        setup = json.loads(args.run)
+        runner = {"seed": run_seed_code, "train": run_kerasdist, "workers": run_worker}[setup["kind"]]
+        result = runner(args.epochs) if setup["kind"] == "seed" else runner(setup, args.epochs)
+        print(json.dumps(result), flush=True)
+        return
+    rows = []
+    for setup in setups(args.steps_per_execution):
+        started = time.perf_counter()
+        result = measure(setup, args.epochs)
+        rows.append({**setup, "samples_per_s": max(result["samples_per_s"][1:]),
+                     "test_accuracy": result["test_accuracy"]})
+        print(f"{setup['name']} (replicas {setup['replicas']}, XLA {'on' if setup['xla'] else 'off'}): "
+              f"{rows[-1]['samples_per_s']:,.0f} samples/s [{time.perf_counter() - started:.0f} s]", flush=True)
+    markdown = table(rows)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "engines.md"), "w") as stream:
+        stream.write(markdown + "\n")
+    with open(os.path.join(args.out, "engines.csv"), "w", newline="") as stream:
+        columns = ["name", "kind", "replicas", "xla", "k", "samples_per_s", "test_accuracy"]
+        writer = csv.DictWriter(stream, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    print("\n" + markdown)
+    print(f"\nWrote {os.path.join(args.out, 'engines.md')} and engines.csv")
+
+
+if __name__ == "__main__":
+    main()

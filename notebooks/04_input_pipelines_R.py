@@ -1,0 +1,449 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Input pipelines: global batch, shuffle, cache, prefetch (R, keras3)
+#
+# This is the R twin of [04_input_pipelines.ipynb](04_input_pipelines.ipynb): the same workflow and
+# the same sections, written with the R packages keras3, tfdatasets and tensorflow. The notebook
+# runs on a Python kernel; the R code lives in `%%R` cells (rpy2), and results come back to Python
+# with `%%R -o` where Python draws the figures.
+#
+# **What you'll learn**
+#
+# - how a tfdatasets pipeline builds the *global* batch that a strategy then splits across replicas;
+# - what `dataset_shuffle()`, `dataset_prefetch()`, a parallel `dataset_map()` and `dataset_cache()`
+#   each buy, measured side by side;
+# - what changes with more replicas: per-replica batch = global batch / N, how
+#   `strategy$experimental_distribute_dataset()` splits a batch (also an uneven one), and how
+#   workers share a dataset.
+#
+# **What you need**: R with the packages keras3, tfdatasets and tensorflow
+# (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
+# about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
+# it, otherwise a 5,000-digit sample of real MNIST digits (offline); the timings use at most 52
+# batches per epoch. The outputs are not stored with this notebook: run it where keras3 is
+# installed (`bash scripts/run_notebooks.sh --r-twins`).
+
+# %% [markdown]
+# ## Introduction
+#
+# In synchronous data parallelism every training step consumes one **global batch**. The strategy
+# cuts it into N equal **per-replica batches**, each replica computes gradients on its share, the
+# gradients are summed across replicas, and every replica applies the same update. The devices can
+# only be as busy as the input pipeline lets them be: if reading and decoding the next batch takes
+# longer than a step, the replicas wait.
+#
+# | transformation | what it does | what it costs or saves |
+# |---|---|---|
+# | `dataset_batch(global_batch_size)` | groups examples into the global batch | one batch per step, for all replicas together |
+# | `dataset_shuffle(buffer_size)` | draws examples in random order | memory for the buffer; a wait while it fills |
+# | `dataset_prefetch()` | prepares the next batches while the model trains on this one | overlaps input with compute |
+# | `dataset_cache()` | keeps what was read (and decoded) after the first epoch | later epochs skip reading |
+#
+# Here we time them on a pipeline with a deliberately slow source: alone, with a stand-in for the
+# training step, and feeding the real model under `MirroredStrategy`.
+
+# %% [markdown]
+# ## Setup
+#
+# The Python side loads rpy2's `%%R` magic and imports kerasdist, which starts TensorFlow with its
+# C++ start-up lines kept out of the cell outputs. R then attaches keras3 and friends; reticulate
+# uses this very Python process, so R and Python share one TensorFlow. `KERASDIST_DATA` chooses
+# the data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
+
+# %%
+# Load the %%R magic, start TensorFlow quietly through kerasdist, and get the plotting helpers.
+# %load_ext rpy2.ipython
+import kerasdist
+from kerasdist import plots
+
+# %% language="R"
+# # Attach keras3 (models), tfdatasets (input pipelines), tensorflow (tf$distribute) and reticulate, then settings.
+# library(keras3)
+# library(tfdatasets, exclude = "shape")
+# library(tensorflow, exclude = c("shape", "set_random_seed"))
+# library(reticulate)
+# data_source <- Sys.getenv("KERASDIST_DATA", "auto")
+# num_replicas <- 2L
+# global_batch_size <- 64L
+# autotune <- tf$data$AUTOTUNE
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Make the replicas' devices: GPUs, one GPU split in two, or (here) two virtual CPU devices.
+# kerasdist <- reticulate::import("kerasdist")
+# devices <- kerasdist$configure_replicas(num_replicas)
+# print(unlist(devices))
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Load the digits with kerasdist's loader; it says which source it used and the sample counts.
+# data <- kerasdist$load_mnist(data_source)
+# x_train <- data$x_train
+# y_train <- data$y_train
+
+# %% [markdown]
+# ## The global batch
+#
+# Batch the dataset by the **global** batch size, not the per-replica one. The strategy divides
+# each global batch between the replicas, so with the global batch fixed, adding replicas gives each
+# one less work per step, and the number of steps per epoch does not change.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # One strategy, one replica per device; the global batch is split between them.
+# strategy <- tf$distribute$MirroredStrategy(devices = as.list(unlist(devices)))
+# per_replica_batch_size <- global_batch_size %/% strategy$num_replicas_in_sync
+# steps_per_epoch <- nrow(x_train) %/% global_batch_size
+# cat(sprintf("global batch %d = %d replicas x %d examples; %d steps per epoch\n", global_batch_size,
+#             strategy$num_replicas_in_sync, per_replica_batch_size, steps_per_epoch))
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The simplest pipeline: examples from memory, batched by the global batch size (R has no float32).
+# in_memory <- tensor_slices_dataset(list(np_array(x_train, dtype = "float32"),
+#                                         np_array(y_train, dtype = "int32")))
+# print(dataset_batch(in_memory, global_batch_size, drop_remainder = TRUE)$element_spec)
+
+# %% [markdown]
+# ## A pipeline with a slow source
+#
+# MNIST fits in memory, so reading it costs nothing. Real data sits in files on a disk or on network
+# storage, and every read has a latency. To see what the pipeline transformations do, we put the
+# images "on storage" as raw bytes and read them through a function that waits 20 ms per request,
+# as one round trip to network storage might. Each request fetches the records of one batch by
+# their keys, the way a random-access data loader does: shuffling the *keys* is then enough to
+# shuffle the data. We put 52 global batches' worth of records there (nearly all of the offline
+# sample): enough to time, short enough to repeat.
+#
+# tf.data calls the reader on its own threads, several at once. R code runs on R's main thread
+# only, so the reader itself is a few lines of Python (through reticulate); the pipeline around it
+# is built in R, and `tf$numpy_function()` puts the reader into it.
+
+# %% language="R"
+# # The records "on storage" (raw bytes and labels), and a reader with one 20 ms round trip per request.
+# num_records <- min(nrow(x_train), 52L * global_batch_size)
+# batches_per_epoch <- num_records %/% global_batch_size
+# py$images_on_storage <- np_array(round(x_train[seq_len(num_records), ] * 255), dtype = "uint8")
+# py$labels_on_storage <- np_array(y_train[seq_len(num_records)], dtype = "int32")
+# py$read_latency_s <- 0.020
+# py_run_string("
+# import time
+#
+# def read_records(keys):
+#     time.sleep(read_latency_s)
+#     return images_on_storage[keys], labels_on_storage[keys]
+# ")
+#
+# # Read a batch of records, then decode the pixels to floats in [0, 1].
+# read_and_decode <- function(keys) {
+#   records <- tf$numpy_function(py$read_records, list(keys), list(tf$uint8, tf$int32))
+#   images <- tf$ensure_shape(records[[1]], list(NULL, 784L))
+#   labels <- tf$ensure_shape(records[[2]], list(NULL))
+#   list(tf$cast(images, tf$float32) / 255, labels)
+# }
+
+# %% [markdown]
+# Recent TensorFlow versions quietly append a prefetch to a pipeline that does not end with one
+# (the `inject_prefetch` optimization). That is a good default, but it would hide what an explicit
+# `dataset_prefetch()` does, so we switch it off for the five pipelines we compare.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Five pipelines, each adding one transformation to the one before.
+# keys <- range_dataset(0, num_records)
+# shuffled_keys <- function() dataset_shuffle(keys, num_records, seed = 0L)
+# cached <- keys |>
+#   dataset_batch(global_batch_size) |>
+#   dataset_map(read_and_decode, num_parallel_calls = autotune) |>
+#   dataset_unbatch() |>
+#   dataset_cache() |>
+#   dataset_shuffle(num_records, seed = 0L) |>
+#   dataset_batch(global_batch_size, drop_remainder = TRUE)
+# # dataset_unbatch() forgets how many batches there are; say it, so Keras knows where an epoch ends.
+# cached <- cached$apply(tf$data$experimental$assert_cardinality(batches_per_epoch))
+# pipelines <- list(
+#   "read" = keys |> dataset_batch(global_batch_size, drop_remainder = TRUE) |>
+#     dataset_map(read_and_decode),
+#   "+ shuffle" = shuffled_keys() |> dataset_batch(global_batch_size, drop_remainder = TRUE) |>
+#     dataset_map(read_and_decode),
+#   "+ prefetch" = shuffled_keys() |> dataset_batch(global_batch_size, drop_remainder = TRUE) |>
+#     dataset_map(read_and_decode) |> dataset_prefetch(autotune),
+#   "+ parallel map" = shuffled_keys() |> dataset_batch(global_batch_size, drop_remainder = TRUE) |>
+#     dataset_map(read_and_decode, num_parallel_calls = autotune) |> dataset_prefetch(autotune),
+#   "+ cache" = cached |> dataset_prefetch(autotune)
+# )
+# only_explicit_prefetch <- tf$data$Options()
+# optimization <- only_explicit_prefetch$experimental_optimization
+# optimization$inject_prefetch <- FALSE
+# pipelines <- lapply(pipelines, function(pipeline) pipeline$with_options(only_explicit_prefetch))
+# for (name in names(pipelines))
+#   cat(sprintf("%-15s %s\n", name, py_str(pipelines[[name]]$element_spec[[1]])))
+
+# %% [markdown]
+# ## Measuring the pipelines
+#
+# First, how long does one training step of the seed MLP (784-256-256-10) take here with 2 replicas,
+# when the data is already in memory? That is the time a pipeline has to prepare the next batch.
+#
+# Timings vary from run to run on a shared machine: compare the numbers of one run with each other,
+# never with another run's. We report the fastest of the later epochs: the first also traces the
+# training step and fills caches, and the fastest is the one least disturbed by other programs.
+
+# %% language="R"
+# # The seed MLP, built and compiled (call it inside a strategy scope).
+# build_model <- function() {
+#   inputs <- keras_input(shape = 784, name = "digits")
+#   logits <- inputs |>
+#     layer_dense(units = 256, activation = "relu", name = "dense_1") |>
+#     layer_dense(units = 256, activation = "relu", name = "dense_2") |>
+#     layer_dense(units = 10, name = "logits")
+#   model <- keras_model(inputs, logits, name = "mnist_mlp")
+#   model |> compile(
+#     optimizer = optimizer_adam(learning_rate = 1e-3),
+#     loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
+#     metrics = list(metric_sparse_categorical_accuracy())
+#   )
+#   model
+# }
+#
+# # Fit a fresh model under the strategy, timing each epoch; return the fastest epoch after the first.
+# seconds_per_epoch_training <- function(dataset, epochs = 3L) {
+#   set_random_seed(0)
+#   with(strategy$scope(), model <- build_model())
+#   seconds <- numeric()
+#   started <- NULL
+#   timer <- callback_lambda(
+#     on_epoch_begin = function(epoch, logs = NULL) started <<- Sys.time(),
+#     on_epoch_end = function(epoch, logs = NULL)
+#       seconds <<- c(seconds, as.numeric(difftime(Sys.time(), started, units = "secs")))
+#   )
+#   model |> fit(dataset, epochs = epochs, callbacks = list(timer), shuffle = FALSE, verbose = 0)
+#   min(seconds[-1])
+# }
+
+# %% language="R"
+# # The model fed from memory: cache, shuffle, batch, prefetch.
+# from_memory <- tensor_slices_dataset(list(np_array(x_train[seq_len(num_records), ], dtype = "float32"),
+#                                           np_array(y_train[seq_len(num_records)], dtype = "int32"))) |>
+#   dataset_cache() |>
+#   dataset_shuffle(num_records, seed = 0L) |>
+#   dataset_batch(global_batch_size, drop_remainder = TRUE) |>
+#   dataset_prefetch(autotune)
+# memory_epoch_s <- seconds_per_epoch_training(from_memory)
+# step_s <- memory_epoch_s / batches_per_epoch
+# cat(sprintf("from memory: %.2f s/epoch, %.0f ms per training step\n", memory_epoch_s, 1000 * step_s))
+
+# %% [markdown]
+# On this CPU the model and the pipeline compete for the same two cores, which blurs any timing of
+# the two together. On a GPU workstation the model runs on the GPU while the CPU prepares batches.
+# To see what a GPU would see, we stand in for the training step with a wait of the same length,
+# which uses no CPU. Each pipeline is timed twice:
+#
+# 1. **alone**: iterate it with nothing consuming the batches (how fast can it deliver?);
+# 2. **with a training step**: wait `step_s` after each batch, as a training step would.
+
+# %% language="R"
+# # Time an epoch of a pipeline, with an optional stand-in training step after each batch.
+# seconds_per_epoch <- function(dataset, step_seconds = 0, epochs = 2L) {
+#   seconds <- numeric(epochs)
+#   for (epoch in seq_len(epochs)) {
+#     started <- Sys.time()
+#     iterate(dataset, function(batch) Sys.sleep(step_seconds))
+#     seconds[epoch] <- as.numeric(difftime(Sys.time(), started, units = "secs"))
+#   }
+#   min(seconds[-1])
+# }
+
+# %% magic_args="-o timings" language="R"
+# # Measure the five pipelines both ways (about 20 seconds), and hand the table to Python.
+# timings <- data.frame(pipeline = names(pipelines), alone = NA_real_, with_step = NA_real_)
+# for (i in seq_along(pipelines)) {
+#   timings$alone[i] <- seconds_per_epoch(pipelines[[i]])
+#   timings$with_step[i] <- seconds_per_epoch(pipelines[[i]], step_s)
+# }
+# print(timings, digits = 3)
+# cat(sprintf("for reference: all reads take %.2f s, all training steps %.2f s per epoch\n",
+#             batches_per_epoch * py$read_latency_s, batches_per_epoch * step_s))
+
+# %%
+# What training sees: seconds per epoch with a training step after each batch.
+figure = plots.plot_bars(list(timings["pipeline"]), list(timings["with_step"]), "seconds per epoch",
+                         "Input pipelines with a training step after each batch (lower is better)")
+
+# %% [markdown]
+# How to read the chart and the table:
+#
+# - **read** and **+ shuffle** take the same time: shuffling a few thousand keys costs nothing.
+#   Without a prefetch, reading and training take turns: each epoch costs all the reads *plus* all
+#   the steps.
+# - **+ prefetch** does not speed up the pipeline alone (there is nothing to overlap with), but with
+#   a training step it reads the next batch while the step runs: an epoch costs about the *larger*
+#   of "all reads" and "all steps" instead of their sum.
+# - **+ parallel map** keeps several reads in flight, so even the pipeline alone gets faster; once
+#   reading is faster than training, the step time sets the pace.
+# - **+ cache** reads storage only in the first epoch; later epochs come from memory.
+#
+# Finally the real model, fed by the slowest and by the fastest pipeline. The gap is the same
+# story, blurred by the competition for the CPU described above.
+
+# %% language="R"
+# # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
+# for (name in c("read", "+ cache"))
+#   cat(sprintf("%-15s %5.2f s/epoch\n", name, seconds_per_epoch_training(pipelines[[name]])))
+
+# %% [markdown]
+# ## What changes with more replicas
+#
+# The pipeline itself does not know about replicas: it yields global batches. `fit()` hands the
+# dataset to `strategy$experimental_distribute_dataset()`, which splits every global batch into
+# per-replica batches and places each on its replica's device. We can call it ourselves to look.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Split the global batches between the replicas and look at the first one.
+# distributed <- strategy$experimental_distribute_dataset(pipelines[["+ cache"]])
+# batch <- iter_next(as_iterator(distributed))
+# for (part in strategy$experimental_local_results(batch[[1]]))
+#   cat(sprintf("%s: (%s)\n", part$device, paste(unlist(part$shape$as_list()), collapse = ", ")))
+
+# %% [markdown]
+# A final batch that is smaller than the global batch is split as evenly as possible. With 5
+# examples left and 2 replicas, one replica gets 3 and the other 2. Each replica averages the loss
+# over its own share, and the strategy then averages the replicas, so here each of the 2 examples
+# weighs 1.5 times as much as each of the 3. That is the one place where 1 replica and N replicas
+# would compute different gradients from the same data, and it is why kerasdist batches training
+# data with `drop_remainder = TRUE`.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # An uneven global batch of 5 examples, split between 2 replicas.
+# remainder <- in_memory |> dataset_take(5) |> dataset_batch(global_batch_size)
+# batch <- iter_next(as_iterator(strategy$experimental_distribute_dataset(remainder)))
+# print(vapply(strategy$experimental_local_results(batch[[2]]),
+#              function(part) as.integer(part$shape$as_list()[[1]]), integer(1)))
+
+# %% [markdown]
+# When each worker should build its own pipeline (for example to read only its own files),
+# `strategy$distribute_datasets_from_function()` calls your function once per input pipeline with
+# an input context. Then *you* batch by the per-replica batch size, which the context computes from
+# the global one, and you shard by input pipeline. On one machine there is one input pipeline; with
+# several workers (lesson 5) there is one per worker.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Build the pipeline per input pipeline, batched by the per-replica batch size.
+# make_dataset <- function(input_context) {
+#   batch_size <- input_context$get_per_replica_batch_size(global_batch_size)
+#   cat(sprintf("input pipeline %d of %d: %d replicas in sync, per-replica batch %d\n",
+#               input_context$input_pipeline_id, input_context$num_input_pipelines,
+#               input_context$num_replicas_in_sync, batch_size))
+#   in_memory |>
+#     dataset_shard(input_context$num_input_pipelines, input_context$input_pipeline_id) |>
+#     dataset_cache() |>
+#     dataset_shuffle(nrow(x_train), seed = 0L) |>
+#     dataset_batch(batch_size, drop_remainder = TRUE) |>
+#     dataset_prefetch(autotune)
+# }
+# per_replica_batches <- strategy$distribute_datasets_from_function(make_dataset)
+# batch <- iter_next(as_iterator(per_replica_batches))
+# for (part in strategy$experimental_local_results(batch[[1]]))
+#   cat(sprintf("(%s)\n", paste(unlist(part$shape$as_list()), collapse = ", ")))
+
+# %% [markdown]
+# With more replicas you choose what stays fixed:
+#
+# - **the global batch** (as above): each replica gets a smaller share, the steps per epoch stay
+#   the same, and training follows the same curve as on one device (lesson 3). Small shares can
+#   leave big accelerators underused.
+# - **the per-replica batch**: the global batch grows with N, an epoch has N times fewer steps,
+#   and the learning rate usually has to grow with it (the linear scaling rule with warm-up,
+#   lesson 3).
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Per-replica batch and steps per epoch, for both choices, on this training set.
+# replicas <- c(1L, 2L, 4L, 8L)
+# print(data.frame(
+#   replicas = replicas,
+#   fixed_global_per_replica = global_batch_size %/% replicas,
+#   fixed_global_steps = nrow(x_train) %/% global_batch_size,
+#   fixed_per_replica_global = 32L * replicas,
+#   fixed_per_replica_steps = nrow(x_train) %/% (32L * replicas)
+# ), row.names = FALSE)
+
+# %% [markdown]
+# Across **several workers** the dataset is also *sharded*: each worker must see different
+# examples. tf.data does this automatically under `MultiWorkerMirroredStrategy`, by files
+# (`AutoShardPolicy$FILE`, each worker reads its own files) or by data (`AutoShardPolicy$DATA`,
+# every worker reads everything and keeps every k-th batch). With a single in-memory array there
+# are no files to split, so kerasdist's pipelines ask for `DATA`; here is how.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Ask for sharding by data, and read the policy back from the dataset.
+# sharding <- tf$data$Options()
+# distribute <- sharding$experimental_distribute
+# distribute$auto_shard_policy <- tf$data$experimental$AutoShardPolicy$DATA
+# sharded <- from_memory$with_options(sharding)
+# policy <- sharded$options()$experimental_distribute$auto_shard_policy
+# cat(tf$data$experimental$AutoShardPolicy(policy)$name, "\n")
+
+# %% [markdown]
+# ## Performance tips
+#
+# - **Order the steps**: read -> decode (parallel `dataset_map()`) -> `dataset_cache()` ->
+#   `dataset_shuffle()` -> `dataset_batch(global_batch_size, drop_remainder = TRUE)` -> per-batch
+#   work (a vectorized map) -> `dataset_prefetch()` last.
+# - **Cache before shuffling**, after the expensive deterministic work: caching after the shuffle
+#   would freeze the first epoch's order for every epoch. Data too big for memory can be cached to a
+#   local file: `dataset_cache(filename = ...)`.
+# - **Shuffle buffer**: a buffer as large as the dataset gives a uniform shuffle; a small one only
+#   mixes neighbours. For big datasets shuffle the file order and keys, and keep the buffer modest.
+# - **Prefetch always**, and let `tf$data$AUTOTUNE` pick the buffer and the parallelism of
+#   `dataset_map()`.
+# - **Keep R out of the per-element path**: functions given to `dataset_map()` are traced once into
+#   a TensorFlow graph, which is fast; R code that must run per element cannot run on tf.data's
+#   threads.
+# - **Batch by the global batch** and drop the remainder, so every replica gets an equal share.
+# - **`compile(steps_per_execution = N)`** helps small models a lot, but in Keras 3 it fails under
+#   `MirroredStrategy` today (keras-team/keras#19246); kerasdist's own loop (`engine = "loop"`) runs
+#   many steps per call instead.
+
+# %% [markdown]
+# ## Summary
+#
+# - A pipeline yields **global** batches; the strategy splits each into N per-replica batches
+#   (`experimental_distribute_dataset()`), or you build per-replica batches yourself with
+#   `distribute_datasets_from_function()` and the input context's `get_per_replica_batch_size()`.
+# - With a slow source, `dataset_prefetch()` overlaps reading with training, a parallel
+#   `dataset_map()` overlaps reads with each other, and `dataset_cache()` removes reading after the
+#   first epoch; shuffling keys is free.
+# - An uneven last batch gives replicas unequal shares and unequal weights; drop it for training.
+# - With more replicas, either the global batch stays fixed (same curve, smaller shares) or the
+#   per-replica batch does (fewer steps, scale the learning rate); across workers the data is also
+#   sharded.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Set `py$read_latency_s <- 0.002`. Which transformations still matter, and why? (Compare the
+#    read time per batch with the training step time.)
+# 2. Move `dataset_cache()` after `dataset_shuffle()` in the cached pipeline and print the first
+#    five labels of two epochs. What happens to the order, and why is that bad for training?
+# 3. Replace `num_parallel_calls = autotune` with 1, 2 and 8. How does the pipeline-alone time
+#    change? Why can more parallel reads than CPU cores still help here?
+# 4. Set `num_replicas <- 4L`, restart the kernel and split a global batch of 70 examples. What
+#    shares do the replicas get?

@@ -1,0 +1,435 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # The strategy map: five strategies, one scope, and model parallelism (R, keras3)
+#
+# This is the R twin of [06_strategy_map.ipynb](06_strategy_map.ipynb): the same workflow and the
+# same sections, written with the R packages keras3, tfdatasets and tensorflow. The notebook runs
+# on a Python kernel; the R code lives in `%%R` cells (rpy2), and results come back to Python with
+# `%%R -o` where Python draws the figures.
+#
+# **What you'll learn**
+#
+# - the five `tf$distribute` strategies of the classic guides (Mirrored, CentralStorage,
+#   MultiWorkerMirrored, ParameterServer, TPU): what each does, and which of them run on one machine;
+# - how to switch strategy by changing only the scope the model is built in, and what to check when
+#   you do;
+# - model parallelism by device placement (`tf$device()`, the TensorFlow 2 way): a model whose two
+#   halves live on two devices, contrasted with data parallelism.
+#
+# **What you need**: R with the packages keras3, tfdatasets and tensorflow
+# (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
+# about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
+# it, otherwise a 5,000-digit sample of real MNIST digits (offline). The outputs are not stored
+# with this notebook: run it where keras3 is installed (`bash scripts/run_notebooks.sh --r-twins`).
+
+# %% [markdown]
+# ## Introduction
+#
+# A `tf$distribute` strategy decides where a model's variables live and how the work of a training
+# step is spread over devices. The model code stays the same: you build and compile the model inside
+# `with(strategy$scope(), ...)`, and `fit()` does the rest.
+#
+# | strategy | parallelism | updates | where the variables live | needs |
+# |---|---|---|---|---|
+# | `MirroredStrategy` | data, one machine | synchronous (all-reduce) | a copy on every device | 1 machine, N devices |
+# | `CentralStorageStrategy` (experimental) | data, one machine | synchronous | once, on the CPU (or the one GPU) | 1 machine, N devices |
+# | `MultiWorkerMirroredStrategy` | data, many machines | synchronous (collective all-reduce) | a copy on every device of every worker | a cluster described by `TF_CONFIG` |
+# | `ParameterServerStrategy` | data, many machines | asynchronous | on parameter-server tasks | a cluster with `ps`, `worker` and `chief` tasks, and a coordinator |
+# | `TPUStrategy` | data (and more) on TPU cores | synchronous | on the TPU cores | a TPU |
+#
+# Two more need no cluster: the *default* strategy (what you get without a scope: one device) and
+# `OneDeviceStrategy` (one named device, useful to test strategy code without several devices).
+#
+# Everything here is **data parallelism**: every replica holds the whole model and sees a different
+# part of each batch. The last part of the lesson shows the other kind, **model parallelism**, where
+# each device holds a part of the model.
+
+# %% [markdown]
+# ## Setup
+#
+# The Python side loads rpy2's `%%R` magic and imports kerasdist, which starts TensorFlow with its
+# C++ start-up lines kept out of the cell outputs. R then attaches keras3 and friends; reticulate
+# uses this very Python process, so R and Python share one TensorFlow. `KERASDIST_DATA` chooses
+# the data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
+
+# %%
+# Load the %%R magic, start TensorFlow quietly through kerasdist, and get the plotting helpers.
+# %load_ext rpy2.ipython
+import kerasdist
+from kerasdist import plots
+
+# %% language="R"
+# # Attach keras3 (models), tfdatasets (input pipelines), tensorflow (tf$distribute) and reticulate, then settings.
+# library(keras3)
+# library(tfdatasets, exclude = "shape")
+# library(tensorflow, exclude = c("shape", "set_random_seed"))
+# library(reticulate)
+# data_source <- Sys.getenv("KERASDIST_DATA", "auto")
+# num_replicas <- 2L
+# global_batch_size <- 64L
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Make the devices: GPUs, one GPU split in two, or (here) two virtual CPU devices.
+# kerasdist <- import("kerasdist")
+# devices <- unlist(kerasdist$configure_replicas(num_replicas))
+# print(devices)
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Load the digits with kerasdist's loader; it says which source it used and the sample counts.
+# data <- kerasdist$load_mnist(data_source)
+# x_train <- data$x_train
+# y_train <- data$y_train
+# x_val <- data$x_val
+# y_val <- data$y_val
+
+# %% [markdown]
+# ## Which strategies run here
+#
+# kerasdist's `make_strategy()` builds a strategy by name. For the two that cannot run in one
+# process on one machine it raises an error that says what is missing, instead of TensorFlow's own
+# message.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Try every strategy by name: build it, or show why it cannot run here.
+# # The first line of a Python error, without its class name.
+# python_message <- function(error) {
+#   sub("^[[:alnum:]_.]*Error: ", "", strsplit(conditionMessage(error), "\n")[[1]][1])
+# }
+# strategy_names <- c("default", "one_device", "mirrored", "central_storage", "multi_worker",
+#                     "parameter_server", "tpu")
+# for (name in strategy_names) {
+#   tryCatch({
+#     strategy <- kerasdist$make_strategy(name, num_replicas = num_replicas, verbose = FALSE)
+#     cat(sprintf("%-17s runs: %s, %d replica(s)\n", name, strategy$`__class__`$`__name__`,
+#                 strategy$num_replicas_in_sync))
+#   }, error = function(error) cat(sprintf("%-17s cannot run here: %s\n", name, python_message(error))))
+# }
+
+# %% [markdown]
+# Three remarks on that list:
+#
+# - `multi_worker` builds, but without a `TF_CONFIG` describing a cluster it is a cluster of one
+#   worker with one replica (its class is called `CollectiveAllReduceStrategy` inside TensorFlow).
+#   Lesson 5 starts a real two-worker cluster on this machine. TensorFlow may warn that collective
+#   ops were "not configured at program startup": that is about performance, not correctness.
+# - `default` and `one_device` are single-device strategies, whatever `num_replicas` says.
+# - TensorFlow's own errors for the last two are less helpful, as the next cell shows.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # TensorFlow's own messages when the parameter-server and TPU strategies are built bare.
+# tryCatch(tf$distribute$experimental$ParameterServerStrategy(),
+#          error = function(error) cat(strsplit(conditionMessage(error), "\n")[[1]][1], "\n"))
+# tryCatch(tf$distribute$TPUStrategy(),
+#          error = function(error) cat(strsplit(conditionMessage(error), "\n")[[1]][1], "\n"))
+
+# %% [markdown]
+# `ParameterServerStrategy` needs a `cluster_resolver` describing `ps`, `worker` and `chief`
+# tasks, each a separate process (usually on separate machines): the workers compute gradients and
+# push them to the parameter servers *asynchronously*, and a coordinator on the chief dispatches
+# steps to workers. `TPUStrategy` needs a TPU system to connect to. Neither can be faked with
+# virtual CPU devices.
+
+# %% [markdown]
+# ## Switching strategy by changing only the scope
+#
+# The same function trains the same model under four strategies; only the scope changes. The
+# seed, the data and its order are the same in every run, so the four runs should agree.
+# For each one we look at what kind of variable the scope created and where it lives, and we
+# compare what `fit()` and `evaluate()` *report* with the validation accuracy we compute ourselves
+# from the model's predictions.
+
+# %% language="R"
+# # The seed MLP and the data, then a function that trains one epoch under a strategy and describes it.
+# build_model <- function() {
+#   inputs <- keras_input(shape = 784, name = "digits")
+#   logits <- inputs |>
+#     layer_dense(units = 256, activation = "relu", name = "dense_1") |>
+#     layer_dense(units = 256, activation = "relu", name = "dense_2") |>
+#     layer_dense(units = 10, name = "logits")
+#   model <- keras_model(inputs, logits, name = "mnist_mlp")
+#   model |> compile(
+#     optimizer = optimizer_adam(learning_rate = 1e-3),
+#     loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
+#     metrics = list(metric_sparse_categorical_accuracy())
+#   )
+#   model
+# }
+# train_batches <- tensor_slices_dataset(list(np_array(x_train, dtype = "float32"),
+#                                             np_array(y_train, dtype = "int32"))) |>
+#   dataset_shuffle(nrow(x_train), seed = 0L, reshuffle_each_iteration = FALSE) |>
+#   dataset_batch(global_batch_size, drop_remainder = TRUE) |>
+#   dataset_prefetch()
+# val_images <- np_array(x_val, dtype = "float32")
+# val_batches <- tensor_slices_dataset(list(val_images, np_array(y_val, dtype = "int32"))) |>
+#   dataset_batch(global_batch_size)
+#
+# train_under <- function(strategy) {
+#   set_random_seed(0)
+#   with(strategy$scope(), model <- build_model())
+#   history <- model |> fit(train_batches, epochs = 1, shuffle = FALSE, verbose = 0)
+#   reported <- model |> evaluate(val_batches, verbose = 0)
+#   logits <- as.array(model(val_images, training = FALSE))
+#   kernel <- model$weights[[1]]$value
+#   copies <- if (py_has_attr(kernel, "values")) kernel$values else list(kernel)  # one per device if mirrored
+#   run <- list(
+#     replicas = strategy$num_replicas_in_sync,
+#     variable = kernel$`__class__`$`__name__`,
+#     lives_on = paste(vapply(copies, function(copy) sub(".*device:", "", copy$device), ""), collapse = ", "),
+#     reported_loss = history$metrics$loss[1],
+#     reported_val_acc = reported$sparse_categorical_accuracy,
+#     recomputed_val_acc = mean(max.col(logits, ties.method = "first") - 1L == y_val),
+#     weights = get_weights(model)
+#   )
+#   # A second epoch, now that the training step is traced, shows the steady speed.
+#   started <- Sys.time()
+#   model |> fit(train_batches, epochs = 1, shuffle = FALSE, verbose = 0)
+#   run$seconds <- as.numeric(difftime(Sys.time(), started, units = "secs"))
+#   run
+# }
+
+# %% language="R"
+# # The same training under four strategies (about half a minute).
+# runs <- list()
+# for (name in c("default", "one_device", "mirrored", "central_storage"))
+#   runs[[name]] <- train_under(kerasdist$make_strategy(name, num_replicas = num_replicas, verbose = FALSE))
+
+# %% magic_args="-o strategy_seconds" language="R"
+# # What each strategy created, and how far its weights are from the default strategy's.
+# cat(sprintf("%-16s %8s %20s %12s %9s %10s %18s %14s\n", "strategy", "replicas", "variable", "lives on",
+#             "max |dw|", "loss (fit)", "val acc (evaluate)", "val acc (ours)"))
+# for (name in names(runs)) {
+#   run <- runs[[name]]
+#   difference <- max(mapply(function(a, b) max(abs(a - b)), run$weights, runs$default$weights))
+#   cat(sprintf("%-16s %8d %20s %12s %9.1e %10.4f %18.4f %14.4f\n", name, run$replicas, run$variable,
+#               run$lives_on, difference, run$reported_loss, run$reported_val_acc, run$recomputed_val_acc))
+# }
+# strategy_seconds <- data.frame(strategy = names(runs), seconds = vapply(runs, function(run) run$seconds, 0))
+
+# %% [markdown]
+# What the table shows:
+#
+# - **Variables.** Without a distributed scope, variables are plain `ResourceVariable`s.
+#   `MirroredStrategy` makes a `MirroredVariable`: one copy per device, kept equal by applying the
+#   same all-reduced update everywhere. `CentralStorageStrategy` makes an `AggregatingVariable`: a
+#   single copy on the CPU that both replicas read and update.
+# - **Same training.** The weights after one epoch agree to float rounding (`max |dw|` is the
+#   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
+#   replicas compute the same updates as one device, only the order of the floating-point sums
+#   differs.
+# - **Check the reported metrics.** Under `CentralStorageStrategy` the model is right (our own
+#   accuracy matches the others), but the loss that `fit()` reports and the accuracy that
+#   `evaluate()` reports are not: with Keras 3 the metric variables are not aggregated correctly
+#   under this strategy (reproduced with Keras 3.15 and TensorFlow 2.21). It is still marked
+#   experimental; prefer `MirroredStrategy`, and when you switch strategy, check one metric by hand.
+
+# %%
+# Seconds for the second epoch under each strategy.
+figure = plots.plot_bars(list(strategy_seconds["strategy"]), list(strategy_seconds["seconds"]),
+                         "seconds per epoch", "fit() under each strategy, this machine (lower is better)")
+
+# %% [markdown]
+# On this machine the two replicas are virtual devices sharing the same two CPU cores, so more
+# replicas cannot make training faster: they add the cost of splitting batches and all-reducing
+# gradients. On a machine with N GPUs the same code runs N replicas on N devices.
+
+# %% [markdown]
+# ## Model parallelism by device placement
+#
+# Data parallelism copies the whole model to every device and splits the *batch*. Model
+# parallelism splits the *model*: each device holds some of the layers, and the whole batch flows
+# through the devices one after the other. It is what you do when a model does not fit on one
+# device.
+#
+# In TensorFlow 2 you place variables and operations with `tf$device()`. Below, the first hidden
+# layer (784 x 256, most of the weights) lives on the first device, the second hidden layer and
+# the output layer on the second. The activations of the first half are copied to the second
+# device on every forward pass, and their gradients come back on every backward pass.
+
+# %% language="R"
+# # A model whose two halves live on two devices: dense_1 on one, dense_2 and logits on the other.
+# TwoDeviceMLP <- Model(
+#   classname = "TwoDeviceMLP",
+#   initialize = function(first_device, second_device, ...) {
+#     super$initialize(...)
+#     self$first_device <- first_device
+#     self$second_device <- second_device
+#     self$dense_1 <- layer_dense(units = 256, activation = "relu", name = "dense_1")
+#     self$dense_2 <- layer_dense(units = 256, activation = "relu", name = "dense_2")
+#     self$logits <- layer_dense(units = 10, name = "logits")
+#   },
+#   # Variables are created on the device that is current when they are built.
+#   build = function(input_shape) {
+#     with(tf$device(self$first_device), self$dense_1$build(input_shape))
+#     with(tf$device(self$second_device), {
+#       self$dense_2$build(list(NULL, 256L))
+#       self$logits$build(list(NULL, 256L))
+#     })
+#   },
+#   # Each half computes where its weights are; TensorFlow copies the activations across.
+#   call = function(inputs) {
+#     with(tf$device(self$first_device), hidden <- self$dense_1(inputs))
+#     with(tf$device(self$second_device), logits <- self$logits(self$dense_2(hidden)))
+#     logits
+#   }
+# )
+
+# %% [markdown]
+# The optimizer has state too: Adam keeps two moment variables per weight. Keras creates them on
+# the current default device, which would put all of them on the first device. This small Adam
+# keeps each weight's moments next to the weight. keras3 has no helper for subclassing an
+# optimizer, so these few lines are Python, run through reticulate.
+
+# %% language="R"
+# # Adam whose moment variables live on the same device as the weight they belong to.
+# py_run_string("
+# import keras
+# import tensorflow as tf
+#
+# class ColocatedAdam(keras.optimizers.Adam):
+#     def add_variable_from_reference(self, reference_variable, name=None, initializer='zeros'):
+#         with tf.device(reference_variable.value.device):
+#             return super().add_variable_from_reference(reference_variable, name, initializer)
+# ")
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Build and compile the two-device model (no strategy scope: we place things ourselves).
+# set_random_seed(0)
+# split_model <- TwoDeviceMLP(devices[[1]], devices[[2]], name = "two_device_mlp")
+# split_model$build(list(NULL, 784L))
+# split_model |> compile(
+#   optimizer = py$ColocatedAdam(learning_rate = 1e-3),
+#   loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
+#   metrics = list(metric_sparse_categorical_accuracy()),
+#   jit_compile = FALSE  # XLA would compile the step as one cluster and could ignore the placement
+# )
+# for (variable in split_model$weights)
+#   cat(sprintf("%-32s %-11s %s\n", variable$path,
+#               paste0("(", paste(unlist(variable$value$shape$as_list()), collapse = ", "), ")"),
+#               sub(".*device:", "", variable$value$device)))
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Follow one batch: where the hidden activations and the logits are computed.
+# eight_images <- np_array(x_val[1:8, ], dtype = "float32")
+# with(tf$device(devices[[1]]), hidden <- split_model$dense_1(eight_images))
+# with(tf$device(devices[[2]]), logits <- split_model$logits(split_model$dense_2(hidden)))
+# cat(sprintf("hidden (%s) on %s, logits (%s) on %s\n",
+#             paste(unlist(hidden$shape$as_list()), collapse = ", "), sub(".*device:", "", hidden$device),
+#             paste(unlist(logits$shape$as_list()), collapse = ", "), sub(".*device:", "", logits$device)))
+
+# %% language="R"
+# # Train it like any Keras model: one epoch on the same batches.
+# started <- Sys.time()
+# history <- split_model |> fit(train_batches, epochs = 1, shuffle = FALSE, verbose = 0)
+# seconds <- as.numeric(difftime(Sys.time(), started, units = "secs"))
+# logits <- as.array(split_model(val_images, training = FALSE))
+# cat(sprintf("model parallel: %.1f s, loss %.4f, val acc %.4f\n", seconds, history$metrics$loss[1],
+#             mean(max.col(logits, ties.method = "first") - 1L == y_val)))
+
+# %% [markdown]
+# Same architecture, same seed, same batches: the split model computes exactly what the one-device
+# model computes (compare its loss and accuracy with the table above). What differs is what each
+# device has to store. Count the numbers each device holds (weights plus Adam's two moments per
+# weight) in the two kinds of parallelism.
+
+# %% magic_args="-o stored" language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Numbers stored per device: weights and Adam moments, data parallel vs model parallel.
+# size_of <- function(variable) variable$value$shape$num_elements()
+# stored_per_device <- function(variables) {
+#   devices_of <- vapply(variables, function(variable) sub(".*device:", "", variable$value$device), "")
+#   tapply(vapply(variables, size_of, 0), devices_of, sum)
+# }
+# model_parallel <- stored_per_device(c(split_model$weights, split_model$optimizer$variables))
+# mirrored <- kerasdist$make_strategy("mirrored", num_replicas = num_replicas, verbose = FALSE)
+# with(mirrored$scope(), {
+#   mirrored_model <- build_model()
+#   mirrored_model$optimizer$build(mirrored_model$trainable_variables)
+# })
+# per_copy <- sum(vapply(c(mirrored_model$weights, mirrored_model$optimizer$variables), size_of, 0))
+# replica_devices <- sub(".*device:", "", unlist(mirrored$extended$worker_devices))
+# data_parallel <- setNames(rep(per_copy, num_replicas), replica_devices)
+# cat("data parallel: ", paste(names(data_parallel), data_parallel, sep = " = ", collapse = ", "), "\n")
+# cat("model parallel:", paste(names(model_parallel), model_parallel, sep = " = ", collapse = ", "), "\n")
+# stored <- data.frame(
+#   label = c(paste0("data parallel\n", names(data_parallel)), paste0("model parallel\n", names(model_parallel))),
+#   numbers = c(data_parallel, as.vector(model_parallel))
+# )
+
+# %%
+# Numbers stored per device, as bars.
+figure = plots.plot_bars(list(stored["label"]), list(stored["numbers"]), "numbers stored",
+                         "Memory per device: whole copies vs halves of the model")
+
+# %% [markdown]
+# | | data parallelism | model parallelism |
+# |---|---|---|
+# | each device holds | the whole model (and optimizer state) | a part of it |
+# | each device computes | the whole model on its share of the batch | its layers on the whole batch |
+# | what crosses devices | gradients, once per step (all-reduce) | activations and their gradients, at every cut, forward and backward |
+# | devices idle | rarely (all compute at once) | while waiting for the previous part, unless the batch is pipelined in micro-batches |
+# | when to use it | the model fits on one device; you want more throughput | the model does not fit on one device |
+#
+# Large models combine both: model parallelism inside a group of devices, data parallelism across
+# groups. Keras 3's own distribution API (`layout_map()`, `DataParallel`, `ModelParallel`, which
+# shard each weight across a device mesh) expresses both without `tf$device()`; today it is
+# implemented for the JAX backend (its TensorFlow version is a prototype).
+
+# %% [markdown]
+# ## Performance tips
+#
+# - **One machine, several GPUs**: `MirroredStrategy`. Build and compile in its scope; batch by the
+#   global batch (lesson 4).
+# - **Several machines**: `MultiWorkerMirroredStrategy` with a custom loop today (lesson 5), since
+#   Keras 3 `fit()` fails under it (keras-team/keras#20585).
+# - **Choose how gradients are summed** when the default is slow: `MirroredStrategy` takes
+#   `cross_device_ops =` (`tf$distribute$NcclAllReduce()` on NVIDIA GPUs,
+#   `tf$distribute$HierarchicalCopyAllReduce()` where NCCL is unavailable,
+#   `tf$distribute$ReductionToOneDevice()` as a fallback).
+# - **Model parallelism** pays for copying activations at every cut: cut where the activations are
+#   small, balance the work between devices, and feed micro-batches so that devices do not wait
+#   for each other.
+# - **When you switch strategy**, compare one metric computed by hand with what `fit()` reports.
+
+# %% [markdown]
+# ## Summary
+#
+# - Mirrored and CentralStorage run on one machine with several devices; MultiWorkerMirrored and
+#   ParameterServer need a cluster (several processes described by `TF_CONFIG`); TPU needs a TPU.
+# - Switching strategy means building and compiling the model in another `strategy$scope()`; the
+#   variables change kind (`MirroredVariable`, `AggregatingVariable`), the training does not.
+# - With Keras 3, `CentralStorageStrategy` trains correctly but reports wrong metrics; verify.
+# - Model parallelism places parts of the model on different devices with `tf$device()`; each
+#   device stores less, but activations cross devices at every step and devices wait for each other.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Pass `cross_device_ops = tf$distribute$ReductionToOneDevice()` to
+#    `tf$distribute$MirroredStrategy(devices = as.list(devices), ...)` and train under it with
+#    `train_under()`. Do the weights still match the default strategy's?
+# 2. Under `central_storage`, print the loss tracker's variables after `fit()`
+#    (`model$metrics[[1]]$variables`). What do you see, and how would you compute the training loss
+#    yourself?
+# 3. Move `dense_2` to the first device in `TwoDeviceMLP`. How do the numbers stored per device
+#    change? Where would you cut a model whose layers all have the same size?
+# 4. Compile with `optimizer_adam()` instead of `ColocatedAdam`. Where do the moment variables end
+#    up?

@@ -1,0 +1,210 @@
+"""Tests for kerasdist/cluster.py, roles.py and launcher.py: TF_CONFIG checks, real local clusters, faults."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from helpers import kerasdist_command, last_json_line, run_cli
+from kerasdist import cli, cluster
+from kerasdist.train import run_training
+
+TWO_WORKERS = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
+LAUNCH = ("launch", "--workers", 2, "--data", "sample", "--json")
+
+
+def _tf_config(cluster_spec, task_type="worker", index=0):
+    return json.dumps({"cluster": cluster_spec, "task": {"type": task_type, "index": index}})
+
+
+@pytest.mark.parametrize("cluster_spec, task_type, index, expected", [
+    (TWO_WORKERS, "worker", 0, ("worker 0", True, 2)),
+    (TWO_WORKERS, "worker", 1, ("worker 1", False, 2)),
+    ({"chief": ["127.0.0.1:2221"], **TWO_WORKERS}, "worker", 0, ("worker 0", False, 3)),
+    ({"chief": ["127.0.0.1:2221"], **TWO_WORKERS}, "chief", 0, ("chief 0", True, 3)),
+    ({**TWO_WORKERS, "evaluator": ["127.0.0.1:2224"]}, "evaluator", 0, ("evaluator 0", False, 2)),
+])
+def test_tf_config_roles(cluster_spec, task_type, index, expected):
+    task = cluster.parse_tf_config(_tf_config(cluster_spec, task_type, index))
+    assert (task.name, task.is_chief, task.num_workers) == expected
+    assert "evaluator" not in task.training_cluster()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "TF_CONFIG is not set"),
+    ('{"cluster": {"worker": ["127.0.0.1:2222"]}, ', "TF_CONFIG is not valid JSON"),
+    ("[1, 2]", 'must be an object with "cluster" and "task"'),
+    (_tf_config(TWO_WORKERS, "worker", 2), "task index must be 0..1 for the 2 worker task(s). Received: index=2"),
+    (_tf_config(TWO_WORKERS, "worker", "1"), "Received: index='1'"),
+    (_tf_config(TWO_WORKERS, "chief", 0), 'task type \'chief\' has no "chief" list'),
+    (_tf_config({"evaluator": ["127.0.0.1:2224"]}, "evaluator", 0), 'needs a "worker" (or "chief") list'),
+    (_tf_config({"ps": ["127.0.0.1:2220"], **TWO_WORKERS}), 'has a "ps" role'),
+    (_tf_config({"worker": ["2222"]}), "addresses must look like host:port. Received: '2222'"),
+    (_tf_config(TWO_WORKERS, "master", 0), "task type must be one of chief, worker, evaluator"),
+])
+def test_malformed_tf_config_exits_2_with_one_line(monkeypatch, capsys, text, message):
+    monkeypatch.setenv("TF_CONFIG", text)
+    assert cli.main(["worker", "--data", "sample"]) == cli.EXIT_USER_ERROR
+    error = capsys.readouterr().err
+    assert error.startswith("kerasdist: error: TF_CONFIG") and error.count("\n") == 1
+    assert message in error
+
+
+def test_malformed_tf_config_in_a_real_process_has_no_traceback():
+    completed = subprocess.run(kerasdist_command("worker", "--data", "sample"), capture_output=True, text=True,
+                               env=dict(os.environ, TF_CONFIG='{"cluster": '), timeout=120)
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [completed.stderr.strip()]
+    assert "TF_CONFIG is not valid JSON" in completed.stderr
+
+
+def test_port_in_use_gives_one_line(capsys):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        free = cluster.free_ports(1)[0]
+        assert cli.main(["launch", "--ports", f"{free},{taken}", "--data", "sample"]) == cli.EXIT_USER_ERROR
+    error = capsys.readouterr().err
+    assert error == f"kerasdist: error: port {taken} on 127.0.0.1 is already in use " \
+                    "(another worker or program holds it); choose other ports or let kerasdist pick free ones\n"
+
+
+def test_local_cluster_is_on_loopback_with_distinct_ports():
+    spec = cluster.local_cluster(3, evaluator=True)
+    addresses = spec["worker"] + spec["evaluator"]
+    assert all(address.startswith("127.0.0.1:") for address in addresses)
+    assert len(set(addresses)) == 4
+
+
+def _digests(record):
+    return {worker["task"]: worker["weights_sha256"] for worker in record["workers"]}
+
+
+def test_two_workers_train_identical_weights_and_a_rerun_resumes(sample_data, tmp_path):
+    checkpoints, temporary = tmp_path / "checkpoints", tmp_path / "tmp"
+    temporary.mkdir()
+    environment = dict(os.environ, TMPDIR=str(temporary))
+    first = subprocess.run(
+        kerasdist_command(*LAUNCH, "--epochs", 2, "--checkpoint-dir", checkpoints, "--evaluator"),
+        capture_output=True, text=True, env=environment, timeout=300,
+    )
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    record = last_json_line(first.stdout)
+    assert (record["strategy"], record["engine"], record["replicas"]) == ("multi_worker", "loop", 2)
+    assert record["history"]["epoch"] == [0, 1]
+    digests = _digests(record)
+    assert len(digests) == 2 and len(set(digests.values())) == 1
+    assert "[worker 1] Final weights sha256" in first.stdout
+    assert record["evaluator"]["final"]["epoch"] == 2
+    assert record["evaluator"]["final"]["val_loss"] == pytest.approx(record["history"]["val_loss"][-1], abs=1e-6)
+    assert os.listdir(temporary) == []  # the non-chief worker deleted its own checkpoint directory
+    # Two workers splitting each global batch follow the one-device curve.
+    single = run_training(replicas=1, epochs=2, data=sample_data, engine="loop", verbose=0)
+    assert record["history"]["loss"] == pytest.approx(single.history["loss"], abs=1e-5)
+    assert record["test"] == pytest.approx(single.test, abs=1e-5)
+
+    rerun = run_cli(*LAUNCH, "--epochs", 3, "--checkpoint-dir", checkpoints)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    resumed = last_json_line(rerun.stdout)
+    assert (resumed["initial_epoch"], resumed["epochs_run"]) == (2, 1)
+    assert "Epoch 3/3" in rerun.stdout and "Epoch 1/3" not in rerun.stdout
+    assert resumed["history"]["epoch"] == [0, 1, 2]
+    assert len(set(_digests(resumed).values())) == 1
+
+
+class _LaunchWatcher:
+    """A running ``kerasdist launch`` whose output lines are collected with their arrival times."""
+
+    def __init__(self, *arguments):
+        self.process = subprocess.Popen(kerasdist_command(*arguments), stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait_for(self, text, timeout=180):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for arrived, line in list(self.lines):
+                if text in line:
+                    return arrived, line
+            if self.process.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{text!r} never appeared; output ends with {self.lines[-20:]}")
+
+    def pid_of(self, task):
+        _, line = self.wait_for(f"[launch] {task}: pid ")
+        return int(line.split("pid ")[1].split(",")[0])
+
+    def finish(self, timeout=120):
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            self._reader.join(timeout=10)
+
+
+def _kill_one_worker_then_relaunch(tmp_path, victim, survivor):
+    checkpoints = tmp_path / "checkpoints"
+    arguments = (*LAUNCH, "--epochs", 4, "--save-every-steps", 10, "--checkpoint-dir", checkpoints)
+    watcher = _LaunchWatcher(*arguments)
+    victim_pid = watcher.pid_of(victim)
+    watcher.wait_for("[worker 0] Epoch 2/4")
+    time.sleep(0.3)  # mid-epoch: the chief has started epoch 2 and is saving every 10 steps
+    os.kill(victim_pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    assert watcher.finish() != 0
+    noticed_at, message = watcher.wait_for(f"[{survivor}] kerasdist: error: {survivor} lost contact")
+    exited_at, _ = watcher.wait_for(f"[launch] {survivor} exited with status 1")
+    assert exited_at - killed_at < 60
+    assert "Rerun the same command to resume from the last checkpoint" in message
+
+    relaunch = run_cli(*arguments)
+    assert relaunch.returncode == 0, relaunch.stdout[-3000:] + relaunch.stderr[-2000:]
+    record = last_json_line(relaunch.stdout)
+    assert record["resumed_from_step"] > 0 and "[worker 1] Resuming from" in relaunch.stdout
+    assert record["history"]["epoch"] == [0, 1, 2, 3]
+    assert len(set(_digests(record).values())) == 1
+    return noticed_at - killed_at
+
+
+def test_killing_a_worker_stops_the_other_within_60_s_and_a_relaunch_completes(tmp_path):
+    _kill_one_worker_then_relaunch(tmp_path, victim="worker 1", survivor="worker 0")
+
+
+@pytest.mark.slow
+def test_killing_the_chief_stops_the_other_within_60_s_and_a_relaunch_completes(tmp_path):
+    _kill_one_worker_then_relaunch(tmp_path, victim="worker 0", survivor="worker 1")
+
+
+@pytest.mark.slow
+def test_workers_that_restored_different_checkpoints_refuse_to_train(tmp_path):
+    # Without a shared --checkpoint-dir a non-chief cannot see the chief's checkpoints; training on would
+    # silently give the workers different weights.
+    done = run_cli("train", "--engine", "loop", "--epochs", 1, "--data", "sample",
+                   "--checkpoint-dir", tmp_path / "trained")
+    assert done.returncode == 0, done.stderr
+    spec = {"worker": [f"127.0.0.1:{port}" for port in cluster.free_ports(2)]}
+    workers = [
+        subprocess.Popen(kerasdist_command("worker", "--epochs", 2, "--data", "sample", "--checkpoint-dir",
+                                           tmp_path / ("trained" if index == 0 else "elsewhere")),
+                         env=dict(os.environ, TF_CONFIG=_tf_config(spec, "worker", index)),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for index in (0, 1)
+    ]
+    for worker in workers:
+        _, error = worker.communicate(timeout=180)
+        assert worker.returncode == 2
+        assert "the workers restored different checkpoints (global steps [0, 52])" in error
