@@ -184,7 +184,7 @@ def run_training(
                    "(raise epochs to train more).")
         samples, seconds = 0, 0.0
     else:
-        if position.path:
+        if position.path and verbose:
             print(f"Resuming from {position.path}: epoch {position.epoch + 1}, "
                   f"step {position.step_in_epoch} of {steps}.", flush=True)
         if engine == "loop":
