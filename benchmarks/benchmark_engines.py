@@ -137,12 +137,12 @@ def measure(setup, epochs):
     workers = [subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True,
                                 env=dict(os.environ, TF_CONFIG=cluster.tf_config(spec, "worker", index)))
                for index, (stdout, stderr) in enumerate(outputs)]
-    results = []
+    completed = []
     for worker, (stdout, stderr) in zip(workers, outputs):
         worker.wait()
         stdout.seek(0), stderr.seek(0)
-        results.append(_result(subprocess.CompletedProcess(worker.args, worker.returncode, stdout.read(),
-                                                           stderr.read())))
+        completed.append(subprocess.CompletedProcess(worker.args, worker.returncode, stdout.read(), stderr.read()))
+    results = [_result(run) for run in sorted(completed, key=lambda run: run.returncode, reverse=True)]
     if len({result["weights_sha256"] for result in results}) != 1:
         raise RuntimeError(f"workers ended with different weights: {results}")
     return results[0]
