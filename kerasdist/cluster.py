@@ -16,7 +16,7 @@ from kerasdist.errors import KerasdistError
 TRAINING_ROLES = ("chief", "worker")
 ROLES = TRAINING_ROLES + ("evaluator",)
 LOOPBACK = "127.0.0.1"
-DEFAULT_COLLECTIVE_TIMEOUT_S = 30
+DEFAULT_COLLECTIVE_TIMEOUT_S = 120
 EXIT_WORKER_FAILED = 1
 
 

@@ -191,7 +191,9 @@ def train_epochs(context):
         context.data.x_train, context.data.y_train, context.global_batch_size,
         context.seed, first_epoch, context.epochs, skip,
     )
-    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    # The loop takes an exact number of batches, so the data may look endless: then TensorFlow skips its
+    # per-step check that every worker still has a batch (one more all-reduce per step under multi_worker).
+    iterator = iter(strategy.experimental_distribute_dataset(dataset.repeat()))
     validation = strategy.experimental_distribute_dataset(context.validation_dataset())
     samples, start = 0, time.perf_counter()
     for epoch in range(first_epoch, context.epochs):
