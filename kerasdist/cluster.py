@@ -1,4 +1,4 @@
-"""A cluster description: TF_CONFIG building and checking, loopback ports, and the ``worker``/``launch`` commands.
+"""The cluster: TF_CONFIG building and checking, loopback ports, the ``worker`` and ``launch`` commands.
 
 What each task does is in ``kerasdist.roles``; starting local tasks is in ``kerasdist.launcher``.
 """
@@ -16,8 +16,11 @@ from kerasdist.errors import KerasdistError
 TRAINING_ROLES = ("chief", "worker")
 ROLES = TRAINING_ROLES + ("evaluator",)
 LOOPBACK = "127.0.0.1"
+# A killed worker is noticed at once (its connections reset); this bounds the wait for a hung one.
 DEFAULT_COLLECTIVE_TIMEOUT_S = 120
 EXIT_WORKER_FAILED = 1
+_EXAMPLE = ('{"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}, '
+            '"task": {"type": "worker", "index": 0}}')
 
 
 @dataclasses.dataclass
@@ -82,34 +85,33 @@ def parse_tf_config(text):
     """
     if not text or not text.strip():
         raise KerasdistError(
-            "TF_CONFIG is not set; a worker needs it to find its cluster, e.g. "
-            '{"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}, "task": {"type": "worker", "index": 0}}'
+            f"TF_CONFIG is not set; a worker needs it to find its cluster, e.g. {_EXAMPLE}"
         )
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
         raise KerasdistError(f"TF_CONFIG is not valid JSON ({error}). Received: {_shorten(text)}") from None
-    if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict) or not isinstance(
-        config.get("task"), dict
-    ):
+    if not (isinstance(config, dict) and isinstance(config.get("cluster"), dict)
+            and isinstance(config.get("task"), dict)):
         raise KerasdistError(
             f'TF_CONFIG must be an object with "cluster" and "task" objects. Received: {_shorten(text)}'
         )
     cluster = _checked_cluster(config["cluster"])
     task_type, task_index = config["task"].get("type"), config["task"].get("index", 0)
     if task_type not in ROLES:
-        raise KerasdistError(f"TF_CONFIG task type must be one of {', '.join(ROLES)}. Received: {task_type!r}")
+        raise KerasdistError(
+            f"TF_CONFIG task type must be one of {', '.join(ROLES)}. Received: {task_type!r}"
+        )
     if task_type not in cluster:
         raise KerasdistError(
             f'TF_CONFIG task type {task_type!r} has no "{task_type}" list in "cluster". '
             f"Received: cluster roles {', '.join(cluster)}"
         )
-    if not isinstance(task_index, int) or isinstance(task_index, bool) or not 0 <= task_index < len(
-        cluster[task_type]
-    ):
+    count = len(cluster[task_type])
+    if not isinstance(task_index, int) or isinstance(task_index, bool) or not 0 <= task_index < count:
         raise KerasdistError(
-            f"TF_CONFIG task index must be 0..{len(cluster[task_type]) - 1} for the "
-            f"{len(cluster[task_type])} {task_type} task(s). Received: index={task_index!r}"
+            f"TF_CONFIG task index must be 0..{count - 1} for the {count} {task_type} task(s). "
+            f"Received: index={task_index!r}"
         )
     return ClusterTask(cluster, task_type, task_index)
 
@@ -130,7 +132,9 @@ def _checked_cluster(cluster):
         )
     for job, addresses in cluster.items():
         if not isinstance(addresses, list) or not addresses:
-            raise KerasdistError(f'TF_CONFIG cluster "{job}" must be a non-empty list. Received: {addresses!r}')
+            raise KerasdistError(
+                f'TF_CONFIG cluster "{job}" must be a non-empty list. Received: {addresses!r}'
+            )
         for address in addresses:
             host, _, port = str(address).rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -244,8 +248,8 @@ def add_commands(commands, add_training_arguments):
     worker = commands.add_parser(
         "worker", help="run one task (chief, worker or evaluator) of the cluster in TF_CONFIG",
         description="Run the task TF_CONFIG names. Workers train with MultiWorkerMirroredStrategy and "
-                    "kerasdist's loop; the chief (worker 0 when there is no chief) writes checkpoints and the "
-                    "metrics log to --checkpoint-dir; the evaluator evaluates each new checkpoint there.",
+                    "kerasdist's loop; the chief (worker 0 when there is no chief) writes checkpoints and "
+                    "the metrics log to --checkpoint-dir; the evaluator evaluates each new checkpoint there.",
     )
     add_training_arguments(worker)
     _add_cluster_arguments(worker)
@@ -259,11 +263,14 @@ def add_commands(commands, add_training_arguments):
                     "and exit with the worst worker's status. Rerun the same command to resume.",
     )
     launch.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
-    launch.add_argument("--evaluator", action="store_true", help="also run an evaluator (needs --checkpoint-dir)")
-    launch.add_argument("--ports", default=None, help="comma-separated ports, one per task (default: free ones)")
+    launch.add_argument("--evaluator", action="store_true",
+                        help="also run an evaluator (needs --checkpoint-dir)")
+    launch.add_argument("--ports", default=None,
+                        help="comma-separated ports, one per task (default: free ones)")
     add_training_arguments(launch)
     _add_cluster_arguments(launch)
-    launch.add_argument("--json", action="store_true", help="print the chief's result record as the last line")
+    launch.add_argument("--json", action="store_true",
+                        help="print the chief's result record as the last line")
     launch.set_defaults(handler=lambda args: _run_launch_command(args, add_training_arguments), engine="loop")
 
 
@@ -282,7 +289,9 @@ def _run_worker_command(args):
 
     task = parse_tf_config(os.environ.get("TF_CONFIG"))
     if args.strategy not in (None, "multi_worker"):
-        raise KerasdistError(f"workers train with strategy multi_worker. Received: --strategy {args.strategy}")
+        raise KerasdistError(
+            f"workers train with strategy multi_worker. Received: --strategy {args.strategy}"
+        )
     try:
         if task.task_type == "evaluator":
             record = roles.run_evaluator(args.checkpoint_dir, args.epochs, args.data, args.seed,
@@ -304,25 +313,31 @@ def _run_launch_command(args, add_training_arguments):
     try:
         ports = [int(part) for part in args.ports.split(",")] if args.ports else None
     except ValueError:
-        raise KerasdistError(f"ports must be comma-separated numbers. Received: --ports {args.ports}") from None
+        raise KerasdistError(
+            f"ports must be comma-separated numbers. Received: --ports {args.ports}"
+        ) from None
     if args.evaluator and args.checkpoint_dir is None:
-        raise KerasdistError("--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes")
+        raise KerasdistError(
+            "--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes there"
+        )
     worker_arguments = _training_argv(args, add_training_arguments) + [
         "--collective-timeout-s", str(args.collective_timeout_s),
         "--evaluator-idle-timeout-s", str(args.evaluator_idle_timeout_s),
     ]
     status, records = launcher.launch(args.workers, worker_arguments, args.evaluator, ports)
     if status:
-        print(f"kerasdist: error: a worker failed (worst exit status {status}); rerun the same command to "
-              "resume from the last checkpoint", file=sys.stderr, flush=True)
+        print(f"kerasdist: error: a worker failed (worst exit status {status}); rerun the same command "
+              "to resume from the last checkpoint", file=sys.stderr, flush=True)
         raise SystemExit(status)
     workers = [{"task": name, "weights_sha256": record["weights_sha256"]}
                for name, record in records.items() if name.startswith("worker")]
     digests = {worker["weights_sha256"] for worker in workers}
     if len(digests) != 1:
-        print(f"kerasdist: error: the workers ended with different weights: {workers}", file=sys.stderr, flush=True)
+        print(f"kerasdist: error: the workers ended with different weights: {workers}",
+              file=sys.stderr, flush=True)
         raise SystemExit(EXIT_WORKER_FAILED)
-    print(f"[launch] {len(workers)} worker(s) finished with identical weights (sha256 {digests.pop()})", flush=True)
+    print(f"[launch] {len(workers)} worker(s) finished with identical weights (sha256 {digests.pop()})",
+          flush=True)
     record = dict(records["worker 0"], workers=workers)
     if args.evaluator:
         record["evaluator"] = records["evaluator 0"]

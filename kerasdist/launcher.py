@@ -13,7 +13,8 @@ import time
 from kerasdist.cluster import local_cluster, tf_config
 
 
-def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_grace_s=60, evaluator_grace_s=120):
+def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_grace_s=60,
+           evaluator_grace_s=120):
     """Run ``num_workers`` local workers (and an evaluator) as subprocesses; stream their output.
 
     Each task runs ``python -m kerasdist worker`` with its own ``TF_CONFIG``
@@ -45,14 +46,16 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
         for name in names:
             task_type, index = name.split()
             record_file = os.path.join(record_directory, f"{task_type}-{index}.json")
-            command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments, "--record-file", record_file]
+            command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments,
+                       "--record-file", record_file]
             environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),
                                PYTHONUNBUFFERED="1")
             process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
             processes[name] = process
             record_files[name] = record_file
-            thread = threading.Thread(target=_stream, args=(process.stdout, f"[{name}] ", print_lock), daemon=True)
+            thread = threading.Thread(target=_stream, args=(process.stdout, f"[{name}] ", print_lock),
+                                      daemon=True)
             thread.start()
             threads.append(thread)
             _print(print_lock, f"[launch] {name}: pid {process.pid}, {cluster[task_type][int(index)]}")
@@ -97,7 +100,7 @@ def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock):
         if pending and not any(name.startswith("worker") for name in pending) and deadline is None:
             deadline = time.monotonic() + (1 if any(statuses.values()) else evaluator_grace_s)
         if deadline is not None and time.monotonic() > deadline:
-            _print(print_lock, f"[launch] stopping {', '.join(pending)}: still running after the other tasks ended")
+            _print(print_lock, f"[launch] stopping {', '.join(pending)}: still running after the others")
             _stop(list(pending.values()))
             statuses.update({name: _exit_status(process.returncode) for name, process in pending.items()})
             pending = {}

@@ -16,9 +16,12 @@ from kerasdist import data as data_module
 from kerasdist.errors import KerasdistError
 from kerasdist.model import ACCURACY_METRIC, LOSS_METRIC
 
-_STEPS_BY_MODEL = weakref.WeakKeyDictionary()
 # Each step yields three numbers, summed over replicas and workers: loss sum, correct predictions, examples.
 _STATISTICS = 3
+# Under these strategies the optimizer's all-reduce syncs the replicas (merge_call); XLA cannot compile that.
+_SYNCING_STRATEGIES = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+# Each model's DistributedSteps: tracing costs seconds, so validation and test evaluation reuse them.
+_STEPS_BY_MODEL = weakref.WeakKeyDictionary()
 
 
 class DistributedSteps:
@@ -39,10 +42,14 @@ class DistributedSteps:
         strategy: the ``tf.distribute.Strategy`` the model was built under.
         global_batch_size: samples per step across all replicas.
         steps_per_execution: the most steps one call runs.
-        jit_compile: compile each step with XLA. With one replica the whole
-            step (gradients and optimizer update) is compiled; with several,
-            the gradient computation is, and the all-reduce and update run
-            outside XLA.
+        jit_compile: compile each step with XLA. On one device the whole
+            step (gradients and optimizer update) is compiled; under mirrored
+            and multi_worker the gradient computation is, and the all-reduce
+            and update run outside XLA.
+
+    Raises:
+        KerasdistError: for ``jit_compile`` under central_storage (XLA cannot
+            read variables kept on another device).
 
     Example:
         >>> steps = DistributedSteps(model, strategy, 64, 50)                    # doctest: +SKIP
@@ -56,12 +63,18 @@ class DistributedSteps:
         self.strategy = strategy
         self.global_batch_size = global_batch_size
         self.steps_per_execution = int(steps_per_execution)
-        whole_step = jit_compile and strategy.num_replicas_in_sync == 1
-        self._step = tf.function(self._step_on_replica, jit_compile=True) if whole_step else self._step_on_replica
-        self._gradients = (
-            tf.function(self._gradients_on_replica, jit_compile=True)
-            if jit_compile and not whole_step else self._gradients_on_replica
-        )
+        if jit_compile and isinstance(strategy, tf.distribute.experimental.CentralStorageStrategy):
+            raise KerasdistError(
+                "XLA cannot compile steps that read variables kept on another device, as central_storage "
+                "does. Received: jit_compile=True with strategy central_storage; use mirrored for XLA"
+            )
+        whole_step = jit_compile and not isinstance(strategy, _SYNCING_STRATEGIES)
+        self._step = self._step_on_replica
+        self._gradients = self._gradients_on_replica
+        if whole_step:
+            self._step = tf.function(self._step_on_replica, jit_compile=True)
+        elif jit_compile:
+            self._gradients = tf.function(self._gradients_on_replica, jit_compile=True)
         self._train_function = tf.function(self._train_steps)
         self._evaluate_function = tf.function(self._evaluate_dataset)
 
@@ -123,18 +136,25 @@ def _statistics(per_example_loss, logits, labels):
     return tf.stack([tf.reduce_sum(per_example_loss), correct, examples])
 
 
-def steps_for(model, strategy, global_batch_size, steps_per_execution=1, jit_compile=False):
-    """The ``DistributedSteps`` of ``model``, made once per model and settings.
+def steps_for(model, strategy, global_batch_size, steps_per_execution=None, jit_compile=None):
+    """The model's ``DistributedSteps``, made again only when a setting changes.
 
-    Tracing costs seconds, so validation, the test evaluation and later calls
-    reuse the functions already traced for this model. Evaluation does not
-    depend on ``steps_per_execution`` or ``jit_compile``: with those left at
-    their defaults any steps of the model with the same strategy and batch are reused.
+    Args:
+        model, strategy, global_batch_size: as for ``DistributedSteps``.
+        steps_per_execution, jit_compile: as for ``DistributedSteps``; None
+            (for evaluation, which uses neither) accepts the model's current steps.
+
+    Returns:
+        A ``DistributedSteps``.
+
+    Example:
+        >>> steps_for(model, strategy, 64, 50) is steps_for(model, strategy, 64)  # doctest: +SKIP
+        True
     """
-    settings = (strategy, global_batch_size, int(steps_per_execution), bool(jit_compile))
     known = _STEPS_BY_MODEL.get(model)
-    evaluation_only = (steps_per_execution, jit_compile) == (1, False)
-    if known is None or (known[0][:2] != settings[:2] if evaluation_only else known[0] != settings):
+    wanted = (strategy, global_batch_size, steps_per_execution, jit_compile)
+    if known is None or any(want is not None and want != have for want, have in zip(wanted, known[0])):
+        settings = (strategy, global_batch_size, steps_per_execution or 1, bool(jit_compile))
         known = _STEPS_BY_MODEL[model] = (settings, DistributedSteps(model, *settings))
     return known[1]
 
@@ -205,12 +225,14 @@ def train_epochs(context):
 
 def _check_same_position(strategy, global_step):
     """Stop if the workers restored different checkpoints: training on, their weights would silently part."""
-    gather = tf.function(lambda: strategy.gather(strategy.run(tf.constant, args=([global_step], tf.int64)), axis=0))
-    steps = gather().numpy()
-    if len(set(steps.tolist())) > 1:
+    everyone = tf.function(
+        lambda: strategy.gather(strategy.run(tf.constant, args=([global_step], tf.int64)), axis=0)
+    )
+    steps = sorted(set(everyone().numpy().tolist()))
+    if len(steps) > 1:
         raise KerasdistError(
-            f"the workers restored different checkpoints (global steps {sorted(set(steps.tolist()))}); every "
-            "worker must read the chief's --checkpoint-dir (a shared directory), or all must start fresh"
+            f"the workers restored different checkpoints (global steps {steps}); every worker must read "
+            "the chief's --checkpoint-dir (a shared directory), or all must start fresh"
         )
 
 
@@ -239,7 +261,8 @@ def _train_one_epoch(context, steps, iterator, validation, epoch, first_step):
                 })
         if context.verbose == 1:
             progress.update(step, list(_means(totals).items()))
-        if context.store and step < steps_per_epoch and step % (context.save_every_steps or steps_per_epoch) == 0:
+        checkpoint_due = context.save_every_steps and step % context.save_every_steps == 0
+        if context.store and checkpoint_due and step < steps_per_epoch:
             context.store.save(epoch, step, epoch * steps_per_epoch + step)
     validation_metrics = steps.evaluate(validation)
     seconds = time.perf_counter() - epoch_start

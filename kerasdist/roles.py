@@ -61,8 +61,9 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
         ClusterError: if a peer stops or cannot be reached during training.
 
     Example:
-        >>> task = parse_tf_config(os.environ["TF_CONFIG"])                       # doctest: +SKIP
-        >>> record = run_worker(task, {"epochs": 2, "data": "sample", "checkpoint_dir": "ckpt"})  # doctest: +SKIP
+        >>> task = parse_tf_config(os.environ["TF_CONFIG"])  # doctest: +SKIP
+        >>> options = {"epochs": 2, "data": "sample", "checkpoint_dir": "ckpt"}
+        >>> record = run_worker(task, options)                # doctest: +SKIP
     """
     if task.task_type not in TRAINING_ROLES:
         raise KerasdistError(f"run_worker trains chief or worker tasks. Received: {task.name}")
@@ -123,7 +124,10 @@ def _reason(error):
 
 def _barrier(strategy):
     """A last all-reduce, so that no worker exits while others still need the chief's coordination service."""
-    tf.function(lambda: strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.ones, args=([],)), axis=None))()
+    all_reduce = tf.function(
+        lambda: strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.ones, args=([],)), axis=None)
+    )
+    all_reduce()
 
 
 def _copy_resume_files(source, destination):
@@ -180,7 +184,8 @@ def run_evaluator(checkpoint_dir, epochs, data="auto", seed=0, global_batch_size
     evaluations, last_change = [], time.monotonic()
     while not evaluations or evaluations[-1]["epoch"] < epochs:
         latest = tf.train.latest_checkpoint(checkpoint_dir)
-        if latest and (not evaluations or latest != evaluations[-1]["checkpoint"]) and _restore(store, latest):
+        is_new = latest and (not evaluations or latest != evaluations[-1]["checkpoint"])
+        if is_new and _restore(store, latest):
             evaluations.append(_evaluate_checkpoint(store, steps, validation, latest))
             last_change = time.monotonic()
             if verbose:
@@ -220,5 +225,6 @@ def _evaluation_line(evaluation, epochs):
     position = f"epoch {evaluation['epoch']}/{epochs}"
     if evaluation["step_in_epoch"]:
         position = f"epoch {evaluation['epoch'] + 1}/{epochs}, step {evaluation['step_in_epoch']}"
+    accuracy = f"val_{ACCURACY_METRIC}"
     return (f"evaluator: {os.path.basename(evaluation['checkpoint'])} ({position}): "
-            f"val_loss {evaluation['val_loss']:.4f}, val_{ACCURACY_METRIC} {evaluation[f'val_{ACCURACY_METRIC}']:.4f}")
+            f"val_loss {evaluation['val_loss']:.4f}, {accuracy} {evaluation[accuracy]:.4f}")

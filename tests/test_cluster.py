@@ -39,7 +39,7 @@ def test_tf_config_roles(cluster_spec, task_type, index, expected):
     ("", "TF_CONFIG is not set"),
     ('{"cluster": {"worker": ["127.0.0.1:2222"]}, ', "TF_CONFIG is not valid JSON"),
     ("[1, 2]", 'must be an object with "cluster" and "task"'),
-    (_tf_config(TWO_WORKERS, "worker", 2), "task index must be 0..1 for the 2 worker task(s). Received: index=2"),
+    (_tf_config(TWO_WORKERS, "worker", 2), "index must be 0..1 for the 2 worker task(s). Received: index=2"),
     (_tf_config(TWO_WORKERS, "worker", "1"), "Received: index='1'"),
     (_tf_config(TWO_WORKERS, "chief", 0), 'task type \'chief\' has no "chief" list'),
     (_tf_config({"evaluator": ["127.0.0.1:2224"]}, "evaluator", 0), 'needs a "worker" (or "chief") list'),
@@ -56,8 +56,9 @@ def test_malformed_tf_config_exits_2_with_one_line(monkeypatch, capsys, text, me
 
 
 def test_malformed_tf_config_in_a_real_process_has_no_traceback():
-    completed = subprocess.run(kerasdist_command("worker", "--data", "sample"), capture_output=True, text=True,
-                               env=dict(os.environ, TF_CONFIG='{"cluster": '), timeout=120)
+    completed = subprocess.run(kerasdist_command("worker", "--data", "sample"), capture_output=True,
+                               text=True, env=dict(os.environ, TF_CONFIG='{"cluster": '), timeout=120,
+                               check=False)
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines() == [completed.stderr.strip()]
     assert "TF_CONFIG is not valid JSON" in completed.stderr
@@ -71,8 +72,8 @@ def test_port_in_use_gives_one_line(capsys):
         free = cluster.free_ports(1)[0]
         assert cli.main(["launch", "--ports", f"{free},{taken}", "--data", "sample"]) == cli.EXIT_USER_ERROR
     error = capsys.readouterr().err
-    assert error == f"kerasdist: error: port {taken} on 127.0.0.1 is already in use " \
-                    "(another worker or program holds it); choose other ports or let kerasdist pick free ones\n"
+    assert error.startswith(f"kerasdist: error: port {taken} on 127.0.0.1 is already in use")
+    assert error.count("\n") == 1
 
 
 def test_local_cluster_is_on_loopback_with_distinct_ports():
@@ -92,7 +93,7 @@ def test_two_workers_train_identical_weights_and_a_rerun_resumes(sample_data, tm
     environment = dict(os.environ, TMPDIR=str(temporary))
     first = subprocess.run(
         kerasdist_command(*LAUNCH, "--epochs", 2, "--checkpoint-dir", checkpoints, "--evaluator"),
-        capture_output=True, text=True, env=environment, timeout=300,
+        capture_output=True, text=True, env=environment, timeout=300, check=False,
     )
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     record = last_json_line(first.stdout)
@@ -101,15 +102,17 @@ def test_two_workers_train_identical_weights_and_a_rerun_resumes(sample_data, tm
     digests = _digests(record)
     assert len(digests) == 2 and len(set(digests.values())) == 1
     assert "[worker 1] Final weights sha256" in first.stdout
-    assert record["evaluator"]["final"]["epoch"] == 2
-    assert record["evaluator"]["final"]["val_loss"] == pytest.approx(record["history"]["val_loss"][-1], abs=1e-6)
+    final_evaluation = record["evaluator"]["final"]
+    assert final_evaluation["epoch"] == 2
+    assert final_evaluation["val_loss"] == pytest.approx(record["history"]["val_loss"][-1], abs=1e-6)
     assert os.listdir(temporary) == []  # the non-chief worker deleted its own checkpoint directory
     # Two workers splitting each global batch follow the one-device curve.
     single = run_training(replicas=1, epochs=2, data=sample_data, engine="loop", verbose=0)
     assert record["history"]["loss"] == pytest.approx(single.history["loss"], abs=1e-5)
     assert record["test"] == pytest.approx(single.test, abs=1e-5)
 
-    rerun = run_cli(*LAUNCH, "--epochs", 3, "--checkpoint-dir", checkpoints)
+    # The rerun also compiles the gradient computation with XLA (under multi_worker the all-reduce stays out).
+    rerun = run_cli(*LAUNCH, "--epochs", 3, "--checkpoint-dir", checkpoints, "--jit-compile")
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
     resumed = last_json_line(rerun.stdout)
     assert (resumed["initial_epoch"], resumed["epochs_run"]) == (2, 1)
