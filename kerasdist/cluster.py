@@ -229,6 +229,24 @@ def check_port_free(host, port):
         probe.close()
 
 
+def check_worker_options(replicas, global_batch_size, num_workers):
+    """Raise ``KerasdistError`` for training options that multi-worker training cannot take.
+
+    Example:
+        >>> check_worker_options(replicas=1, global_batch_size=64, num_workers=2)
+    """
+    if replicas != 1:
+        raise KerasdistError(
+            "replicas does not apply to workers: each worker trains one replica on its CPU (or one per "
+            f"GPU). Received: replicas={replicas}"
+        )
+    if global_batch_size % num_workers:
+        raise KerasdistError(
+            f"global_batch_size must be divisible by the {num_workers} workers. "
+            f"Received: global_batch_size={global_batch_size}"
+        )
+
+
 def _training_argv(args, add_training_arguments):
     """Turn parsed training options back into command-line options (to forward them to workers)."""
     parser = argparse.ArgumentParser(add_help=False)
@@ -316,6 +334,7 @@ def _run_launch_command(args, add_training_arguments):
         raise KerasdistError(
             f"ports must be comma-separated numbers. Received: --ports {args.ports}"
         ) from None
+    check_worker_options(args.replicas, args.global_batch_size, args.workers)
     if args.evaluator and args.checkpoint_dir is None:
         raise KerasdistError(
             "--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes there"

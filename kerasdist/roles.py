@@ -12,7 +12,13 @@ import tensorflow as tf
 from kerasdist import data as data_module
 from kerasdist import loop
 from kerasdist.checkpoint import CheckpointStore
-from kerasdist.cluster import DEFAULT_COLLECTIVE_TIMEOUT_S, TRAINING_ROLES, check_port_free, tf_config
+from kerasdist.cluster import (
+    DEFAULT_COLLECTIVE_TIMEOUT_S,
+    TRAINING_ROLES,
+    check_port_free,
+    check_worker_options,
+    tf_config,
+)
 from kerasdist.errors import KerasdistError
 from kerasdist.model import ACCURACY_METRIC, build_model, model_signature
 from kerasdist.train import run_training
@@ -68,17 +74,7 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
     if task.task_type not in TRAINING_ROLES:
         raise KerasdistError(f"run_worker trains chief or worker tasks. Received: {task.name}")
     options = dict(training_options, strategy="multi_worker", engine=training_options.get("engine", "loop"))
-    if options.get("replicas", 1) != 1:
-        raise KerasdistError(
-            "replicas does not apply to workers: each worker trains one replica on its CPU (or one per GPU). "
-            f"Received: replicas={options['replicas']}"
-        )
-    global_batch_size = options.get("global_batch_size", 64)
-    if global_batch_size % task.num_workers:
-        raise KerasdistError(
-            f"global_batch_size must be divisible by the {task.num_workers} workers. "
-            f"Received: global_batch_size={global_batch_size}"
-        )
+    check_worker_options(options.get("replicas", 1), options.get("global_batch_size", 64), task.num_workers)
     host, _, port = task.address.rpartition(":")
     check_port_free(host, port)
     # MultiWorkerMirroredStrategy reads TF_CONFIG; the evaluator is not part of its all-reduce.

@@ -211,3 +211,11 @@ def test_workers_that_restored_different_checkpoints_refuse_to_train(tmp_path):
         _, error = worker.communicate(timeout=180)
         assert worker.returncode == 2
         assert "the workers restored different checkpoints (global steps [0, 52])" in error
+
+
+@pytest.mark.parametrize("command", ["worker", "launch"])
+def test_worker_and_launch_have_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert f"usage: kerasdist {command}" in capsys.readouterr().out
