@@ -280,7 +280,7 @@ def _train_with_fit(context):
             dataset,
             epochs=last,
             initial_epoch=first,
-            steps_per_epoch=steps - skip_batches if skip_batches else steps,
+            steps_per_epoch=steps - skip_batches,
             validation_data=context.validation_dataset(),
             callbacks=callbacks,
             shuffle=False,  # the dataset is already shuffled by (seed, epoch)
