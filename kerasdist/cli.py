@@ -1,12 +1,18 @@
-"""The command line: ``kerasdist devices | train | compare | worker | launch``."""
+"""The command line: ``kerasdist devices | train | compare | worker | launch``.
+
+Every subcommand is defined here; the modules it calls never import the CLI.
+"""
 
 import argparse
 import json
+import os
 import sys
 
+from kerasdist import cluster
 from kerasdist.errors import KerasdistError
 
 EXIT_USER_ERROR = 2
+EXIT_WORKER_FAILED = 1
 
 
 def add_training_arguments(parser):
@@ -97,10 +103,56 @@ def build_parser():
                          help="warm-up for fixed-per-replica (default 1)")
     compare.add_argument("--json", action="store_true", help="print the results as the last line")
 
-    from kerasdist import cluster
+    worker = commands.add_parser(
+        "worker", help="run one task (chief, worker or evaluator) of the cluster in TF_CONFIG",
+        description="Run the task TF_CONFIG names. Workers train with MultiWorkerMirroredStrategy and "
+                    "kerasdist's loop; the chief (worker 0 when there is no chief) writes checkpoints and "
+                    "the metrics log to --checkpoint-dir; the evaluator evaluates each new checkpoint there.",
+    )
+    add_training_arguments(worker)
+    _add_cluster_arguments(worker)
+    worker.add_argument("--record-file", default=None, help="also write the result record to this JSON file")
+    worker.add_argument("--json", action="store_true", help="print the result record as the last line")
+    worker.set_defaults(engine="loop")
 
-    cluster.add_commands(commands, add_training_arguments)
+    launch = commands.add_parser(
+        "launch", help="run N local workers (and an evaluator) on 127.0.0.1",
+        description="Start N workers on free loopback ports, stream their output with a [worker i] prefix, "
+                    "and exit with the worst worker's status. Rerun the same command to resume.",
+    )
+    launch.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
+    launch.add_argument("--evaluator", action="store_true",
+                        help="also run an evaluator (needs --checkpoint-dir)")
+    launch.add_argument("--ports", default=None,
+                        help="comma-separated ports, one per task (default: free ones)")
+    add_training_arguments(launch)
+    _add_cluster_arguments(launch)
+    launch.add_argument("--json", action="store_true",
+                        help="print the chief's result record as the last line")
+    launch.set_defaults(engine="loop")
     return parser
+
+
+def _add_cluster_arguments(parser):
+    parser.add_argument("--collective-timeout-s", type=float, default=cluster.DEFAULT_COLLECTIVE_TIMEOUT_S,
+                        help="fail an all-reduce that waits longer than this for a peer "
+                             f"(default {cluster.DEFAULT_COLLECTIVE_TIMEOUT_S})")
+    parser.add_argument("--evaluator-idle-timeout-s", type=float, default=600,
+                        help="the evaluator gives up after this long without a new checkpoint (default 600)")
+
+
+def training_argv(args):
+    """Turn parsed training options back into command-line options (to forward them to workers)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_training_arguments(parser)
+    argv = []
+    for action in parser._actions:
+        value = getattr(args, action.dest)
+        if action.nargs == 0:  # a switch such as --jit-compile
+            argv += [action.option_strings[0]] if value else []
+        elif value is not None:
+            argv += [action.option_strings[0], str(value)]
+    return argv
 
 
 def _progress_verbosity():
@@ -147,12 +199,74 @@ def run_compare(args):
     return result.to_dict()
 
 
+def run_worker(args):
+    from kerasdist import roles
+    from kerasdist.checkpoint import atomic_write_text
+
+    task = cluster.parse_tf_config(os.environ.get("TF_CONFIG"))
+    if args.strategy not in (None, "multi_worker"):
+        raise KerasdistError(
+            f"workers train with strategy multi_worker. Received: --strategy {args.strategy}"
+        )
+    try:
+        if task.task_type == "evaluator":
+            record = roles.run_evaluator(args.checkpoint_dir, args.epochs, args.data, args.seed,
+                                         args.global_batch_size, idle_timeout_s=args.evaluator_idle_timeout_s)
+        else:
+            record = roles.run_worker(task, training_options(args), args.collective_timeout_s,
+                                      verbose=_progress_verbosity())
+    except roles.ClusterError as error:
+        print(f"kerasdist: error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_WORKER_FAILED) from None
+    if args.record_file:
+        atomic_write_text(args.record_file, json.dumps(record))
+    return record
+
+
+def run_launch(args):
+    from kerasdist import launcher
+
+    try:
+        ports = [int(part) for part in args.ports.split(",")] if args.ports else None
+    except ValueError:
+        raise KerasdistError(
+            f"ports must be comma-separated numbers. Received: --ports {args.ports}"
+        ) from None
+    cluster.check_worker_options(args.replicas, args.global_batch_size, args.workers)
+    if args.evaluator and args.checkpoint_dir is None:
+        raise KerasdistError(
+            "--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes there"
+        )
+    worker_arguments = training_argv(args) + [
+        "--collective-timeout-s", str(args.collective_timeout_s),
+        "--evaluator-idle-timeout-s", str(args.evaluator_idle_timeout_s),
+    ]
+    status, records = launcher.launch(args.workers, worker_arguments, args.evaluator, ports)
+    if status:
+        print(f"kerasdist: error: a worker failed (worst exit status {status}); rerun the same command "
+              "to resume from the last checkpoint", file=sys.stderr, flush=True)
+        raise SystemExit(status)
+    workers = [{"task": name, "weights_sha256": record["weights_sha256"]}
+               for name, record in records.items() if name.startswith("worker")]
+    digests = {worker["weights_sha256"] for worker in workers}
+    if len(digests) != 1:
+        print(f"kerasdist: error: the workers ended with different weights: {workers}",
+              file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_WORKER_FAILED)
+    print(f"[launch] {len(workers)} worker(s) finished with identical weights (sha256 {digests.pop()})",
+          flush=True)
+    record = dict(records["worker 0"], workers=workers)
+    if args.evaluator:
+        record["evaluator"] = records["evaluator 0"]
+    return record
+
+
 def main(argv=None):
     """Run the command line; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        record = args.handler(args) if hasattr(args, "handler") else COMMANDS[args.command](args)
+        record = COMMANDS[args.command](args)
     except KerasdistError as error:
         print(f"kerasdist: error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -165,4 +279,7 @@ def main(argv=None):
     return 0
 
 
-COMMANDS = {"devices": run_devices, "train": run_train, "compare": run_compare}
+COMMANDS = {
+    "devices": run_devices, "train": run_train, "compare": run_compare,
+    "worker": run_worker, "launch": run_launch,
+}
