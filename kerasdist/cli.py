@@ -1,4 +1,4 @@
-"""The command line: ``kerasdist devices | train | compare | worker | launch``.
+"""The command line: ``kerasdist devices | train | compare | worker | launch | slurm-script``.
 
 Every subcommand is defined here; the modules it calls never import the CLI.
 """
@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from kerasdist import cluster
+from kerasdist import cluster, slurm
 from kerasdist.errors import KerasdistError
 
 EXIT_USER_ERROR = 2
@@ -104,13 +104,19 @@ def build_parser():
     compare.add_argument("--json", action="store_true", help="print the results as the last line")
 
     worker = commands.add_parser(
-        "worker", help="run one task (chief, worker or evaluator) of the cluster in TF_CONFIG",
-        description="Run the task TF_CONFIG names. Workers train with MultiWorkerMirroredStrategy and "
-                    "kerasdist's loop; the chief (worker 0 when there is no chief) writes checkpoints and "
-                    "the metrics log to --checkpoint-dir; the evaluator evaluates each new checkpoint there.",
+        "worker", help="run one task (chief, worker or evaluator) of the cluster in TF_CONFIG or a Slurm step",
+        description="Run the task TF_CONFIG names, or one task of `srun kerasdist worker` (every Slurm task is "
+                    "a worker). Workers train with MultiWorkerMirroredStrategy and kerasdist's loop; the chief "
+                    "(worker 0 when there is no chief) writes checkpoints and the metrics log to "
+                    "--checkpoint-dir; the evaluator evaluates each new checkpoint there.",
     )
     add_training_arguments(worker)
     _add_cluster_arguments(worker)
+    worker.add_argument("--cluster", default="auto", choices=("auto", "slurm", "tf_config"),
+                        help="where the cluster comes from: the Slurm job step (srun) or TF_CONFIG "
+                             "(default auto: slurm when SLURM_PROCID is set, else tf_config)")
+    worker.add_argument("--slurm-port-base", type=int, default=None,
+                        help="first worker port on each Slurm node (default: derived from SLURM_JOB_ID)")
     worker.add_argument("--record-file", default=None, help="also write the result record to this JSON file")
     worker.add_argument("--json", action="store_true", help="print the result record as the last line")
     worker.set_defaults(engine="loop")
@@ -130,6 +136,28 @@ def build_parser():
     launch.add_argument("--json", action="store_true",
                         help="print the chief's result record as the last line")
     launch.set_defaults(engine="loop")
+
+    script = commands.add_parser(
+        "slurm-script", help="print a commented sbatch script that runs `srun kerasdist worker`",
+        description="Print an sbatch script to edit and submit: one kerasdist worker per Slurm task, "
+                    "checkpoints on a shared filesystem, and how to resume.",
+    )
+    script.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+    script.add_argument("--tasks-per-node", type=int, default=2, help="workers per node (default 2)")
+    script.add_argument("--gpus-per-task", type=int, default=0,
+                        help="GPUs per worker; 0 for CPU nodes (default 0)")
+    script.add_argument("--cpus-per-task", type=int, default=1, help="CPU cores per worker (default 1)")
+    script.add_argument("--time", default="00:30:00", help="time limit (default 00:30:00)")
+    script.add_argument("--job-name", default="kerasdist", help="job name (default kerasdist)")
+    script.add_argument("--partition", default=None, help="partition (default: a commented placeholder)")
+    script.add_argument("--epochs", type=int, default=3, help="total epochs to reach (default 3)")
+    script.add_argument("--global-batch-size", type=int, default=64, help="(default 64)")
+    script.add_argument("--data", default="auto", help="auto | keras | sample | PATH.npz (default auto)")
+    script.add_argument("--seed", type=int, default=0)
+    script.add_argument("--checkpoint-dir", default="checkpoints",
+                        help="on a filesystem every node sees (default checkpoints, beside the script)")
+    script.add_argument("--kerasdist", default="kerasdist",
+                        help="how the nodes run kerasdist (default kerasdist; e.g. ~/venv/bin/kerasdist)")
     return parser
 
 
@@ -203,7 +231,11 @@ def run_worker(args):
     from kerasdist import roles
     from kerasdist.checkpoint import atomic_write_text
 
-    task = cluster.parse_tf_config(os.environ.get("TF_CONFIG"))
+    use_slurm = args.cluster == "slurm" or (args.cluster == "auto" and slurm.in_slurm_step())
+    if use_slurm:
+        task = slurm.slurm_task(args.slurm_port_base)
+    else:
+        task = cluster.parse_tf_config(os.environ.get("TF_CONFIG"))
     if args.strategy not in (None, "multi_worker"):
         raise KerasdistError(
             f"workers train with strategy multi_worker. Received: --strategy {args.strategy}"
@@ -238,6 +270,7 @@ def run_launch(args):
             "--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes there"
         )
     worker_arguments = training_argv(args) + [
+        "--cluster", "tf_config",
         "--collective-timeout-s", str(args.collective_timeout_s),
         "--evaluator-idle-timeout-s", str(args.evaluator_idle_timeout_s),
     ]
@@ -261,6 +294,15 @@ def run_launch(args):
     return record
 
 
+def run_slurm_script(args):
+    print(slurm.sbatch_script(
+        nodes=args.nodes, tasks_per_node=args.tasks_per_node, gpus_per_task=args.gpus_per_task,
+        cpus_per_task=args.cpus_per_task, time_limit=args.time, job_name=args.job_name,
+        partition=args.partition, epochs=args.epochs, global_batch_size=args.global_batch_size,
+        data=args.data, seed=args.seed, checkpoint_dir=args.checkpoint_dir, kerasdist=args.kerasdist,
+    ), end="")
+
+
 def main(argv=None):
     """Run the command line; return the exit status."""
     parser = build_parser()
@@ -281,5 +323,5 @@ def main(argv=None):
 
 COMMANDS = {
     "devices": run_devices, "train": run_train, "compare": run_compare,
-    "worker": run_worker, "launch": run_launch,
+    "worker": run_worker, "launch": run_launch, "slurm-script": run_slurm_script,
 }
