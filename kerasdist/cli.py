@@ -234,6 +234,8 @@ def run_worker(args):
     use_slurm = args.cluster == "slurm" or (args.cluster == "auto" and slurm.in_slurm_step())
     if use_slurm:
         task = slurm.slurm_task(args.slurm_port_base)
+        print(f"Slurm task {os.environ['SLURM_PROCID']}: {task.name}{' (chief)' if task.is_chief else ''} at "
+              f"{task.address}; workers {', '.join(task.cluster['worker'])}", flush=True)
     else:
         task = cluster.parse_tf_config(os.environ.get("TF_CONFIG"))
     if args.strategy not in (None, "multi_worker"):
