@@ -338,6 +338,37 @@ for epoch, (loss, accuracy) in enumerate(zip(record["history"]["loss"],
     print(f"epoch {epoch}: loss {loss:.4f}, val accuracy {accuracy:.4f}")
 
 # %% [markdown]
+# **On a Slurm cluster.** University clusters usually start programs through Slurm rather than by
+# hand. There, `srun kerasdist worker` starts one worker per Slurm task, and each worker builds its
+# cluster from the variables Slurm sets (`SLURM_PROCID`, `SLURM_STEP_NODELIST`, ...) with
+# TensorFlow's `SlurmClusterResolver` instead of a `TF_CONFIG` you write: task 0 is the chief, and
+# the ports come from the job id. `kerasdist slurm-script` prints an `sbatch` script to edit and
+# submit (here: one node, two CPU tasks; for two GPU nodes add
+# `--nodes 2 --tasks-per-node 1 --gpus-per-task 1`).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The sbatch script for 2 workers on one node; Slurm is not needed to print it.
+script = subprocess.run([sys.executable, "-m", "kerasdist", "slurm-script", "--data", "sample", "--epochs", "2"],
+                        capture_output=True, text=True, timeout=120, check=True).stdout
+print(script)
+
+# %% [markdown]
+# Submitted with `sbatch` to a one-node Slurm on this machine (slurmctld and slurmd on
+# 127.0.0.1, as the project's tests run it), the job's output file said:
+#
+# ```
+SLURM_OUTPUT_PLACEHOLDER
+# ```
+#
+# Both tasks ended with the same weights, and the chief's checkpoints are in `checkpoints/`. A
+# second job, submitted with `sbatch --dependency=afterany:JOBID` and `--epochs 3`, resumed there:
+#
+# ```
+SLURM_RESUME_PLACEHOLDER
+# ```
+
+# %% [markdown]
 # ## Performance tips
 #
 # - **One worker per machine**, each with all of its GPUs: `MultiWorkerMirroredStrategy` uses every
@@ -364,7 +395,8 @@ for epoch, (loss, accuracy) in enumerate(zip(record["history"]["loss"],
 #   custom loop (`strategy.run` in a `tf.function`, loss averaged over the global batch) trains
 #   the same model, and the workers end with identical weights.
 # - `kerasdist launch --workers N` runs such a cluster on one machine; `kerasdist worker` is the
-#   command to start on each machine of a real one.
+#   command to start on each machine of a real one, and under Slurm `srun kerasdist worker` finds
+#   its cluster by itself (`kerasdist slurm-script` writes the `sbatch` script).
 
 # %% [markdown]
 # ## Exercises

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Set up everything kerasdist needs, idempotently: Debian's R (when root and missing),
+# Set up everything kerasdist needs, idempotently: Debian's R and Slurm (when root and missing),
 # a virtualenv in .venv with the package and its test/R extras, and the R package in .Rlib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite"
+# Slurm and munge: tests/test_slurm.py runs real jobs on a single-node Slurm it starts on 127.0.0.1.
+DEBIAN_PACKAGES="$DEBIAN_PACKAGES slurm-wlm munge"
 
 missing=""
 if command -v dpkg-query >/dev/null; then
@@ -19,7 +21,7 @@ if [ -n "$missing" ]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
     else
-        echo "Note: R parts need these Debian packages (run as root or with sudo):$missing" >&2
+        echo "Note: the R parts and the Slurm test need these Debian packages (run as root or with sudo):$missing" >&2
     fi
 fi
 
