@@ -104,10 +104,10 @@ def build_parser():
     compare.add_argument("--json", action="store_true", help="print the results as the last line")
 
     worker = commands.add_parser(
-        "worker", help="run one task (chief, worker or evaluator) of the cluster in TF_CONFIG or a Slurm step",
-        description="Run the task TF_CONFIG names, or one task of `srun kerasdist worker` (every Slurm task is "
-                    "a worker). Workers train with MultiWorkerMirroredStrategy and kerasdist's loop; the chief "
-                    "(worker 0 when there is no chief) writes checkpoints and the metrics log to "
+        "worker", help="run one task (chief, worker or evaluator) of a TF_CONFIG cluster or a Slurm step",
+        description="Run the task TF_CONFIG names, or one task of `srun kerasdist worker` (every Slurm task "
+                    "is a worker). Workers train with MultiWorkerMirroredStrategy and kerasdist's loop; the "
+                    "chief (worker 0 when there is no chief) writes checkpoints and the metrics log to "
                     "--checkpoint-dir; the evaluator evaluates each new checkpoint there.",
     )
     add_training_arguments(worker)

@@ -73,8 +73,8 @@ def slurm_task(port_base=None, environ=None):
     if missing:
         raise KerasdistError(
             f"--cluster slurm needs the variables srun sets for each task; {', '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} not set. Run it as `srun kerasdist worker ...` inside an "
-            "sbatch or salloc allocation (see `kerasdist slurm-script`), or use --cluster tf_config"
+            f"{'is' if len(missing) == 1 else 'are'} not set. Run it as `srun kerasdist worker ...` "
+            "inside an sbatch or salloc allocation (see `kerasdist slurm-script`), or use --cluster tf_config"
         )
     job_id = _integer(environ, "SLURM_JOB_ID")
     rank, num_tasks = _integer(environ, "SLURM_PROCID"), _integer(environ, "SLURM_STEP_NUM_TASKS")
@@ -88,13 +88,15 @@ def slurm_task(port_base=None, environ=None):
     saved = {name: os.environ.get(name) for name in STEP_VARIABLES}
     os.environ.update({name: environ[name] for name in STEP_VARIABLES})  # the resolver reads os.environ
     try:
+        # The resolver gives each task on a node a port and a GPU "slot": a slot per task, no GPUs to set.
         resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
             port_base=port_base, gpus_per_node=num_tasks, gpus_per_task=1, auto_set_gpu=False
         )
         cluster = resolver.cluster_spec().as_dict()
     except (RuntimeError, ValueError) as error:
+        reason = " ".join(str(error).split()).rstrip(".")
         raise KerasdistError(
-            f"the Slurm step environment does not describe a cluster ({' '.join(str(error).split()).rstrip('.')}). "
+            f"the Slurm step environment does not describe a cluster ({reason}). "
             f"Received: {', '.join(f'{name}={environ[name]}' for name in STEP_VARIABLES)}"
         ) from None
     finally:
@@ -132,7 +134,8 @@ def _check_task_host(task, environ):
         raise KerasdistError(
             f"Slurm task {environ['SLURM_PROCID']} runs on {node}, but the cluster puts it on {host}: "
             "TensorFlow's Slurm resolver expects block distribution over nodes in sorted order. "
-            f"Received: SLURM_STEP_NODELIST={environ['SLURM_STEP_NODELIST']}; run srun with --distribution=block"
+            f"Received: SLURM_STEP_NODELIST={environ['SLURM_STEP_NODELIST']}; "
+            "run srun with --distribution=block"
         )
 
 
@@ -170,14 +173,16 @@ def sbatch_script(nodes=1, tasks_per_node=2, gpus_per_task=0, cpus_per_task=1, t
             raise KerasdistError(f"{name} must be a whole number >= {minimum}. Received: {name}={value!r}")
     workers = nodes * tasks_per_node
     check_worker_options(1, global_batch_size, workers)
-    gpu_line = (f"#SBATCH --gpus-per-task={gpus_per_task}    # Slurm sets CUDA_VISIBLE_DEVICES for each task\n"
-                if gpus_per_task else "")
-    partition_line = f"#SBATCH --partition={partition}" if partition else "##SBATCH --partition=NAME  # your cluster's"
+    gpu_line = ""
+    if gpus_per_task:
+        gpu_line = f"#SBATCH --gpus-per-task={gpus_per_task}  # Slurm sets CUDA_VISIBLE_DEVICES per task\n"
+    partition_line = f"#SBATCH --partition={partition}"
+    if partition is None:
+        partition_line = "##SBATCH --partition=NAME  # your cluster's"
     worker = [*shlex.split(kerasdist), "worker", "--cluster", "slurm", "--epochs", str(epochs),
               "--global-batch-size", str(global_batch_size), "--data", data, "--seed", str(seed),
-              "--checkpoint-dir", "$CHECKPOINT_DIR", *map(str, extra_arguments)]
-    command = " ".join(word if word == "$CHECKPOINT_DIR" else shlex.quote(word) for word in worker)
-    command = command.replace("$CHECKPOINT_DIR", '"$CHECKPOINT_DIR"')
+              *map(str, extra_arguments)]
+    command = shlex.join(worker) + ' --checkpoint-dir "$CHECKPOINT_DIR"'
     return f"""#!/bin/bash
 # kerasdist on Slurm: synchronous data-parallel training of the MNIST MLP with
 # MultiWorkerMirroredStrategy, one worker per Slurm task ({workers} here); task 0 is the chief.

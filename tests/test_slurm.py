@@ -152,8 +152,11 @@ class LocalSlurm:
         self._wait(lambda: os.path.exists(socket_path), timeout_s, "munged to create its socket")
         self._daemon("slurmctld", "-D", "-f", self._path("slurm.conf"))
         self._daemon("slurmd", "-D", "-N", "localhost", "-f", self._path("slurm.conf"))
-        self._wait(lambda: self.run("sinfo", "--noheader", "--format=%T", timeout=10).stdout.strip() == "idle",
-                   timeout_s, "the node to be idle")
+        self._wait(lambda: self.node_state() == "idle", timeout_s, "the node to be idle")
+
+    def node_state(self):
+        """The node's state as sinfo reports it ("idle", "allocated", "down", ...)."""
+        return self.run("sinfo", "--noheader", "--format=%T", timeout=10).stdout.strip()
 
     def _slurm_conf(self, controller_port, node_port):
         # A random first job id spreads the workers' job-id-derived ports over runs of this test.
@@ -281,8 +284,8 @@ def _srun_workers(local_slurm, directory, *options, timeout=600):
         old.unlink()
     completed = local_slurm.run(
         "srun", "--ntasks=2", "--cpus-per-task=1", "--time=20", f"--output={outputs}/task-%t.out",
-        *kerasdist_command("worker", "--data", "sample", "--checkpoint-dir", directory / "checkpoints", "--json",
-                           *options),
+        *kerasdist_command("worker", "--data", "sample", "--checkpoint-dir", directory / "checkpoints",
+                           "--json", *options),
         timeout=timeout,
     )
     task_outputs = {int(path.stem.split("-")[1]): path.read_text() for path in outputs.iterdir()}
