@@ -19,8 +19,9 @@ def add_training_arguments(parser):
     parser.add_argument("--checkpoint-dir", default=None, help="checkpoints + metrics log; rerun to resume")
     parser.add_argument("--data", default="auto", help="auto | keras | sample | PATH.npz (default auto)")
     parser.add_argument("--seed", type=int, default=0, help="seeds weights, split and data order")
-    parser.add_argument("--engine", default="fit", choices=("fit", "loop"),
-                        help="Keras fit() or kerasdist's own loop (default fit)")
+    parser.add_argument("--engine", default="auto", choices=("auto", "fit", "loop"),
+                        help="Keras fit() or kerasdist's own loop; auto: what kerasdist doctor found "
+                             "for the strategy (default auto)")
     parser.add_argument("--strategy", default=None,
                         help="default | one_device | mirrored | central_storage | multi_worker "
                              "(default: mirrored if replicas > 1)")
@@ -89,7 +90,7 @@ def build_parser():
     compare.add_argument("--out", default="results", help="output directory (default results)")
     compare.add_argument("--data", default="auto")
     compare.add_argument("--seed", type=int, default=0)
-    compare.add_argument("--engine", default="fit", choices=("fit", "loop"))
+    compare.add_argument("--engine", default="auto", choices=("auto", "fit", "loop"))
     compare.add_argument("--mode", default="fixed-global",
                          choices=("fixed-global", "fixed-per-replica", "both"),
                          help="keep the global batch fixed, or the per-replica batch (with linear LR scaling)")
@@ -97,9 +98,10 @@ def build_parser():
                          help="warm-up for fixed-per-replica (default 1)")
     compare.add_argument("--json", action="store_true", help="print the results as the last line")
 
-    from kerasdist import cluster
+    from kerasdist import cluster, doctor
 
     cluster.add_commands(commands, add_training_arguments)
+    doctor.add_command(commands)
     return parser
 
 
