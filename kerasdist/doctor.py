@@ -132,7 +132,7 @@ def format_report(report):
     for check in report["checks"]:
         found = check["found"] if len(check["found"]) <= FOUND_WIDTH else check["found"][:FOUND_WIDTH - 3] + "..."
         rows.append((check["status"], check["name"], found, check["needed_by"]))
-        if check["fix"] and check["status"] != OK and (check["required"] or check["upstream"]):
+        if check["fix"] and check["status"] != OK:
             fixes[len(rows) - 1] = check["fix"]
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     lines = []
@@ -260,7 +260,7 @@ def _gpu_checks():
     several = len(tf_gpus) > 1
     nccl_check = Check("nccl", "NCCL", OK if nccl else MISSING, f"nvidia-nccl-cu12 {nccl}" if nccl else "none",
                        "mirrored on several GPUs (all-reduce)",
-                       "" if nccl else ".venv/bin/pip install nvidia-nccl-cu12", required=several)
+                       ".venv/bin/pip install nvidia-nccl-cu12" if several and not nccl else "", required=several)
     if len(tf_gpus) > 1:
         gpu_replicas = f"{len(tf_gpus)} (one per GPU)"
     elif tf_gpus:

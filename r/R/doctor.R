@@ -50,7 +50,7 @@ kd_doctor <- function(probes = TRUE) {
 
 #' @export
 print.kd_doctor <- function(x, ...) {
-  rows <- as.data.frame(unclass(x)[c("status", "check", "found", "needed_by")], stringsAsFactors = FALSE)
+  rows <- as.data.frame(unclass(x)[c("status", "check", "found")], stringsAsFactors = FALSE)
   print(rows, right = FALSE, row.names = FALSE)
   fixes <- x$status != "OK" & nzchar(x$fix)
   if (any(fixes)) {
