@@ -73,7 +73,7 @@ def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
             few seconds each, in parallel) and cache their answers for
             ``--engine auto``; False uses the cached answers, or the bugs known
             for Keras 3.15.
-        probe_timeout_s: seconds before a probe is killed (then reported broken).
+        probe_timeout_s: seconds a probe may take before it is killed (then reported broken).
         probe_commands: probe name -> argv run instead of the real probe (stand-ins for tests).
 
     Returns:
@@ -86,18 +86,14 @@ def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
         'loop'
     """
     start = time.perf_counter()
-    probe_commands = probe_commands or {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        probe_futures = {
-            probe.name: pool.submit(probes.run_probe, probe.name, probe_timeout_s, probe_commands.get(probe.name))
-            for probe in probes.PROBES
-        } if run_probes else {}
+        probe_future = pool.submit(probes.run_probes, probe_timeout_s, probe_commands) if run_probes else None
         r_future = pool.submit(_r_packages_from_rscript)
         rpy2_future = pool.submit(_r_packages_from_rpy2)
         checks = _python_checks() + _gpu_checks()
         r_found = r_future.result()
         checks += _r_checks(r_found, rpy2_future.result())
-        answers = {name: future.result() for name, future in probe_futures.items()}
+        answers = probe_future.result() if probe_future else {}
     if answers:
         probes.save_answers({name: answer for name, answer in answers.items() if not answer["failed"]})
         checks += [_probe_check(probe, answers[probe.name]) for probe in probes.PROBES]
@@ -153,7 +149,7 @@ def format_report(report):
         lines.append(f"--engine auto uses these answers (saved in {shown} for this TensorFlow/Keras).")
     problems, bugs = report["problems"], report["upstream_bugs"]
     lines.append(f"{problems} problem{'s' * (problems != 1)} on this machine; {bugs} upstream bug{'s' * (bugs != 1)} "
-                 f"worked around by the engines above; finished in {report['seconds']} s.")
+                 f"worked around by the engines above; checks took {report['seconds']} s.")
     return "\n".join(lines)
 
 
@@ -238,7 +234,7 @@ def _gpu_checks():
     cores = os.cpu_count()
     optional = "optional: lessons use virtual CPU replicas"
     if driver_gpus is None and not tf_gpus:
-        gpus = Check("gpus", "GPUs", MISSING, "none (no NVIDIA driver: nvidia-smi absent or failing)",
+        gpus = Check("gpus", "GPUs", MISSING, "none (no NVIDIA driver answers nvidia-smi)",
                      optional, required=False)
     elif not tf_gpus:
         gpus = Check("gpus", "GPUs", BROKEN,
@@ -264,12 +260,12 @@ def _gpu_checks():
     if len(tf_gpus) > 1:
         gpu_replicas = f"{len(tf_gpus)} (one per GPU)"
     elif tf_gpus:
-        gpu_replicas = "any N logical GPUs split from 1 (2 GiB each by default)"
+        gpu_replicas = "any N logical (1 GPU split, 2 GiB each)"
     else:
         gpu_replicas = "0"
     replicas = Check("replicas", "Replicas per device kind", OK,
-                     f"CPU: any N virtual devices (sharing {cores} cores); GPU: {gpu_replicas}; "
-                     "workers: one per process", "01-06 use 2")
+                     f"CPU: any N virtual ({cores} cores); GPU: {gpu_replicas}; workers: 1 each",
+                     "01-06 use 2")
     return [gpus, cuda, nccl_check, replicas]
 
 

@@ -1,11 +1,12 @@
 """Tiny probes of the upstream Keras bugs kerasdist works around, and the engine each strategy should use.
 
-Each probe trains a 4-input model for a few steps in its own process (this file
-run as a script, so a crash or hang cannot take the caller down) and prints one
-JSON line: ``{"bug_present": bool, "detail": str}``. ``kerasdist doctor`` runs
-them and caches the answer per TensorFlow/Keras version; ``--engine auto``
-reads that cache, or, when no probe ran for these versions, the bugs known to
-be open in them (keras-team/keras#20585 and #19246 are open in Keras 3.15).
+Each probe trains a 4-input model for a few steps on the CPU, in its own
+process with a time limit (forked from a host process that imported TensorFlow
+once), so a crash or hang cannot take the caller down; it answers whether the
+bug is present. ``kerasdist doctor`` runs them and caches the answers per
+TensorFlow/Keras version; ``--engine auto`` reads that cache or, when no probe
+ran for these versions, the bugs known to be open in them
+(keras-team/keras#20585 and #19246 are open in Keras 3.15).
 """
 
 import dataclasses
@@ -14,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from importlib import metadata
 
 
@@ -127,51 +129,75 @@ def resolve_engine(engine, strategy_name):
     return engine_for(strategy_name)[0] if engine == "auto" else engine
 
 
-def run_probe(probe_name, timeout_s=60, command=None):
-    """Run one probe in its own process group, bounded by ``timeout_s``.
+def run_probes(timeout_s=60, commands=None):
+    """Run every probe; return probe name -> answer.
+
+    The real probes share one host process (this file run as a script) that
+    imports TensorFlow once and forks a fresh process for each probe (two for
+    multi_worker) before TensorFlow starts its runtime: each probe still runs
+    alone, and a crash or hang loses only its own answer. A stand-in command
+    runs in its own process instead.
 
     Args:
-        probe_name: a ``Probe.name``.
-        timeout_s: seconds before the probe (and any worker it started) is killed.
-        command: the argv to run instead of this file (a stand-in, for tests).
+        timeout_s: seconds a probe may take before it is killed and reported hung.
+        commands: probe name -> argv to run instead of the real probe (stand-ins for tests);
+            a stand-in prints ``{"bug_present": bool, "detail": str}`` as its last line.
 
     Returns:
-        ``{"bug_present": bool, "detail": str, "failed": bool}``; ``failed`` is
-        True when the probe crashed, hung or printed no answer (then
+        ``{name: {"bug_present": bool, "detail": str, "failed": bool}}``; ``failed``
+        is True when the probe crashed, hung or gave no answer (then
         ``bug_present`` is True: do not trust ``fit`` there).
 
     Example:
-        >>> run_probe("mirrored_steps_per_execution")["bug_present"]  # doctest: +SKIP
+        >>> run_probes()["multi_worker_fit"]["bug_present"]  # doctest: +SKIP
         True
     """
-    command = command or [sys.executable, "-I", os.path.abspath(__file__), probe_name]
+    commands = commands or {}
+    real = [probe.name for probe in PROBES if probe.name not in commands]
+    answers = {name: _run(command, [name], timeout_s)[name] for name, command in commands.items()}
+    if real:
+        # The host's own start (importing TensorFlow) gets the same allowance as the probes.
+        host = [sys.executable, "-I", os.path.abspath(__file__), str(timeout_s), *real]
+        answers.update(_run(host, real, 2 * timeout_s))
+    return answers
+
+
+def _run(command, names, timeout_s):
+    """Run ``command`` in its own process group, bounded; parse one answer per name from its stdout."""
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=environment, start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
+        why = None
     except subprocess.TimeoutExpired:
-        _kill_group(process)
-        return {"bug_present": True, "failed": True, "detail": f"probe hung: killed after {timeout_s} s"}
+        stdout, stderr, why = "", "", f"probe hung: killed after {timeout_s:g} s"
     finally:
-        _kill_group(process)
-    try:
-        answer = json.loads(stdout.strip().splitlines()[-1])
-        return {"bug_present": bool(answer["bug_present"]), "detail": str(answer["detail"]), "failed": False}
-    except (IndexError, ValueError, KeyError, TypeError):
-        last = (stderr.strip().splitlines() or ["no output"])[-1][:160]
-        return {"bug_present": True, "failed": True, "detail": f"probe crashed (exit {process.returncode}): {last}"}
+        try:
+            os.killpg(process.pid, 9)  # the probe and every worker it forked
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.wait()
+    found = {}
+    for line in stdout.splitlines():
+        try:
+            answer = json.loads(line)
+            found[answer.get("probe", names[0])] = answer
+        except (ValueError, AttributeError):
+            continue
+    last = (stderr.strip().splitlines() or ["no output"])[-1][:160]
+    answers = {}
+    for name in names:
+        answer = found.get(name, {})
+        if isinstance(answer.get("bug_present"), bool) and "detail" in answer:
+            answers[name] = {"bug_present": answer["bug_present"], "detail": str(answer["detail"]), "failed": False}
+        else:
+            detail = why or answer.get("failure") or f"probe crashed (exit {process.returncode}): {last}"
+            answers[name] = {"bug_present": True, "detail": detail, "failed": True}
+    return answers
 
 
-def _kill_group(process):
-    try:
-        os.killpg(process.pid, 9)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
-
-
-# ---- The probes themselves: run in a fresh process as ``python -I probes.py NAME``. ----
+# ---- The probes themselves: forked by ``python -I probes.py TIMEOUT_S NAME...``. ----
 
 def _tiny_model_and_data(keras, tf, steps=8, batch=8):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
@@ -230,16 +256,7 @@ def _probe_central_storage_metrics():
     return wrong, detail
 
 
-def _probe_multi_worker_fit(worker_index=None, cluster=None):
-    if worker_index is None:  # the chief: start worker 1, then be worker 0
-        cluster = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
-        peer = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), "multi_worker_fit",
-                                 "1", ",".join(cluster)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            return _probe_multi_worker_fit(0, cluster)
-        finally:
-            peer.kill()
-            peer.wait()
+def _probe_multi_worker_fit(worker_index, cluster):
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": cluster},
                                           "task": {"type": "worker", "index": worker_index}})
     import keras
@@ -267,15 +284,54 @@ def _first_line(error):
     """The line of a (possibly long, graph-traceback) TensorFlow error that names the failure."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     named = [line for line in lines if "You must feed" in line or "Attempt to convert" in line]
-    text = (named or lines or [type(error).__name__])[0]
-    return text.split(":  ", 1)[-1][:100]
+    text = (named or lines or [type(error).__name__])[0].split(":  ", 1)[-1]
+    cut = min((text.index(mark) for mark in "'{" if mark in text), default=None)  # tensor names, values
+    return (text[:cut].rstrip(" :") + " ..." if cut else text)[:100]
+
+
+def _host(timeout_s, names):
+    """Import TensorFlow once, fork one process per probe, print one JSON answer line per probe."""
+    import keras  # noqa: F401  (imported once here, inherited by every forked probe)
+    import tensorflow  # noqa: F401
+
+    jobs = []  # (probe name, function, whether its answer is printed)
+    for name in names:
+        if name == "multi_worker_fit":
+            cluster = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+            jobs += [(name, lambda c=cluster: _probe_multi_worker_fit(0, c), True),
+                     (name, lambda c=cluster: _probe_multi_worker_fit(1, c), False)]
+        else:
+            jobs.append((name, globals()[f"_probe_{name}"], True))
+    children = {}
+    for name, job, answers in jobs:
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                present, detail = job()
+                answer = {"probe": name, "bug_present": present, "detail": detail}
+            except BaseException as error:  # report it: an unexpected error is no answer
+                answer = {"probe": name, "failure": f"probe failed: {type(error).__name__}: {_first_line(error)}"}
+            if answers:
+                print(json.dumps(answer), flush=True)
+            os._exit(0)  # skip TensorFlow's slow (and, after collectives, sometimes hanging) shutdown
+        children[pid] = (name, answers)
+    deadline = time.monotonic() + timeout_s
+    while children and time.monotonic() < deadline:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            time.sleep(0.1)
+            continue
+        name, answers = children.pop(pid)
+        if answers and status:
+            print(json.dumps({"probe": name, "failure": f"probe crashed (exit {os.waitstatus_to_exitcode(status)})"}),
+                  flush=True)
+    for pid, (name, answers) in children.items():
+        os.kill(pid, 9)
+        if answers:
+            print(json.dumps({"probe": name, "failure": f"probe hung: killed after {timeout_s:g} s"}), flush=True)
 
 
 if __name__ == "__main__":
-    name, *rest = sys.argv[1:]
-    if rest:  # a second worker of the multi-worker probe: no answer to print
-        _probe_multi_worker_fit(int(rest[0]), rest[1].split(","))
-        os._exit(0)
-    present, detail = globals()[f"_probe_{name}"]()
-    print(json.dumps({"bug_present": present, "detail": detail}), flush=True)
-    os._exit(0)  # skip TensorFlow's slow (and, after collectives, sometimes hanging) shutdown
+    _host(float(sys.argv[1]), sys.argv[2:])
+    os._exit(0)
