@@ -126,7 +126,8 @@ def format_report(report):
     rows = [("status", "check", "this machine", "needed by")]
     fixes = {}
     for check in report["checks"]:
-        found = check["found"] if len(check["found"]) <= FOUND_WIDTH else check["found"][:FOUND_WIDTH - 3] + "..."
+        found = check["found"]
+        found = found if len(found) <= FOUND_WIDTH else found[:FOUND_WIDTH - 3] + "..."
         rows.append((check["status"], check["name"], found, check["needed_by"]))
         if check["fix"] and check["status"] != OK:
             fixes[len(rows) - 1] = check["fix"]
@@ -148,8 +149,9 @@ def format_report(report):
         shown = report["probe_cache"].replace(os.path.expanduser("~"), "~", 1)
         lines.append(f"--engine auto uses these answers (saved in {shown} for this TensorFlow/Keras).")
     problems, bugs = report["problems"], report["upstream_bugs"]
-    lines.append(f"{problems} problem{'s' * (problems != 1)} on this machine; {bugs} upstream bug{'s' * (bugs != 1)} "
-                 f"worked around by the engines above; checks took {report['seconds']} s.")
+    lines.append(f"{problems} problem{'s' * (problems != 1)} on this machine; "
+                 f"{bugs} upstream bug{'s' * (bugs != 1)} worked around by the engines above; "
+                 f"checks took {report['seconds']} s.")
     return "\n".join(lines)
 
 
@@ -211,8 +213,8 @@ def _nvidia_gpus():
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=15)
+        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"]
+        done = subprocess.run(query, capture_output=True, text=True, timeout=15)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode:
@@ -242,7 +244,8 @@ def _gpu_checks():
                      INSTALL_GPU_BUILD if not cuda_build else
                      '.venv/bin/pip install --force-reinstall "tensorflow[and-cuda]>=2.21,<2.22"')
     else:
-        described = ", ".join(f"{name} ({memory} MiB)" if memory else name for name, memory in driver_gpus or [])
+        described = ", ".join(f"{name} ({memory} MiB)" if memory else name
+                              for name, memory in driver_gpus or [])
         gpus = Check("gpus", "GPUs", OK, f"TensorFlow sees {len(tf_gpus)}: {described or 'no nvidia-smi'}",
                      "GPU speed in every lesson")
     if cuda_build:
@@ -254,9 +257,11 @@ def _gpu_checks():
                      INSTALL_GPU_BUILD if driver_gpus else "", required=bool(driver_gpus))
     nccl = _version("nvidia-nccl-cu12")
     several = len(tf_gpus) > 1
-    nccl_check = Check("nccl", "NCCL", OK if nccl else MISSING, f"nvidia-nccl-cu12 {nccl}" if nccl else "none",
+    nccl_check = Check("nccl", "NCCL", OK if nccl else MISSING,
+                       f"nvidia-nccl-cu12 {nccl}" if nccl else "none",
                        "mirrored on several GPUs (all-reduce)",
-                       ".venv/bin/pip install nvidia-nccl-cu12" if several and not nccl else "", required=several)
+                       ".venv/bin/pip install nvidia-nccl-cu12" if several and not nccl else "",
+                       required=several)
     if len(tf_gpus) > 1:
         gpu_replicas = f"{len(tf_gpus)} (one per GPU)"
     elif tf_gpus:
@@ -329,7 +334,8 @@ def _r_checks(found, embedded):
     reticulate = found.get("reticulate", "")
     checks.append(Check(
         "reticulate", "reticulate (R)", OK if reticulate else MISSING,
-        (reticulate + (" (keras3 needs >= 1.42)" if _version_tuple(reticulate) < (1, 42) else "")) or "not installed",
+        (reticulate + (" (keras3 needs >= 1.42)" if _version_tuple(reticulate) < (1, 42) else ""))
+        or "not installed",
         "R package, _R notebooks (>= 1.28)", "" if reticulate else INSTALL_R))
     for key, package, needed_by, fix in (
         ("kerasdist_r", "kerasdist", "00_R_with_reticulate_R, R users", "make setup"),
@@ -379,4 +385,5 @@ def _numpy_reticulate_check(reticulate):
 def _probe_check(probe, answer):
     engine, _ = probes.engine_for(probe.strategy, {probe.name: answer})
     return Check(probe.name, probe.title, BROKEN if answer["bug_present"] else OK,
-                 f"engine {engine}: {answer['detail']}", f"{PROBE_NEEDED_BY[probe.name]} ({probe.issue})", probe.advice if answer["bug_present"] else "", upstream=True)
+                 f"engine {engine}: {answer['detail']}", f"{PROBE_NEEDED_BY[probe.name]} ({probe.issue})",
+                 probe.advice if answer["bug_present"] else "", upstream=True)

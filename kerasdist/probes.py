@@ -38,7 +38,8 @@ PROBES = (
           "keras-team/keras#19246", "fit",
           "kerasdist train --replicas 2 --engine loop --steps-per-execution 50"),
     Probe("central_storage_metrics", "fit metrics under central_storage", "central_storage",
-          "no upstream issue", "loop", "kerasdist train --replicas 2 --strategy central_storage --engine loop"),
+          "no upstream issue", "loop",
+          "kerasdist train --replicas 2 --strategy central_storage --engine loop"),
 )
 # The answers for Keras 3.15 / TensorFlow 2.21, measured by these probes: used until a probe runs.
 KNOWN_BUGS = {"multi_worker_fit": True, "mirrored_steps_per_execution": True, "central_storage_metrics": True}
@@ -190,7 +191,8 @@ def _run(command, names, timeout_s):
     for name in names:
         answer = found.get(name, {})
         if isinstance(answer.get("bug_present"), bool) and "detail" in answer:
-            answers[name] = {"bug_present": answer["bug_present"], "detail": str(answer["detail"]), "failed": False}
+            answers[name] = {"bug_present": answer["bug_present"], "detail": str(answer["detail"]),
+                             "failed": False}
         else:
             detail = why or answer.get("failure") or f"probe crashed (exit {process.returncode}): {last}"
             answers[name] = {"bug_present": True, "detail": detail, "failed": True}
@@ -251,7 +253,8 @@ def _probe_central_storage_metrics():
     true_accuracy = float(np.mean(np.argmax(logits, axis=1) == y.numpy()))
     wrong = (abs(reported["loss"] - true_loss) > 1e-4 * max(1.0, true_loss)
              or abs(reported["sparse_categorical_accuracy"] - true_accuracy) > 1e-6)
-    detail = (f"evaluate() loss {reported['loss']:.4f}, accuracy {reported['sparse_categorical_accuracy']:.3f}; "
+    accuracy = reported["sparse_categorical_accuracy"]
+    detail = (f"evaluate() loss {reported['loss']:.4f}, accuracy {accuracy:.3f}; "
               f"true {true_loss:.4f}, {true_accuracy:.3f}")
     return wrong, detail
 
@@ -311,7 +314,8 @@ def _host(timeout_s, names):
                 present, detail = job()
                 answer = {"probe": name, "bug_present": present, "detail": detail}
             except BaseException as error:  # report it: an unexpected error is no answer
-                answer = {"probe": name, "failure": f"probe failed: {type(error).__name__}: {_first_line(error)}"}
+                failure = f"probe failed: {type(error).__name__}: {_first_line(error)}"
+                answer = {"probe": name, "failure": failure}
             if answers:
                 print(json.dumps(answer), flush=True)
             os._exit(0)  # skip TensorFlow's slow (and, after collectives, sometimes hanging) shutdown
@@ -324,12 +328,13 @@ def _host(timeout_s, names):
             continue
         name, answers = children.pop(pid)
         if answers and status:
-            print(json.dumps({"probe": name, "failure": f"probe crashed (exit {os.waitstatus_to_exitcode(status)})"}),
-                  flush=True)
+            failure = f"probe crashed (exit {os.waitstatus_to_exitcode(status)})"
+            print(json.dumps({"probe": name, "failure": failure}), flush=True)
     for pid, (name, answers) in children.items():
         os.kill(pid, 9)
         if answers:
-            print(json.dumps({"probe": name, "failure": f"probe hung: killed after {timeout_s:g} s"}), flush=True)
+            failure = f"probe hung: killed after {timeout_s:g} s"
+            print(json.dumps({"probe": name, "failure": failure}), flush=True)
 
 
 if __name__ == "__main__":

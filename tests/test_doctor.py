@@ -1,4 +1,4 @@
-"""Tests for kerasdist/doctor.py and kerasdist/probes.py: the table, the advice, and the engine --engine auto picks."""
+"""Tests for kerasdist/doctor.py and kerasdist/probes.py: the table, the advice, the engine auto picks."""
 
 import json
 import sys
@@ -54,11 +54,14 @@ def test_a_broken_probe_gives_its_advice_and_engine(broken_report, probe):
 
 def test_the_report_is_one_table_with_every_check(broken_report):
     keys = [check["key"] for check in broken_report["checks"]]
-    for key in ("python", "tensorflow", "keras", "numpy", "gpus", "cuda", "nccl", "replicas", "r", "reticulate",
-                "kerasdist_r", "keras3", "tfdatasets", "tensorflow_r", "rpy2", "numpy_reticulate"):
+    for key in ("python", "tensorflow", "keras", "numpy", "gpus", "cuda", "nccl", "replicas", "r",
+                "reticulate", "kerasdist_r", "keras3", "tfdatasets", "tensorflow_r", "rpy2",
+                "numpy_reticulate"):
         assert key in keys
     assert all(check["status"] in STATUSES for check in broken_report["checks"])
-    assert all(check["fix"] for check in broken_report["checks"] if check["status"] != doctor.OK and check["required"])
+    problems = [check for check in broken_report["checks"]
+                if check["status"] != doctor.OK and check["required"]]
+    assert all(check["fix"] for check in problems)
     assert _row(broken_report, "tensorflow")["found"].startswith(__import__("tensorflow").__version__)
     assert broken_report["upstream_bugs"] == 3
     lines = doctor.format_report(broken_report).splitlines()
@@ -83,9 +86,11 @@ def test_a_probe_that_crashes_or_hangs_is_broken_and_the_others_still_answer():
         "mirrored_steps_per_execution": _stand_in({"bug_present": False, "detail": "works"}),
     })
     crashed, hung = answers["multi_worker_fit"], answers["central_storage_metrics"]
-    assert crashed["failed"] and crashed["bug_present"] and crashed["detail"].startswith("probe crashed (exit -6)")
+    assert crashed["failed"] and crashed["bug_present"]
+    assert crashed["detail"].startswith("probe crashed (exit -6)")
     assert hung == {"bug_present": True, "failed": True, "detail": "probe hung: killed after 3 s"}
-    assert answers["mirrored_steps_per_execution"] == {"bug_present": False, "detail": "works", "failed": False}
+    assert answers["mirrored_steps_per_execution"] == {"bug_present": False, "detail": "works",
+                                                       "failed": False}
     garbled = probes.run_probes(commands={"multi_worker_fit": _stand_in("not json")} | {
         probe.name: _stand_in({"bug_present": True, "detail": "x"}) for probe in probes.PROBES[1:]})
     assert garbled["multi_worker_fit"]["failed"] and garbled["multi_worker_fit"]["bug_present"]

@@ -1,4 +1,4 @@
-"""Tests for `make lab`: JupyterLab serves the lessons with the project's kernel, a headless browser opens one."""
+"""Tests for `make lab`: JupyterLab serves the lessons with the project's kernel; a browser opens one."""
 
 import json
 import os
@@ -56,7 +56,7 @@ def _lines(stream):
 def lab_server(tmp_path):
     """`make lab` on a free loopback port; yields (base URL, token, output so far); stopped afterwards."""
     if not (ROOT / ".venv" / "bin" / "jupyter-lab").exists():
-        pytest.skip("JupyterLab is not installed in .venv (bash scripts/setup.sh test installs the notebooks extra)")
+        pytest.skip("JupyterLab is not in .venv (bash scripts/setup.sh test installs the notebooks extra)")
     port = _free_port()
     environment = {key: value for key, value in os.environ.items() if key != "JUPYTER_TOKEN"}
     environment.update(JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), KERASDIST_KERNEL="env")
@@ -99,8 +99,9 @@ def lab_server(tmp_path):
 def test_lessons_ask_for_the_kernel_make_lab_registers():
     for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         kernelspec = json.loads(notebook.read_text())["metadata"]["kernelspec"]
-        assert (kernelspec["name"], kernelspec["display_name"]) == (KERNEL_NAME, KERNEL_DISPLAY_NAME), notebook.name
-    assert f'--name {KERNEL_NAME} --display-name "{KERNEL_DISPLAY_NAME}"' in (ROOT / "scripts" / "lab.sh").read_text()
+        assert (kernelspec["name"], kernelspec["display_name"]) == (KERNEL_NAME, KERNEL_DISPLAY_NAME)
+    registration = f'--name {KERNEL_NAME} --display-name "{KERNEL_DISPLAY_NAME}"'
+    assert registration in (ROOT / "scripts" / "lab.sh").read_text()
 
 
 def test_make_lab_rejects_an_unknown_kernel_place():
@@ -126,11 +127,12 @@ def test_make_lab_serves_the_lessons_and_a_browser_opens_one(lab_server, tmp_pat
 
     chromium = shutil.which("chromium")
     if chromium is None:
-        pytest.skip("Debian's chromium is not installed (bash scripts/setup.sh test installs it when run as root)")
+        pytest.skip("Debian's chromium is not installed (bash scripts/setup.sh test installs it as root)")
     screenshot = tmp_path / "lesson.png"
     subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-         f"--window-size={WINDOW[0]},{WINDOW[1]}", "--virtual-time-budget=30000", f"--screenshot={screenshot}",
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--hide-scrollbars", f"--window-size={WINDOW[0]},{WINDOW[1]}", "--virtual-time-budget=30000",
+         f"--screenshot={screenshot}",
          f"{base}/lab/tree/{LESSON}?token={token}"],
         capture_output=True, timeout=180, check=True,
     )

@@ -1,4 +1,4 @@
-"""Tests for scripts/setup.sh: which TensorFlow build it installs, the override, and reruns that change nothing."""
+"""Tests for scripts/setup.sh: the TensorFlow build it installs, the override, reruns that change nothing."""
 
 import os
 import subprocess
@@ -64,8 +64,8 @@ def test_setup_rejects_an_unknown_build(tmp_path):
     done = _dry_run(tmp_path, KERASDIST_TF="tpu")
     assert done.returncode == 2
     assert done.stdout == ""
-    assert done.stderr.strip() == ("kerasdist: error: KERASDIST_TF must be cpu or gpu. Received: KERASDIST_TF=tpu; "
-                                   "unset it to choose by nvidia-smi")
+    assert done.stderr.strip() == ("kerasdist: error: KERASDIST_TF must be cpu or gpu. "
+                                   "Received: KERASDIST_TF=tpu; unset it to choose by nvidia-smi")
 
 
 def test_rerunning_setup_installs_nothing():
@@ -74,8 +74,8 @@ def test_rerunning_setup_installs_nothing():
     if not {"test", "r", "notebooks"} <= set(installed):
         pytest.skip("set up with `bash scripts/setup.sh test` first (make test does)")
     env = dict(os.environ, KERASDIST_TF=next(extra for extra in installed if extra in ("cpu", "gpu")))
-    done = subprocess.run(["bash", "scripts/setup.sh", "test"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(["bash", "scripts/setup.sh", "test"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "TensorFlow build" not in done.stdout and "Uninstalling" not in done.stdout
     assert stamp.read_text().split() == installed
