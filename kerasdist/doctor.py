@@ -18,6 +18,7 @@ import time
 from importlib import metadata
 
 from kerasdist import probes
+from kerasdist.errors import KerasdistError
 
 OK, MISSING, BROKEN = "OK", "missing", "broken"
 STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker")
@@ -168,6 +169,8 @@ def add_command(commands):
 
 def run_doctor_command(args):
     """The ``kerasdist doctor`` handler: print the table, return the report."""
+    if not args.probe_timeout_s > 0:
+        raise KerasdistError(f"--probe-timeout-s must be > 0. Received: {args.probe_timeout_s:g}; try 60")
     report = diagnose(run_probes=not args.no_probes, probe_timeout_s=args.probe_timeout_s)
     print(format_report(report), flush=True)
     return report

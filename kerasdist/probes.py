@@ -120,16 +120,6 @@ def engine_for(strategy_name, answers=None):
     return "fit", "Keras fit() works under this strategy"
 
 
-def resolve_engine(engine, strategy_name):
-    """``engine`` unless it is "auto"; then the engine ``engine_for`` picks for the strategy.
-
-    Example:
-        >>> resolve_engine("fit", "mirrored")
-        'fit'
-    """
-    return engine_for(strategy_name)[0] if engine == "auto" else engine
-
-
 def run_probes(timeout_s=60, commands=None):
     """Run every probe; return probe name -> answer.
 

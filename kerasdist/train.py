@@ -145,10 +145,7 @@ def run_training(
         True
     """
     strategy_name = strategy or ("mirrored" if replicas > 1 else "default")
-    if engine == "auto":
-        engine, reason = probes.engine_for(strategy_name)
-        if verbose:
-            print(f"Engine {engine}: {reason}.", flush=True)
+    engine, engine_reason = probes.engine_for(strategy_name) if engine == "auto" else (engine, None)
     _validate(replicas, epochs, global_batch_size, engine, strategy_name, save_every_steps)
     if strategy_name not in ("default", "multi_worker"):
         configure_replicas(replicas)
@@ -157,6 +154,8 @@ def run_training(
         keras.utils.set_random_seed(seed)
         tf.config.experimental.enable_op_determinism()
     distribution = make_strategy(strategy_name, replicas, collective_timeout_s, verbose=verbose > 0)
+    if engine_reason and verbose:
+        print(f"Engine {engine}: {engine_reason}.", flush=True)
     if strategy_name != "multi_worker" and distribution.num_replicas_in_sync != replicas:
         raise KerasdistError(
             f"strategy {strategy_name!r} runs {distribution.num_replicas_in_sync} replica(s), not "

@@ -76,7 +76,7 @@ def test_fixed_upstream_bugs_give_fit_everywhere(tmp_path):
         doctor.STRATEGIES, "fit")
     assert all(_row(report, probe.name)["status"] == doctor.OK for probe in probes.PROBES)
     # The answers are cached for this TensorFlow/Keras, so --engine auto uses them without probing.
-    assert probes.resolve_engine("auto", "multi_worker") == "fit"
+    assert probes.engine_for("multi_worker")[0] == "fit"
 
 
 def test_a_probe_that_crashes_or_hangs_is_broken_and_the_others_still_answer():
@@ -100,17 +100,16 @@ def test_auto_engine_without_probes_uses_the_known_bugs_and_says_so():
     assert probes.cached_answers() is None
     engine, reason = probes.engine_for("multi_worker")
     assert engine == "loop" and "keras-team/keras#20585" in reason and "kerasdist doctor probes" in reason
-    assert probes.resolve_engine("auto", "central_storage") == "loop"
-    assert probes.resolve_engine("auto", "default") == "fit"
-    assert probes.resolve_engine("fit", "central_storage") == "fit"  # an explicit engine is kept
+    assert probes.engine_for("central_storage")[0] == "loop"
+    assert probes.engine_for("default")[0] == "fit"
 
 
 def test_cached_answers_of_other_versions_are_ignored(monkeypatch):
     probes.save_answers({"multi_worker_fit": {"bug_present": False, "detail": "works"}})
-    assert probes.resolve_engine("auto", "multi_worker") == "fit"
+    assert probes.engine_for("multi_worker")[0] == "fit"
     monkeypatch.setattr(probes, "versions", lambda: {"tensorflow": "9.0", "keras": "9.0"})
     assert probes.cached_answers() is None
-    assert probes.resolve_engine("auto", "multi_worker") == "loop"
+    assert probes.engine_for("multi_worker")[0] == "loop"
 
 
 def test_train_with_auto_engine_uses_the_loop_under_central_storage(sample_data, capsys):
@@ -156,6 +155,12 @@ def test_doctor_command_prints_the_table_and_json_last():
     table = done.stdout.splitlines()
     assert table[0].split()[:2] == ["status", "check"]
     assert any(line.startswith("OK") and "Python" in line for line in table)
+
+
+def test_a_bad_probe_timeout_is_one_line_and_exit_2():
+    done = run_cli("doctor", "--probe-timeout-s", "0", timeout=300)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "kerasdist: error: --probe-timeout-s must be > 0. Received: 0; try 60\n"
 
 
 @pytest.mark.slow
