@@ -1,7 +1,8 @@
-# The two commands of the README: `make demo` (the main job) and `make test` (all tests).
-# Each sets everything up first (scripts/setup.sh is idempotent).
+# The two commands of the README: `make demo` (the main job) and `make test` (all tests),
+# and `make lab` (the lessons in JupyterLab). Each sets everything up first (scripts/setup.sh
+# is idempotent; it picks the GPU build of TensorFlow when nvidia-smi finds a GPU).
 
-.PHONY: setup demo test
+.PHONY: setup demo test lab
 
 setup:
 	bash scripts/setup.sh
@@ -9,5 +10,11 @@ setup:
 demo: setup
 	.venv/bin/kerasdist compare --replicas 1,2 --epochs 3 --data auto --mode both --out results
 
-test: setup
+test:
+	bash scripts/setup.sh test
 	bash scripts/test.sh
+
+# Extra JupyterLab options: make lab LAB_ARGS="--port 8890 --no-browser"
+lab:
+	bash scripts/setup.sh lab
+	bash scripts/lab.sh $(LAB_ARGS)

@@ -25,8 +25,9 @@ def add_training_arguments(parser):
     parser.add_argument("--checkpoint-dir", default=None, help="checkpoints + metrics log; rerun to resume")
     parser.add_argument("--data", default="auto", help="auto | keras | sample | PATH.npz (default auto)")
     parser.add_argument("--seed", type=int, default=0, help="seeds weights, split and data order")
-    parser.add_argument("--engine", default="fit", choices=("fit", "loop"),
-                        help="Keras fit() or kerasdist's own loop (default fit)")
+    parser.add_argument("--engine", default="auto", choices=("auto", "fit", "loop"),
+                        help="Keras fit() or kerasdist's own loop; auto: what kerasdist doctor found "
+                             "for the strategy (default auto)")
     parser.add_argument("--strategy", default=None,
                         help="default | one_device | mirrored | central_storage | multi_worker "
                              "(default: mirrored if replicas > 1)")
@@ -95,7 +96,7 @@ def build_parser():
     compare.add_argument("--out", default="results", help="output directory (default results)")
     compare.add_argument("--data", default="auto")
     compare.add_argument("--seed", type=int, default=0)
-    compare.add_argument("--engine", default="fit", choices=("fit", "loop"))
+    compare.add_argument("--engine", default="auto", choices=("auto", "fit", "loop"))
     compare.add_argument("--mode", default="fixed-global",
                          choices=("fixed-global", "fixed-per-replica", "both"),
                          help="keep the global batch fixed, or the per-replica batch (with linear LR scaling)")
@@ -158,6 +159,13 @@ def build_parser():
                         help="on a filesystem every node sees (default checkpoints, beside the script)")
     script.add_argument("--kerasdist", default="kerasdist",
                         help="how the nodes run kerasdist (default kerasdist; e.g. ~/venv/bin/kerasdist)")
+
+    doctor = commands.add_parser("doctor", help="what this machine has, what each lesson needs, which engine")
+    doctor.add_argument("--no-probes", action="store_true",
+                        help="skip the probes of upstream bugs (use cached answers)")
+    doctor.add_argument("--probe-timeout-s", type=float, default=60,
+                        help="kill a probe after this many seconds (default 60)")
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object last")
     return parser
 
 
@@ -305,6 +313,16 @@ def run_slurm_script(args):
     ), end="")
 
 
+def run_doctor(args):
+    from kerasdist import doctor
+
+    if not args.probe_timeout_s > 0:
+        raise KerasdistError(f"--probe-timeout-s must be > 0. Received: {args.probe_timeout_s:g}; try 60")
+    report = doctor.diagnose(run_probes=not args.no_probes, probe_timeout_s=args.probe_timeout_s)
+    print(doctor.format_report(report), flush=True)
+    return report
+
+
 def main(argv=None):
     """Run the command line; return the exit status."""
     parser = build_parser()
@@ -325,5 +343,5 @@ def main(argv=None):
 
 COMMANDS = {
     "devices": run_devices, "train": run_train, "compare": run_compare,
-    "worker": run_worker, "launch": run_launch, "slurm-script": run_slurm_script,
+    "worker": run_worker, "launch": run_launch, "slurm-script": run_slurm_script, "doctor": run_doctor,
 }

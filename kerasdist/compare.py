@@ -95,7 +95,7 @@ def run_comparison(
         modes: one or both of ``MODES``.
         learning_rate: base learning rate.
         warmup_epochs: warm-up length for fixed_per_replica.
-        engine: "fit" or "loop".
+        engine: "fit", "loop" or "auto" (per strategy, see ``run_training``).
         verbose: 0 silent; 1 a progress bar across runs.
 
     Returns:

@@ -7,7 +7,7 @@ import keras
 import tensorflow as tf
 
 from kerasdist import data as data_module
-from kerasdist import loop
+from kerasdist import loop, probes
 from kerasdist.callbacks import CheckpointSaver, MetricsRecorder
 from kerasdist.checkpoint import CheckpointStore, RunPosition
 from kerasdist.devices import configure_replicas
@@ -116,8 +116,9 @@ def run_training(
         checkpoint_dir: where checkpoints and the metrics log go; None: no checkpoints.
         data: "auto", "keras", "sample", an .npz path, or a ``MnistData``.
         seed: seeds weights, validation split and data order.
-        engine: "fit" (Keras ``model.fit``) or "loop" (kerasdist's own loop,
-            required for multi_worker).
+        engine: "fit" (Keras ``model.fit``), "loop" (kerasdist's own loop,
+            required for multi_worker), or "auto": the engine ``kerasdist doctor``
+            found for the strategy (see ``probes.engine_for``).
         strategy: strategy name; default "mirrored" for replicas > 1, else "default".
         learning_rate: Adam's learning rate for one replica.
         scale_learning_rate: multiply the learning rate by ``replicas`` (linear scaling rule).
@@ -144,6 +145,7 @@ def run_training(
         True
     """
     strategy_name = strategy or ("mirrored" if replicas > 1 else "default")
+    engine, engine_reason = probes.engine_for(strategy_name) if engine == "auto" else (engine, None)
     _validate(replicas, epochs, global_batch_size, engine, strategy_name, save_every_steps)
     if strategy_name not in ("default", "multi_worker"):
         configure_replicas(replicas)
@@ -152,6 +154,8 @@ def run_training(
         keras.utils.set_random_seed(seed)
         tf.config.experimental.enable_op_determinism()
     distribution = make_strategy(strategy_name, replicas, collective_timeout_s, verbose=verbose > 0)
+    if engine_reason and verbose:
+        print(f"Engine {engine}: {engine_reason}.", flush=True)
     if strategy_name != "multi_worker" and distribution.num_replicas_in_sync != replicas:
         raise KerasdistError(
             f"strategy {strategy_name!r} runs {distribution.num_replicas_in_sync} replica(s), not "

@@ -7,9 +7,9 @@
 #       format_name: percent
 #       format_version: '1.3'
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Python (kerasdist)
 #     language: python
-#     name: python3
+#     name: kerasdist
 # ---
 
 # %% [markdown]

@@ -1,14 +1,80 @@
 #!/usr/bin/env bash
-# Set up everything kerasdist needs, idempotently: Debian's R and Slurm (when root and missing),
-# a virtualenv in .venv with the package and its test/R extras, and the R package in .Rlib.
+# Set up everything kerasdist needs, idempotently: Debian's R (when root and missing),
+# a virtualenv in .venv with the package and its extras, and the R package in .Rlib.
+#
+#   bash scripts/setup.sh              TensorFlow + the test and R extras (make setup, make demo)
+#   bash scripts/setup.sh lab          + the notebooks extra (JupyterLab; make lab)
+#   bash scripts/setup.sh test         + the notebooks extra and, as root, Debian's chromium and Slurm (make test)
+#   bash scripts/setup.sh --dry-run    print which TensorFlow build would be installed; change nothing
+#
+# TensorFlow build: the GPU build (tensorflow[and-cuda], the `gpu` extra) when an NVIDIA driver
+# answers (`nvidia-smi -L` lists a GPU), else the CPU build (`cpu` extra). KERASDIST_TF=cpu|gpu
+# overrides. Switching uninstalls the other build first; .venv/.installed records what is installed,
+# so a rerun with nothing changed installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite"
-# Slurm and munge: tests/test_slurm.py runs real jobs on a single-node Slurm it starts on 127.0.0.1.
-DEBIAN_PACKAGES="$DEBIAN_PACKAGES slurm-wlm munge"
+STAMP=.venv/.installed
 
+purpose=demo
+dry_run=""
+for arg in "$@"; do
+    case "$arg" in
+        --dry-run) dry_run=1 ;;
+        demo|lab|test) purpose=$arg ;;
+        *) echo "kerasdist: error: unknown set-up argument. Received: $arg; use lab, test or --dry-run" >&2; exit 2 ;;
+    esac
+done
+
+# Sets TF_BUILD (cpu|gpu) and TF_REASON; a bad KERASDIST_TF is a one-line error (exit 2).
+choose_tensorflow() {
+    case "${KERASDIST_TF:-auto}" in
+        cpu|gpu) TF_BUILD=$KERASDIST_TF; TF_REASON="KERASDIST_TF=$KERASDIST_TF" ;;
+        auto)
+            local gpus
+            if gpus=$(timeout 20 nvidia-smi -L 2>/dev/null) && [ -n "$gpus" ]; then
+                TF_BUILD=gpu; TF_REASON="nvidia-smi lists: $(echo "$gpus" | head -1)"
+            else
+                TF_BUILD=cpu; TF_REASON="no NVIDIA driver answered (nvidia-smi -L)"
+            fi ;;
+        *)
+            echo "kerasdist: error: KERASDIST_TF must be cpu or gpu. Received: KERASDIST_TF=$KERASDIST_TF;" \
+                 "unset it to choose by nvidia-smi" >&2
+            exit 2 ;;
+    esac
+}
+
+# The distributions of the TensorFlow build we are NOT installing that .venv holds now.
+other_build_installed() {
+    [ -x .venv/bin/python ] || return 0
+    .venv/bin/python - "$TF_BUILD" <<'PY'
+import sys
+from importlib import metadata
+names = [d.metadata["Name"].lower().replace("_", "-") for d in metadata.distributions()]
+if sys.argv[1] == "gpu":
+    other = [n for n in names if n == "tensorflow-cpu"]
+else:  # the GPU build: tensorflow itself and the CUDA wheels its and-cuda extra pulls in
+    other = [n for n in names if n == "tensorflow" or (n.startswith("nvidia-") and n.endswith("-cu12"))]
+print(" ".join(sorted(other)))
+PY
+}
+
+choose_tensorflow
+extras="$TF_BUILD test r"
+[ "$purpose" = demo ] || extras="$extras notebooks"
+if [ -n "$dry_run" ]; then
+    echo "TensorFlow build: $TF_BUILD ($TF_REASON)"
+    echo "would install: .[$(echo "$extras" | tr ' ' ,)]"
+    remove=$(other_build_installed)
+    [ -z "$remove" ] || echo "would first uninstall: $remove"
+    exit 0
+fi
+
+# make test also needs Debian's chromium (the JupyterLab browser test) and Slurm with munge
+# (tests/test_slurm.py runs real jobs on a single-node Slurm it starts on 127.0.0.1).
+[ "$purpose" = test ] && DEBIAN_PACKAGES="$DEBIAN_PACKAGES chromium slurm-wlm munge"
 missing=""
 if command -v dpkg-query >/dev/null; then
     for package in $DEBIAN_PACKAGES; do
@@ -21,17 +87,32 @@ if [ -n "$missing" ]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
     else
-        echo "Note: the R parts and the Slurm test need these Debian packages (run as root or with sudo):$missing" >&2
+        echo "Note: the R parts, the Slurm test and the browser test need these Debian packages (run as root or with sudo):$missing" >&2
     fi
 fi
 
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-if ! .venv/bin/python -c "import kerasdist, nbval, rpy2" 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
+# Reinstall when an extra is not in the stamp yet, pyproject.toml changed, or a package went missing.
+needed=""
+for extra in $extras; do
+    grep -qw "$extra" "$STAMP" 2>/dev/null || needed=1
+done
+if [ -n "$needed" ] || [ pyproject.toml -nt "$STAMP" ] || ! .venv/bin/python -c \
+        "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ('kerasdist', 'nbval', 'rpy2', 'tensorflow')))"; then
+    echo "TensorFlow build: $TF_BUILD ($TF_REASON)"
+    remove=$(other_build_installed)
+    if [ -n "$remove" ]; then
+        echo "Uninstalling the other TensorFlow build first: $remove"
+        .venv/bin/pip uninstall -q -y $remove
+    fi
+    # Keep the extras installed before (a later `make setup` must not drop the notebooks extra).
+    kept=$(tr ' ' '\n' < "$STAMP" 2>/dev/null | grep -vxE 'cpu|gpu' || true)
+    extras=$(echo $extras $kept | tr ' ' '\n' | awk 'NF && !seen[$0]++' | tr '\n' ' ')
     .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q -e ".[cpu,test,r]"
-    touch .venv/.installed
+    .venv/bin/pip install -q -e ".[$(echo $extras | tr ' ' ,)]"
+    echo "$extras" > "$STAMP"
 fi
 
 # The kerasdist R package, in a project-local library (.Rlib) that lessons and R users can add to .libPaths().

@@ -1,0 +1,371 @@
+"""``kerasdist doctor``: what this machine has, what each lesson needs, and which engine each strategy gets.
+
+Every check is one row: OK, missing or broken, what was found, who needs it,
+and for a problem the one command that fixes it. Anything that could crash or
+hang (R, rpy2's embedded R, the probes of upstream bugs) runs in a
+subprocess with a timeout, all at the same time.
+"""
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+from kerasdist import probes
+
+OK, MISSING, BROKEN = "OK", "missing", "broken"
+STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker")
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+R_PACKAGES = ("reticulate", "keras3", "tfdatasets", "tensorflow", "kerasdist")
+INSTALL_R_TWIN_PACKAGES = """Rscript -e 'install.packages(c("keras3", "tfdatasets", "tensorflow"))'"""
+INSTALL_R = "sudo apt-get install --no-install-recommends r-base-core r-cran-reticulate"
+INSTALL_GPU_BUILD = "KERASDIST_TF=gpu make setup"
+PYTHON_LESSONS = ("python", "tensorflow", "keras", "numpy")
+R_BRIDGE = ("r", "reticulate", "rpy2", "numpy_reticulate")
+LESSON_NEEDS = (
+    ("01-06 Python lessons", PYTHON_LESSONS),
+    ("00_R_with_reticulate_R", PYTHON_LESSONS + R_BRIDGE + ("kerasdist_r",)),
+    ("01-06 keras3 R twins (_R)", PYTHON_LESSONS + R_BRIDGE + ("keras3", "tfdatasets", "tensorflow_r")),
+)
+PROBE_NEEDED_BY = {
+    "multi_worker_fit": "05, kerasdist launch/worker",
+    "mirrored_steps_per_execution": "speed tips of 01 and 04",
+    "central_storage_metrics": "06_strategy_map",
+}
+FOUND_WIDTH = 60  # longer findings are cut in the table (kept whole in --json)
+
+
+@dataclasses.dataclass
+class Check:
+    """One row of the doctor's table.
+
+    ``required`` is False for parts only a GPU workstation needs: missing, they
+    are reported but not counted as problems. ``upstream`` marks a probe of a
+    Keras bug: broken there means "kerasdist picks the engine that avoids it".
+    """
+
+    key: str
+    name: str
+    status: str
+    found: str
+    needed_by: str
+    fix: str = ""
+    required: bool = True
+    upstream: bool = False
+
+    @property
+    def is_problem(self):
+        """A problem of this machine (upstream bugs are worked around, not fixed here)."""
+        return not self.upstream and (self.status == BROKEN or (self.status == MISSING and self.required))
+
+
+def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
+    """Check this machine for everything the lessons need; probe the upstream bugs.
+
+    Args:
+        run_probes: run the probes of the Keras bugs kerasdist works around (a
+            few seconds each, in parallel) and cache their answers for
+            ``--engine auto``; False uses the cached answers, or the bugs known
+            for Keras 3.15.
+        probe_timeout_s: seconds a probe may take before it is killed (then reported broken).
+        probe_commands: probe name -> argv run instead of the real probe (stand-ins for tests).
+
+    Returns:
+        A JSON-able dict: ``checks`` (rows), ``lessons`` (which are ready),
+        ``engines`` (strategy -> engine and reason), ``problems`` and ``seconds``.
+
+    Example:
+        >>> report = diagnose(run_probes=False)  # doctest: +SKIP
+        >>> report["engines"]["multi_worker"]["engine"]
+        'loop'
+    """
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        probe_future = pool.submit(probes.run_probes, probe_timeout_s, probe_commands) if run_probes else None
+        r_future = pool.submit(_r_packages_from_rscript)
+        rpy2_future = pool.submit(_r_packages_from_rpy2)
+        checks = _python_checks() + _gpu_checks()
+        r_found = r_future.result()
+        checks += _r_checks(r_found, rpy2_future.result())
+        answers = probe_future.result() if probe_future else {}
+    if answers:
+        probes.save_answers({name: answer for name, answer in answers.items() if not answer["failed"]})
+        checks += [_probe_check(probe, answers[probe.name]) for probe in probes.PROBES]
+    by_key = {check.key: check for check in checks}
+    lessons = []
+    for lesson, needs in LESSON_NEEDS:
+        missing = [by_key[key].name for key in needs if by_key[key].status != OK]
+        lessons.append({"lesson": lesson, "ready": not missing, "missing": missing})
+    engines = {}
+    for name in STRATEGIES:
+        engine, reason = probes.engine_for(name, answers or None)
+        engines[name] = {"engine": engine, "reason": reason}
+    return {
+        "checks": [dataclasses.asdict(check) for check in checks],
+        "lessons": lessons,
+        "engines": engines,
+        "problems": sum(check.is_problem for check in checks),
+        "upstream_bugs": sum(check.upstream and check.status != OK for check in checks),
+        "probe_cache": probes.cache_path() if answers else None,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def format_report(report):
+    """The report as the table ``kerasdist doctor`` prints.
+
+    Example:
+        >>> print(format_report(diagnose(run_probes=False)))  # doctest: +SKIP
+    """
+    rows = [("status", "check", "this machine", "needed by")]
+    fixes = {}
+    for check in report["checks"]:
+        found = check["found"]
+        found = found if len(found) <= FOUND_WIDTH else found[:FOUND_WIDTH - 3] + "..."
+        rows.append((check["status"], check["name"], found, check["needed_by"]))
+        if check["fix"] and check["status"] != OK:
+            fixes[len(rows) - 1] = check["fix"]
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    lines = []
+    for index, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
+        if index in fixes:
+            lines.append(" " * (widths[0] + widths[1] + 4) + "fix: " + fixes[index])
+    lines.append("")
+    lesson_width = max(len(lesson["lesson"]) for lesson in report["lessons"])
+    for lesson in report["lessons"]:
+        state = "ready" if lesson["ready"] else "needs " + ", ".join(lesson["missing"])
+        lines.append(f"lesson  {lesson['lesson'].ljust(lesson_width)}  {state}")
+    lines.append("")
+    for name, choice in report["engines"].items():
+        lines.append(f"engine  {name.ljust(15)} {choice['engine']:4}  {choice['reason']}")
+    if report["probe_cache"]:
+        shown = report["probe_cache"].replace(os.path.expanduser("~"), "~", 1)
+        lines.append(f"--engine auto uses these answers (saved in {shown} for this TensorFlow/Keras).")
+    problems, bugs = report["problems"], report["upstream_bugs"]
+    lines.append(f"{problems} problem{'s' * (problems != 1)} on this machine; "
+                 f"{bugs} upstream bug{'s' * (bugs != 1)} worked around by the engines above; "
+                 f"checks took {report['seconds']} s.")
+    return "\n".join(lines)
+
+
+# ---- Python, TensorFlow, GPUs ----
+
+def _version(distribution):
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _python_checks():
+    import keras
+    import numpy
+    import tensorflow as tf
+
+    python = platform.python_version()
+    supported = (3, 10) <= sys.version_info[:2] <= (3, 12)
+    installed = probes.versions()
+    both = "tensorflow" in installed and "tensorflow-cpu" in installed
+    build = "GPU build" if tf.test.is_built_with_cuda() else "CPU build"
+    distribution = "tensorflow-cpu" if "tensorflow-cpu" in installed else "tensorflow"
+    tensorflow_found = f"{tf.__version__}, {build} ({distribution})"
+    if both:
+        tensorflow_found = f"{tf.__version__}: tensorflow AND tensorflow-cpu installed"
+    numpy_major = int(numpy.__version__.split(".")[0])
+    return [
+        Check("python", "Python", OK if supported else BROKEN, python, "all lessons (3.10-3.12)",
+              "" if supported else "python3.12 -m venv .venv && make setup"),
+        Check("tensorflow", "TensorFlow", BROKEN if both else OK, tensorflow_found, "all lessons (2.21)",
+              "make setup" if both else ""),
+        Check("keras", "Keras", OK, keras.__version__, "all lessons (3.15+)"),
+        Check("numpy", "NumPy", OK, numpy.__version__ + (" (NumPy 2)" if numpy_major >= 2 else ""),
+              "all lessons"),
+    ]
+
+
+def _nvidia_gpus():
+    """``[(name, memory MiB)]`` from nvidia-smi, or None when there is no working NVIDIA driver."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"]
+        done = subprocess.run(query, capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode:
+        return None
+    gpus = []
+    for line in done.stdout.strip().splitlines():
+        name, _, memory = line.rpartition(",")
+        gpus.append((name.strip(), int(memory) if memory.strip().isdigit() else None))
+    return gpus
+
+
+def _gpu_checks():
+    import tensorflow as tf
+
+    driver_gpus = _nvidia_gpus()
+    tf_gpus = tf.config.list_physical_devices("GPU")
+    info = tf.sysconfig.get_build_info()
+    cuda_build = bool(info.get("is_cuda_build"))
+    cores = os.cpu_count()
+    optional = "optional: lessons use virtual CPU replicas"
+    if driver_gpus is None and not tf_gpus:
+        gpus = Check("gpus", "GPUs", MISSING, "none (no NVIDIA driver answers nvidia-smi)",
+                     optional, required=False)
+    elif not tf_gpus:
+        gpus = Check("gpus", "GPUs", BROKEN,
+                     f"nvidia-smi lists {len(driver_gpus)}, TensorFlow sees 0", "GPU speed in every lesson",
+                     INSTALL_GPU_BUILD if not cuda_build else
+                     '.venv/bin/pip install --force-reinstall "tensorflow[and-cuda]>=2.21,<2.22"')
+    else:
+        described = ", ".join(f"{name} ({memory} MiB)" if memory else name
+                              for name, memory in driver_gpus or [])
+        gpus = Check("gpus", "GPUs", OK, f"TensorFlow sees {len(tf_gpus)}: {described or 'no nvidia-smi'}",
+                     "GPU speed in every lesson")
+    if cuda_build:
+        cuda = Check("cuda", "CUDA / cuDNN (TF build)", OK if tf_gpus else MISSING,
+                     f"CUDA {info.get('cuda_version', '?')}, cuDNN {info.get('cudnn_version', '?')}",
+                     "GPUs", required=bool(driver_gpus))
+    else:
+        cuda = Check("cuda", "CUDA / cuDNN (TF build)", MISSING, "none: CPU build of TensorFlow", "GPUs",
+                     INSTALL_GPU_BUILD if driver_gpus else "", required=bool(driver_gpus))
+    nccl = _version("nvidia-nccl-cu12")
+    several = len(tf_gpus) > 1
+    nccl_check = Check("nccl", "NCCL", OK if nccl else MISSING,
+                       f"nvidia-nccl-cu12 {nccl}" if nccl else "none",
+                       "mirrored on several GPUs (all-reduce)",
+                       ".venv/bin/pip install nvidia-nccl-cu12" if several and not nccl else "",
+                       required=several)
+    if len(tf_gpus) > 1:
+        gpu_replicas = f"{len(tf_gpus)} (one per GPU)"
+    elif tf_gpus:
+        gpu_replicas = "any N logical (1 GPU split, 2 GiB each)"
+    else:
+        gpu_replicas = "0"
+    replicas = Check("replicas", "Replicas per device kind", OK,
+                     f"CPU: any N virtual ({cores} cores); GPU: {gpu_replicas}; workers: 1 each",
+                     "01-06 use 2")
+    return [gpus, cuda, nccl_check, replicas]
+
+
+# ---- R, its packages, rpy2 ----
+
+def _r_library_code():
+    """R code giving a named character vector: R's version and each of R_PACKAGES' version ("" if absent)."""
+    library = os.path.join(PROJECT_ROOT, ".Rlib")
+    prepend = f".libPaths(c({json.dumps(library)}, .libPaths())); " if os.path.isdir(library) else ""
+    packages = ", ".join(json.dumps(name) for name in R_PACKAGES)
+    return ("{ " + prepend + "c(R = paste(R.version$major, R.version$minor, sep = '.'), "
+            f"sapply(c({packages}), function(p) tryCatch(as.character(utils::packageVersion(p)), "
+            "error = function(e) ''))) }")
+
+
+def _r_packages_from_rscript():
+    """``{"R": version, package: version or ""}`` from Rscript, or ``{"error": ...}``."""
+    if shutil.which("Rscript") is None:
+        return {"error": "R not found"}
+    code = f"v <- {_r_library_code()}; cat(paste0(names(v), '=', v), sep = '\\n')"
+    try:
+        done = subprocess.run(["Rscript", "-e", code], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {"error": "Rscript hung (killed after 60 s)"}
+    if done.returncode:
+        return {"error": f"Rscript failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"}
+    return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+
+def _r_packages_from_rpy2():
+    """The same as seen by R embedded in Python through rpy2, plus ``rpy2``'s version."""
+    if _version("rpy2") is None:
+        return {"error": "rpy2 not installed"}
+    code = (
+        "import json, os, rpy2\n"
+        "from rpy2 import robjects\n"
+        f"found = robjects.r({_r_library_code()!r})\n"
+        "print(json.dumps({'rpy2': rpy2.__version__, **dict(zip(found.names, found))}), flush=True)\n"
+        "os._exit(0)\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                              start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return {"error": "embedded R hung (killed after 60 s)"}
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"error": f"embedding R failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:120]}"}
+
+
+def _version_tuple(text):
+    return tuple(int(part) for part in text.split(".")[:3] if part.isdigit())
+
+
+def _r_checks(found, embedded):
+    r_ok = "error" not in found
+    r_twins = "01-06 keras3 R twins"
+    checks = [Check("r", "R", OK if r_ok else MISSING, found.get("R") or found["error"], "all _R notebooks",
+                    "" if r_ok else INSTALL_R)]
+    reticulate = found.get("reticulate", "")
+    checks.append(Check(
+        "reticulate", "reticulate (R)", OK if reticulate else MISSING,
+        (reticulate + (" (keras3 needs >= 1.42)" if _version_tuple(reticulate) < (1, 42) else ""))
+        or "not installed",
+        "R package, _R notebooks (>= 1.28)", "" if reticulate else INSTALL_R))
+    for key, package, needed_by, fix in (
+        ("kerasdist_r", "kerasdist", "00_R_with_reticulate_R, R users", "make setup"),
+        ("keras3", "keras3", r_twins, INSTALL_R_TWIN_PACKAGES),
+        ("tfdatasets", "tfdatasets", r_twins, INSTALL_R_TWIN_PACKAGES),
+        ("tensorflow_r", "tensorflow", r_twins, INSTALL_R_TWIN_PACKAGES),
+    ):
+        version = found.get(package, "")
+        checks.append(Check(key, f"{package} (R)", OK if version else MISSING, version or "not installed",
+                            needed_by, "" if version else fix))
+    checks.append(_rpy2_check(found, embedded))
+    checks.append(_numpy_reticulate_check(reticulate))
+    return checks
+
+
+def _rpy2_check(found, embedded):
+    fix = '.venv/bin/pip install --force-reinstall --no-cache-dir "rpy2==3.5.*"'
+    if "error" in embedded:
+        return Check("rpy2", "rpy2 (embedded R)", MISSING if "not installed" in embedded["error"] else BROKEN,
+                     embedded["error"], "all _R notebooks (%%R cells)", fix)
+    seen = [name for name in R_PACKAGES if embedded.get(name)]
+    lost = [name for name in R_PACKAGES if found.get(name) and not embedded.get(name)]
+    text = f"{embedded['rpy2']}, R {embedded.get('R')} finds {', '.join(seen) or 'no kerasdist packages'}"
+    if lost:
+        return Check("rpy2", "rpy2 (embedded R)", BROKEN, f"{text}; not {', '.join(lost)} (Rscript does)",
+                     "all _R notebooks (%%R cells)", fix)
+    return Check("rpy2", "rpy2 (embedded R)", OK, text, "all _R notebooks (%%R cells)")
+
+
+def _numpy_reticulate_check(reticulate):
+    import numpy
+
+    name, needed_by = "NumPy vs reticulate", "R package, _R notebooks"
+    if not reticulate:
+        return Check("numpy_reticulate", name, MISSING, "no reticulate", needed_by, INSTALL_R)
+    numpy_2 = int(numpy.__version__.split(".")[0]) >= 2
+    if numpy_2 and _version_tuple(reticulate) < (1, 38):
+        return Check("numpy_reticulate", name, BROKEN,
+                     f"NumPy {numpy.__version__} with reticulate {reticulate} (< 1.38 rejects NumPy 2)",
+                     needed_by, '.venv/bin/pip install "numpy<2"')
+    return Check("numpy_reticulate", name, OK, f"NumPy {numpy.__version__} with reticulate {reticulate}",
+                 needed_by)
+
+
+# ---- Probes of upstream bugs ----
+
+def _probe_check(probe, answer):
+    engine, _ = probes.engine_for(probe.strategy, {probe.name: answer})
+    return Check(probe.name, probe.title, BROKEN if answer["bug_present"] else OK,
+                 f"engine {engine}: {answer['detail']}", f"{PROBE_NEEDED_BY[probe.name]} ({probe.issue})",
+                 probe.advice if answer["bug_present"] else "", upstream=True)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Open the lessons in JupyterLab with the project's kernel (`make lab` sets up first).
+#
+# Registers the kernel "Python (kerasdist)" (name kerasdist, the kernel the lessons ask for) inside
+# .venv, so it does not touch your own Jupyter; KERASDIST_KERNEL=user registers it for your user
+# instead. Arguments go to `jupyter lab` (e.g. --port 8890 --no-browser); it prints the URL to open.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+case "${KERASDIST_KERNEL:-env}" in
+    env) where=--sys-prefix ;;
+    user) where=--user ;;
+    *) echo "kerasdist: error: KERASDIST_KERNEL must be env or user. Received: KERASDIST_KERNEL=$KERASDIST_KERNEL;" \
+            "unset it to register the kernel inside .venv" >&2
+       exit 2 ;;
+esac
+[ -x .venv/bin/jupyter-lab ] || { echo "kerasdist: error: JupyterLab is not in .venv; run make lab" >&2; exit 2; }
+.venv/bin/python -m ipykernel install "$where" --name kerasdist --display-name "Python (kerasdist)" >/dev/null
+echo "Kernel \"Python (kerasdist)\" registered (${where#--}); starting JupyterLab on notebooks/ ..."
+root=()
+[ "$(id -u)" = 0 ] && root=(--allow-root)  # Jupyter refuses root without it (containers, CI)
+exec .venv/bin/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 "${root[@]}" "$@"

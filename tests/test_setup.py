@@ -1,0 +1,81 @@
+"""Tests for scripts/setup.sh: the TensorFlow build it installs, the override, reruns that change nothing."""
+
+import os
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_LINE = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)"
+
+
+def _installed_build():
+    """"cpu" or "gpu": the TensorFlow build of the environment running the tests."""
+    try:
+        metadata.version("tensorflow-cpu")
+        return "cpu"
+    except metadata.PackageNotFoundError:
+        return "gpu"
+
+
+def _dry_run(tmp_path, nvidia_smi=None, **environment):
+    """Run ``setup.sh --dry-run`` with only the system's tools on PATH, plus a stand-in nvidia-smi."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if nvidia_smi is not None:
+        stand_in = bin_dir / "nvidia-smi"
+        stand_in.write_text(f"#!/bin/sh\n{nvidia_smi}\n")
+        stand_in.chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if key != "KERASDIST_TF"}
+    env.update(PATH=f"{bin_dir}:/usr/bin:/bin", **environment)
+    return subprocess.run(["bash", "scripts/setup.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "nvidia_smi, environment, build",
+    [
+        (f'echo "{GPU_LINE}"', {}, "gpu"),                           # a driver that lists a GPU
+        (None, {}, "cpu"),                                           # no nvidia-smi at all
+        ('echo "NVIDIA-SMI has failed: no driver" >&2; exit 9', {}, "cpu"),  # nvidia-smi without a driver
+        (f'echo "{GPU_LINE}"', {"KERASDIST_TF": "cpu"}, "cpu"),      # the override wins
+        (None, {"KERASDIST_TF": "gpu"}, "gpu"),
+    ],
+)
+def test_setup_picks_the_tensorflow_build(tmp_path, nvidia_smi, environment, build):
+    done = _dry_run(tmp_path, nvidia_smi, **environment)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"TensorFlow build: {build} (")
+    assert lines[1] == f"would install: .[{build},test,r]"
+    if nvidia_smi and not environment:
+        assert GPU_LINE in lines[0] if build == "gpu" else "no NVIDIA driver" in lines[0]
+    # Switching builds removes the other one first, so both are never installed together.
+    other = {"cpu": "tensorflow-cpu", "gpu": "tensorflow"}[_installed_build()]
+    if build != _installed_build():
+        assert lines[2].startswith("would first uninstall: ") and other in lines[2].split()
+    else:
+        assert len(lines) == 2
+
+
+def test_setup_rejects_an_unknown_build(tmp_path):
+    done = _dry_run(tmp_path, KERASDIST_TF="tpu")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip() == ("kerasdist: error: KERASDIST_TF must be cpu or gpu. "
+                                   "Received: KERASDIST_TF=tpu; unset it to choose by nvidia-smi")
+
+
+def test_rerunning_setup_installs_nothing():
+    stamp = ROOT / ".venv" / ".installed"
+    installed = stamp.read_text().split() if stamp.exists() else []
+    if not {"test", "r", "notebooks"} <= set(installed):
+        pytest.skip("set up with `bash scripts/setup.sh test` first (make test does)")
+    env = dict(os.environ, KERASDIST_TF=next(extra for extra in installed if extra in ("cpu", "gpu")))
+    done = subprocess.run(["bash", "scripts/setup.sh", "test"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "TensorFlow build" not in done.stdout and "Uninstalling" not in done.stdout
+    assert stamp.read_text().split() == installed
