@@ -8,11 +8,19 @@ import json
 import os
 import sys
 
-from kerasdist import cluster
-from kerasdist.errors import KerasdistError
+from kerasdist import cluster, validation
+from kerasdist.errors import KerasdistError, TrainingDivergedError
 
 EXIT_USER_ERROR = 2
 EXIT_WORKER_FAILED = 1
+EXIT_DIVERGED = 3
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line (no usage block), like every other error."""
+
+    def error(self, message):
+        self.exit(EXIT_USER_ERROR, f"kerasdist: error: {message}; see {self.prog} --help\n")
 
 
 def add_training_arguments(parser):
@@ -73,7 +81,7 @@ def _replica_list(text):
 
 def build_parser():
     """The argparse parser for every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="kerasdist",
         description="Synchronous data-parallel training of an MNIST MLP with Keras and tf.distribute.",
     )
@@ -199,10 +207,19 @@ def run_compare(args):
     return result.to_dict()
 
 
+def check_cluster_options(args):
+    """Check the training and timeout options of ``worker`` and ``launch`` before any process starts."""
+    validation.training_options(**training_options(args))
+    validation.number("collective_timeout_s", args.collective_timeout_s, 0.0, inclusive=False, fix="try 60")
+    validation.number("evaluator_idle_timeout_s", args.evaluator_idle_timeout_s, 0.0, inclusive=False,
+                      fix="try 600")
+
+
 def run_worker(args):
     from kerasdist import roles
     from kerasdist.checkpoint import atomic_write_text
 
+    check_cluster_options(args)
     task = cluster.parse_tf_config(os.environ.get("TF_CONFIG"))
     if args.strategy not in (None, "multi_worker"):
         raise KerasdistError(
@@ -226,13 +243,17 @@ def run_worker(args):
 def run_launch(args):
     from kerasdist import launcher
 
-    try:
-        ports = [int(part) for part in args.ports.split(",")] if args.ports else None
-    except ValueError:
-        raise KerasdistError(
-            f"ports must be comma-separated numbers. Received: --ports {args.ports}"
-        ) from None
-    cluster.check_worker_options(args.replicas, args.global_batch_size, args.workers)
+    workers = validation.workers(args.workers)
+    check_cluster_options(args)
+    ports = None
+    if args.ports is not None:
+        try:
+            ports = [int(part) for part in args.ports.split(",")]
+        except ValueError:
+            validation.fail("ports", "comma-separated numbers", "ports", args.ports,
+                            "pick free ports such as 23456,23457, or leave --ports out")
+        ports = validation.ports(ports, workers + (1 if args.evaluator else 0))
+    cluster.check_worker_options(args.replicas, args.global_batch_size, workers)
     if args.evaluator and args.checkpoint_dir is None:
         raise KerasdistError(
             "--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes there"
@@ -268,8 +289,8 @@ def main(argv=None):
     try:
         record = COMMANDS[args.command](args)
     except KerasdistError as error:
-        print(f"kerasdist: error: {error}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        print(f"kerasdist: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return EXIT_DIVERGED if isinstance(error, TrainingDivergedError) else EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("kerasdist: interrupted; rerun the same command to resume from the last checkpoint",
               file=sys.stderr)
