@@ -15,8 +15,8 @@ import numpy as np
 
 from kerasdist.errors import TrainingDivergedError
 
-ADVICE = ("try a 10x smaller --learning-rate (or --warmup-epochs 1), then rerun the same command: "
-          "it resumes from the last good checkpoint")
+ADVICE = ("try a 10x smaller --learning-rate (or --warmup-epochs 1) and rerun: with --checkpoint-dir "
+          "training resumes from the last good checkpoint")
 
 
 def check_losses(losses, epoch, first_step):
@@ -32,7 +32,7 @@ def check_losses(losses, epoch, first_step):
         >>> check_losses([0.5, float("nan")], epoch=0, first_step=1)
         Traceback (most recent call last):
         ...
-        kerasdist.errors.TrainingDivergedError: the training loss must be finite. Received: loss=nan at epoch 1, step 2; try a 10x smaller --learning-rate (or --warmup-epochs 1), then rerun the same command: it resumes from the last good checkpoint
+        kerasdist.errors.TrainingDivergedError: the training loss must be finite. Received: loss=nan at epoch 1, step 2; try a 10x smaller --learning-rate (or --warmup-epochs 1) and rerun: with --checkpoint-dir training resumes from the last good checkpoint
     """
     finite = np.isfinite(np.asarray(losses, dtype="float64"))
     if not finite.all():

@@ -182,6 +182,10 @@ def run_training(
         }
         store = CheckpointStore(checkpoint_dir, model, run_config)
     position = store.restore() if store else RunPosition()
+    if position.path and not callable(rate):
+        # The checkpoint restored the rate it was saved with: train on with this run's (e.g. a smaller one
+        # after the run diverged).
+        model.optimizer.learning_rate = rate
     log = MetricsLog(checkpoint_dir)
     log.resume(position.global_step)
     context = TrainingContext(
