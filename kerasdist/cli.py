@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from kerasdist import cluster, validation
+from kerasdist import _import_tensorflow_quietly, cluster, data, validation
 from kerasdist.errors import KerasdistError, TrainingDivergedError
 
 EXIT_USER_ERROR = 2
@@ -207,6 +207,36 @@ def run_compare(args):
     return result.to_dict()
 
 
+def check_options(args):
+    """The checks of a command's options that need no TensorFlow (the command repeats them)."""
+    if args.command == "train":
+        validation.training_options(**training_options(args))
+    if args.command in ("worker", "launch"):
+        check_cluster_options(args)
+    if args.command == "launch":
+        launch_ports(args)
+    if args.command != "devices" and args.data not in data.SOURCES:
+        data.load_mnist(args.data, args.seed, verbose=False)  # a data file: check its arrays now
+    if args.command == "devices":
+        validation.integer("replicas", args.replicas, 1, fix="use 1 for one device, or the replicas you want")
+    if args.command == "compare":
+        validation.training_options(epochs=args.epochs, global_batch_size=args.global_batch_size, seed=args.seed,
+                                    engine=args.engine, warmup_epochs=args.warmup_epochs)
+
+
+def launch_ports(args):
+    """The checked ``--ports`` of ``launch`` as ints (None: pick free ones); checks ``--workers`` too."""
+    workers = validation.workers(args.workers)
+    if args.ports is None:
+        return None
+    try:
+        ports = [int(part) for part in args.ports.split(",")]
+    except ValueError:
+        validation.fail("ports", "comma-separated numbers", "ports", args.ports,
+                        "pick free ports such as 23456,23457, or leave --ports out")
+    return validation.ports(ports, workers + (1 if args.evaluator else 0))
+
+
 def check_cluster_options(args):
     """Check the training and timeout options of ``worker`` and ``launch`` before any process starts."""
     validation.training_options(**training_options(args))
@@ -219,7 +249,6 @@ def run_worker(args):
     from kerasdist import roles
     from kerasdist.checkpoint import atomic_write_text
 
-    check_cluster_options(args)
     task = cluster.parse_tf_config(os.environ.get("TF_CONFIG"))
     if args.strategy not in (None, "multi_worker"):
         raise KerasdistError(
@@ -243,17 +272,8 @@ def run_worker(args):
 def run_launch(args):
     from kerasdist import launcher
 
-    workers = validation.workers(args.workers)
-    check_cluster_options(args)
-    ports = None
-    if args.ports is not None:
-        try:
-            ports = [int(part) for part in args.ports.split(",")]
-        except ValueError:
-            validation.fail("ports", "comma-separated numbers", "ports", args.ports,
-                            "pick free ports such as 23456,23457, or leave --ports out")
-        ports = validation.ports(ports, workers + (1 if args.evaluator else 0))
-    cluster.check_worker_options(args.replicas, args.global_batch_size, workers)
+    ports = launch_ports(args)
+    cluster.check_worker_options(args.replicas, args.global_batch_size, args.workers)
     if args.evaluator and args.checkpoint_dir is None:
         raise KerasdistError(
             "--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes there"
@@ -287,6 +307,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_options(args)
+        _import_tensorflow_quietly()  # after the checks: a mistake is reported without waiting for it
         record = COMMANDS[args.command](args)
     except KerasdistError as error:
         print(f"kerasdist: error: {' '.join(str(error).split())}", file=sys.stderr)

@@ -161,7 +161,8 @@ def _checked_plan(replicas, modes):
         validation.fail("replicas", "a list of integers >= 1", "replicas", replicas, "try (1, 2)")
     counts = sorted({validation.integer("replicas", n, 1, fix="try (1, 2)") for n in replicas})
     if not counts:
-        validation.fail("replicas", "a non-empty list of integers >= 1", "replicas", list(replicas), "try (1, 2)")
+        validation.fail("replicas", "a non-empty list of integers >= 1", "replicas", list(replicas),
+                        "try (1, 2)")
     modes = (modes,) if isinstance(modes, str) else tuple(modes)
     if not modes or any(mode not in MODES for mode in modes):
         validation.fail("modes", f"among {', '.join(MODES)}", "modes", list(modes), "try ('fixed_global',)")

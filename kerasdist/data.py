@@ -6,7 +6,6 @@ import os
 import socket
 
 import numpy as np
-import tensorflow as tf
 
 from kerasdist import validation as validation_checks
 from kerasdist.errors import KerasdistError
@@ -93,8 +92,10 @@ def load_mnist(source="auto", seed=0, verbose=True):
     elif source.endswith(".npz") or os.path.sep in source or os.path.exists(source):
         data = _from_npz(source, seed)
     else:
-        validation_checks.fail("data", "auto, keras, sample or the path of an .npz file (unknown data source)",
-                               "data", source, "an .npz file holds x_train, y_train, x_test, y_test")
+        validation_checks.fail(
+            "data", "auto, keras, sample or the path of an .npz file (unknown data source)", "data", source,
+            "an .npz file holds x_train, y_train, x_test, y_test",
+        )
     if verbose:
         print(data.summary(), flush=True)
     return data
@@ -227,6 +228,8 @@ def train_dataset(x, y, global_batch_size, seed, first_epoch, last_epoch, skip_b
     Example:
         >>> ds = train_dataset(data.x_train, data.y_train, 64, 0, 0, 3)  # doctest: +SKIP
     """
+    import tensorflow as tf  # here, not at the top: loading and checking data needs no TensorFlow
+
     examples = tf.data.Dataset.from_tensor_slices((x, y)).cache()
     epochs = [
         examples.shuffle(len(y), seed=epoch_seed(seed, epoch), reshuffle_each_iteration=False)
@@ -239,12 +242,16 @@ def train_dataset(x, y, global_batch_size, seed, first_epoch, last_epoch, skip_b
 
 def eval_dataset(x, y, global_batch_size):
     """Batched, cached, prefetched evaluation data (no shuffling)."""
+    import tensorflow as tf
+
     examples = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch_size)
     return _with_data_sharding(examples.cache().prefetch(tf.data.AUTOTUNE))
 
 
 def _with_data_sharding(dataset):
     # Several workers each take every k-th batch instead of needing one file per worker.
+    import tensorflow as tf
+
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options)

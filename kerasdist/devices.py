@@ -37,7 +37,8 @@ def configure_replicas(num_replicas, device_type="auto", gpu_memory_mb=2048):
         >>> kerasdist.configure_replicas(2)  # doctest: +SKIP
         ['/device:CPU:0', '/device:CPU:1']
     """
-    num_replicas = validation.integer("replicas", num_replicas, 1, fix="use 1 for one device, or the replicas you want")
+    num_replicas = validation.integer("replicas", num_replicas, 1,
+                                      fix="use 1 for one device, or the replicas you want")
     gpu_memory_mb = validation.integer("gpu_memory_mb", gpu_memory_mb, 1, fix="try 2048")
     if device_type not in DEVICE_TYPES:
         raise KerasdistError(

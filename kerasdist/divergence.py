@@ -15,8 +15,10 @@ import numpy as np
 
 from kerasdist.errors import TrainingDivergedError
 
-ADVICE = ("try a 10x smaller --learning-rate (or --warmup-epochs 1) and rerun: with --checkpoint-dir "
-          "training resumes from the last good checkpoint")
+ADVICE = (
+    "try a 10x smaller --learning-rate (or --warmup-epochs 1) and rerun: with --checkpoint-dir "
+    "training resumes from the last good checkpoint"
+)
 
 
 def check_losses(losses, epoch, first_step):
@@ -59,7 +61,9 @@ def check_weights(model, epoch, step_in_epoch):
     variables = list(model.weights) + list(model.optimizer.variables)
     bad = next((v for v in variables if not np.isfinite(np.asarray(v.numpy())).all()), None)
     if bad is not None:
-        where = f"the end of epoch {epoch}" if step_in_epoch == 0 else f"epoch {epoch + 1}, step {step_in_epoch}"
+        where = (
+            f"the end of epoch {epoch}" if step_in_epoch == 0 else f"epoch {epoch + 1}, step {step_in_epoch}"
+        )
         raise TrainingDivergedError(
             f"the weights must be finite before a checkpoint is written. Received: NaN or inf in "
             f"{bad.path} at {where}; {ADVICE}"

@@ -10,8 +10,8 @@ from kerasdist import data as data_module
 from kerasdist import loop, validation
 from kerasdist.callbacks import CheckpointSaver, MetricsRecorder
 from kerasdist.checkpoint import CheckpointStore, RunPosition
-from kerasdist.divergence import DivergenceGuard
 from kerasdist.devices import configure_replicas
+from kerasdist.divergence import DivergenceGuard
 from kerasdist.errors import KerasdistError
 from kerasdist.metrics_log import MetricsLog
 from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
@@ -147,10 +147,10 @@ def run_training(
         warmup_epochs, save_every_steps, log_every_steps, steps_per_execution, collective_timeout_s, verbose,
         jit_compile, scale_learning_rate, deterministic,
     )
-    replicas, epochs, global_batch_size, seed = (options[k] for k in ("replicas", "epochs", "global_batch_size",
-                                                                       "seed"))
-    learning_rate, warmup_epochs = options["learning_rate"], options["warmup_epochs"]
+    replicas, epochs, global_batch_size = options["replicas"], options["epochs"], options["global_batch_size"]
+    seed, learning_rate, warmup_epochs = options["seed"], options["learning_rate"], options["warmup_epochs"]
     save_every_steps, log_every_steps = options["save_every_steps"], options["log_every_steps"]
+    steps_per_execution, verbose = options["steps_per_execution"], options["verbose"]
     strategy_name = strategy or ("mirrored" if replicas > 1 else "default")
     if strategy_name not in ("default", "multi_worker"):
         configure_replicas(replicas)
@@ -241,7 +241,8 @@ def _train_with_fit(context):
     """Train the remaining epochs with ``model.fit``; return (samples trained, seconds)."""
     steps = context.steps_per_epoch
     recorder = MetricsRecorder(context.log, steps, context.global_batch_size, context.log_every_steps)
-    callbacks = [DivergenceGuard(), recorder]  # the guard first: it raises before a bad step is logged or saved
+    # The guard first: it raises before a bad step is logged or saved.
+    callbacks = [DivergenceGuard(), recorder]
     if context.store:
         callbacks.append(CheckpointSaver(context.store, steps, context.save_every_steps))
     epoch, skip = context.position.epoch, context.position.step_in_epoch

@@ -58,7 +58,11 @@ def integer(name, value, minimum=None, limit=None, fix="", rule=None):
         3
     """
     number = _whole(value)
-    if number is None or (minimum is not None and number < minimum) or (limit is not None and number >= limit):
+    if (
+        number is None
+        or (minimum is not None and number < minimum)
+        or (limit is not None and number >= limit)
+    ):
         if rule is None:
             rule = "an integer" + (f" >= {minimum}" if minimum is not None else "")
             rule += f" and < {limit}" if limit is not None else ""
@@ -68,7 +72,11 @@ def integer(name, value, minimum=None, limit=None, fix="", rule=None):
 
 def optional_integer(name, value, minimum=1, fix=""):
     """Like ``integer`` with ``None`` allowed (meaning "off" or "default")."""
-    return None if value is None else integer(name, value, minimum, fix=fix, rule=f"None or an integer >= {minimum}")
+    return (
+        None
+        if value is None
+        else integer(name, value, minimum, fix=fix, rule=f"an integer >= {minimum} (or None)")
+    )
 
 
 def number(name, value, minimum=0.0, inclusive=True, fix=""):
@@ -111,10 +119,26 @@ def path(name, value, fix):
     return text
 
 
-def training_options(replicas=1, epochs=3, global_batch_size=64, checkpoint_dir=None, data="auto", seed=0,
-                     engine="fit", strategy=None, learning_rate=1e-3, warmup_epochs=0, save_every_steps=None,
-                     log_every_steps=None, steps_per_execution=50, collective_timeout_s=None, verbose=1,
-                     jit_compile=False, scale_learning_rate=False, deterministic=True):
+def training_options(
+    replicas=1,
+    epochs=3,
+    global_batch_size=64,
+    checkpoint_dir=None,
+    data="auto",
+    seed=0,
+    engine="fit",
+    strategy=None,
+    learning_rate=1e-3,
+    warmup_epochs=0,
+    save_every_steps=None,
+    log_every_steps=None,
+    steps_per_execution=50,
+    collective_timeout_s=None,
+    verbose=1,
+    jit_compile=False,
+    scale_learning_rate=False,
+    deterministic=True,
+):
     """Check the ``run_training`` options; return them normalised (ints as int).
 
     ``data`` is only checked to be a non-empty name or path here (or an object such
@@ -132,23 +156,29 @@ def training_options(replicas=1, epochs=3, global_batch_size=64, checkpoint_dir=
         replicas=replicas,
         epochs=integer("epochs", epochs, 1, fix="epochs is the total to reach, e.g. 3"),
         global_batch_size=integer("global_batch_size", global_batch_size, 1, fix="try 64"),
-        checkpoint_dir=None if checkpoint_dir is None else path(
-            "checkpoint_dir", checkpoint_dir, "name a folder, or leave it out for no checkpoints"),
-        data=data if not isinstance(data, (str, bytes)) and not hasattr(data, "__fspath__") else path(
-            "data", data, "use auto, keras, sample or the path of an .npz file"),
+        checkpoint_dir=None
+        if checkpoint_dir is None
+        else path("checkpoint_dir", checkpoint_dir, "name a folder, or leave it out for no checkpoints"),
+        data=data
+        if not isinstance(data, (str, bytes)) and not hasattr(data, "__fspath__")
+        else path("data", data, "use auto, keras, sample or the path of an .npz file"),
         seed=random_seed(seed),
         engine=choice("engine", engine, ENGINES),
         strategy=None if strategy is None else _strategy_name(strategy),
         learning_rate=number("learning_rate", learning_rate, 0.0, inclusive=False, fix="try 0.001"),
         warmup_epochs=number("warmup_epochs", warmup_epochs, 0.0, fix="use 0 for no warm-up, or e.g. 1"),
-        save_every_steps=optional_integer("save_every_steps", save_every_steps,
-                                          fix="leave it out to save at epoch ends only"),
-        log_every_steps=optional_integer("log_every_steps", log_every_steps,
-                                         fix="leave it out for about 100 records per epoch"),
-        steps_per_execution=integer("steps_per_execution", steps_per_execution, 1,
-                                    fix="use 1 for one step per call, or e.g. 50"),
-        collective_timeout_s=None if collective_timeout_s is None else number(
-            "collective_timeout_s", collective_timeout_s, 0.0, inclusive=False, fix="try 60"),
+        save_every_steps=optional_integer(
+            "save_every_steps", save_every_steps, fix="leave it out to save at epoch ends only"
+        ),
+        log_every_steps=optional_integer(
+            "log_every_steps", log_every_steps, fix="leave it out for about 100 records per epoch"
+        ),
+        steps_per_execution=integer(
+            "steps_per_execution", steps_per_execution, 1, fix="use 1 for one step per call, or e.g. 50"
+        ),
+        collective_timeout_s=None
+        if collective_timeout_s is None
+        else number("collective_timeout_s", collective_timeout_s, 0.0, inclusive=False, fix="try 60"),
         verbose=_verbose(verbose),
         jit_compile=flag("jit_compile", jit_compile),
         scale_learning_rate=flag("scale_learning_rate", scale_learning_rate),
@@ -156,8 +186,13 @@ def training_options(replicas=1, epochs=3, global_batch_size=64, checkpoint_dir=
     )
     if checked["global_batch_size"] % replicas:
         batch = checked["global_batch_size"]
-        fail("global_batch_size", f"divisible by replicas={replicas} so each replica gets an equal share",
-             "global_batch_size", batch, f"try {batch - batch % replicas or replicas}")
+        fail(
+            "global_batch_size",
+            f"divisible by replicas={replicas} so each replica gets an equal share",
+            "global_batch_size",
+            batch,
+            f"try {batch - batch % replicas or replicas}",
+        )
     _strategy_combination(checked)
     return checked
 
@@ -165,26 +200,53 @@ def training_options(replicas=1, epochs=3, global_batch_size=64, checkpoint_dir=
 def _strategy_combination(options):
     strategy, engine, replicas = options["strategy"], options["engine"], options["replicas"]
     if strategy == "multi_worker" and engine == "fit":
-        fail("engine", "loop under strategy multi_worker (Keras 3 fit() fails there, keras-team/keras#20585)",
-             "engine", engine, "use --engine loop")
+        fail(
+            "engine",
+            "loop under strategy multi_worker (Keras 3 fit() fails there, keras-team/keras#20585)",
+            "engine",
+            engine,
+            "use --engine loop",
+        )
     if strategy in ("default", "one_device", "multi_worker") and replicas != 1:
-        fail("replicas", f"1 under strategy {strategy} (one replica per process)", "replicas", replicas,
-             "use strategy mirrored for several replicas")
+        fail(
+            "replicas",
+            f"1: strategy {strategy} runs 1 replica per process",
+            "replicas",
+            replicas,
+            "use strategy mirrored for several replicas",
+        )
     if strategy == "central_storage" and engine == "loop" and options["jit_compile"]:
-        fail("jit_compile", "False under strategy central_storage with the loop engine (XLA cannot read "
-             "variables kept on another device)", "jit_compile", True, "use strategy mirrored for XLA")
+        fail(
+            "jit_compile",
+            "False under strategy central_storage with the loop engine (XLA cannot read "
+            "variables kept on another device)",
+            "jit_compile",
+            True,
+            "use strategy mirrored for XLA",
+        )
 
 
 def _strategy_name(value):
     if not isinstance(value, str) or not value.strip():
-        fail("strategy", "a strategy name", "strategy", value,
-             "use default, one_device, mirrored, central_storage or multi_worker")
+        fail(
+            "strategy",
+            "a strategy name",
+            "strategy",
+            value,
+            "use default, one_device, mirrored, central_storage or multi_worker",
+        )
     return value
 
 
 def _verbose(value):
     if _whole(value) not in (0, 1, 2):
-        fail("verbose", "0, 1 or 2", "verbose", value, "use 0 (silent), 1 (progress bar) or 2 (a line per epoch)")
+        fail(
+            "verbose",
+            "0, 1 or 2",
+            "verbose",
+            value,
+            "use 0 (silent), 1 (progress bar) or 2 (a line per epoch)",
+        )
     return int(value)
 
 
@@ -211,15 +273,30 @@ def ports(values, count):
     for value in values:
         port = _whole(value)
         if port is None or not 1 <= port <= MAX_PORT:
-            fail("each port", "an integer in 1..65535", "ports", ",".join(map(str, values)),
-                 "pick free ports such as 23456,23457, or leave --ports out")
+            fail(
+                "each port",
+                "an integer in 1..65535",
+                "ports",
+                ",".join(map(str, values)),
+                "pick free ports such as 23456,23457, or leave --ports out",
+            )
         checked.append(port)
     if len(set(checked)) != len(checked):
-        fail("ports", "distinct (one per task)", "ports", ",".join(map(str, values)),
-             "give each task its own port, or leave --ports out")
+        fail(
+            "ports",
+            "distinct (one per task)",
+            "ports",
+            ",".join(map(str, values)),
+            "give each task its own port, or leave --ports out",
+        )
     if len(checked) != count:
-        fail("ports", f"{count} values, one per task", "ports", ",".join(map(str, values)),
-             "give one port per worker (and one for the evaluator), or leave --ports out")
+        fail(
+            "ports",
+            f"{count} values, one per task",
+            "ports",
+            ",".join(map(str, values)),
+            "give one port per worker (and one for the evaluator), or leave --ports out",
+        )
     return checked
 
 
@@ -247,13 +324,23 @@ def images(x, name):
     x = x.reshape(len(x), 784)
     if x.dtype.kind == "f" and not np.isfinite(x).all():
         row, column = np.argwhere(~np.isfinite(x))[0]
-        fail(f"{name} pixels", "finite", f"{name}[{row}, {column}]", x[row, column],
-             "replace NaN/inf pixels (e.g. by 0)")
+        fail(
+            f"{name} pixels",
+            "finite",
+            f"{name}[{row}, {column}]",
+            x[row, column],
+            "replace NaN/inf pixels (e.g. by 0)",
+        )
     low, high = x.min(), x.max()
     if low < 0 or high > PIXEL_MAX:
         row, column = np.argwhere((x < 0) | (x > PIXEL_MAX))[0]
-        fail(f"{name} pixels", "within [0, 255] (or [0, 1] when scaled)", f"{name}[{row}, {column}]",
-             x[row, column], "rescale the images to 0..255 or 0..1")
+        fail(
+            f"{name} pixels",
+            "within [0, 255] (or [0, 1] when scaled)",
+            f"{name}[{row}, {column}]",
+            x[row, column],
+            "rescale the images to 0..255 or 0..1",
+        )
     x = x.astype("float32", copy=False)
     return x / np.float32(PIXEL_MAX) if high > 1.0 else x
 

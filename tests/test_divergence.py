@@ -6,8 +6,8 @@ import io
 
 import numpy as np
 import pytest
-
 from helpers import checkpoint_tensors
+
 from kerasdist import cli, divergence, run_training
 from kerasdist.checkpoint import CheckpointStore
 from kerasdist.errors import TrainingDivergedError
@@ -22,7 +22,9 @@ def test_divergence_stops_without_checkpoint_and_a_smaller_rate_resumes(tmp_path
     options = dict(data=sample_data, global_batch_size=BATCH, engine=engine, verbose=0, save_every_steps=5)
     run_training(epochs=1, checkpoint_dir=tmp_path / "ckpt", **options)
 
-    with pytest.raises(TrainingDivergedError, match=r"loss must be finite. Received: loss=nan at epoch 2, step \d+;"):
+    with pytest.raises(
+        TrainingDivergedError, match=r"loss must be finite. Received: loss=nan at epoch 2, step \d+;"
+    ):
         run_training(epochs=2, checkpoint_dir=tmp_path / "ckpt", learning_rate=DIVERGING_RATE, **options)
     steps = sorted(int(path.name[5:-6]) for path in (tmp_path / "ckpt").glob("ckpt-*.index"))
     assert steps == [5, 10, 13]  # epoch 1's checkpoints only
@@ -40,11 +42,26 @@ def test_divergence_stops_without_checkpoint_and_a_smaller_rate_resumes(tmp_path
 def test_cli_exits_3_with_one_line_naming_epoch_and_step(tmp_path):
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
-        status = cli.main(["train", "--data", "sample", "--epochs", "1", "--global-batch-size", str(BATCH),
-                           "--learning-rate", str(DIVERGING_RATE), "--checkpoint-dir", str(tmp_path)])
+        status = cli.main(
+            [
+                "train",
+                "--data",
+                "sample",
+                "--epochs",
+                "1",
+                "--global-batch-size",
+                str(BATCH),
+                "--learning-rate",
+                str(DIVERGING_RATE),
+                "--checkpoint-dir",
+                str(tmp_path),
+            ]
+        )
     lines = stderr.getvalue().strip().splitlines()
     assert status == 3
-    assert len(lines) == 1 and lines[0].startswith("kerasdist: error: the training loss must be finite"), lines
+    assert len(lines) == 1 and lines[0].startswith("kerasdist: error: the training loss must be finite"), (
+        lines
+    )
     assert "at epoch 1, step" in lines[0] and "smaller --learning-rate" in lines[0]
     assert not list(tmp_path.glob("ckpt-*"))
 
