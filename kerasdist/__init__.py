@@ -35,14 +35,46 @@ def _import_tensorflow_quietly():
         os.close(saved)
 
 
-_import_tensorflow_quietly()
+def _started_as_command_line():
+    """True while ``python -m kerasdist`` or the ``kerasdist`` script imports the package.
+
+    The command line then checks its options first and starts TensorFlow
+    (quietly) only for work that needs it, so a mistyped option is reported
+    at once instead of after the seconds TensorFlow takes to load.
+    """
+    program = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return program in ("-m", "kerasdist")
+
+
+# What ``kerasdist.NAME`` gives, by the module that defines it.
+_EXPORTS = {
+    "configure_replicas": "kerasdist.devices",
+    "describe_devices": "kerasdist.devices",
+    "make_strategy": "kerasdist.strategy",
+    "load_mnist": "kerasdist.data",
+    "TrainingResult": "kerasdist.train",
+    "run_training": "kerasdist.train",
+    "run_comparison": "kerasdist.compare",
+}
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'kerasdist' has no attribute {name!r}")
+    import importlib
+
+    _import_tensorflow_quietly()
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
 
 from kerasdist.errors import KerasdistError  # noqa: E402
-from kerasdist.devices import configure_replicas, describe_devices  # noqa: E402
-from kerasdist.strategy import make_strategy  # noqa: E402
-from kerasdist.data import load_mnist  # noqa: E402
-from kerasdist.train import TrainingResult, run_training  # noqa: E402
-from kerasdist.compare import run_comparison  # noqa: E402
+
+if not _started_as_command_line():
+    _import_tensorflow_quietly()
+    for _name in _EXPORTS:
+        __getattr__(_name)
 
 __version__ = "0.1.0"
 

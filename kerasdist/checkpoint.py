@@ -10,6 +10,7 @@ import warnings
 
 import tensorflow as tf
 
+from kerasdist.divergence import check_weights
 from kerasdist.errors import KerasdistError
 
 CHECKPOINT_NAME = "ckpt"
@@ -95,6 +96,7 @@ class CheckpointStore:
 
     def __init__(self, directory, model, run_config, max_to_keep=3):
         self.directory = os.fspath(directory)
+        self.model = model
         ensure_writable_directory(self.directory)
         self.run_config = run_config
         self._check_run_config()
@@ -179,7 +181,12 @@ class CheckpointStore:
         return RunPosition()
 
     def save(self, epoch, step_in_epoch, global_step):
-        """Write a checkpoint numbered by ``global_step``; return its path."""
+        """Write a checkpoint numbered by ``global_step``; return its path.
+
+        Raises:
+            TrainingDivergedError: if a weight is NaN or inf (nothing is written).
+        """
+        check_weights(self.model, epoch, step_in_epoch)
         self.epoch.assign(epoch)
         self.step_in_epoch.assign(step_in_epoch)
         self.global_step.assign(global_step)

@@ -8,11 +8,19 @@ import json
 import os
 import sys
 
-from kerasdist import cluster, slurm
-from kerasdist.errors import KerasdistError
+from kerasdist import _import_tensorflow_quietly, cluster, data, slurm, validation
+from kerasdist.errors import KerasdistError, TrainingDivergedError
 
 EXIT_USER_ERROR = 2
 EXIT_WORKER_FAILED = 1
+EXIT_DIVERGED = 3
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line (no usage block), like every other error."""
+
+    def error(self, message):
+        self.exit(EXIT_USER_ERROR, f"kerasdist: error: {message}; see {self.prog} --help\n")
 
 
 def add_training_arguments(parser):
@@ -74,7 +82,7 @@ def _replica_list(text):
 
 def build_parser():
     """The argparse parser for every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="kerasdist",
         description="Synchronous data-parallel training of an MNIST MLP with Keras and tf.distribute.",
     )
@@ -235,6 +243,44 @@ def run_compare(args):
     return result.to_dict()
 
 
+def check_options(args):
+    """The checks of a command's options that need no TensorFlow (the command repeats them)."""
+    if args.command == "train":
+        validation.training_options(**training_options(args))
+    if args.command in ("worker", "launch"):
+        check_cluster_options(args)
+    if args.command == "launch":
+        launch_ports(args)
+    if args.command in ("train", "compare", "worker", "launch") and args.data not in data.SOURCES:
+        data.load_mnist(args.data, args.seed, verbose=False)  # a data file: check its arrays now
+    if args.command == "devices":
+        validation.integer("replicas", args.replicas, 1, fix="use 1 for one device, or the replicas you want")
+    if args.command == "compare":
+        validation.training_options(epochs=args.epochs, global_batch_size=args.global_batch_size, seed=args.seed,
+                                    engine=args.engine, warmup_epochs=args.warmup_epochs)
+
+
+def launch_ports(args):
+    """The checked ``--ports`` of ``launch`` as ints (None: pick free ones); checks ``--workers`` too."""
+    workers = validation.workers(args.workers)
+    if args.ports is None:
+        return None
+    try:
+        ports = [int(part) for part in args.ports.split(",")]
+    except ValueError:
+        validation.fail("ports", "comma-separated numbers", "ports", args.ports,
+                        "pick free ports such as 23456,23457, or leave --ports out")
+    return validation.ports(ports, workers + (1 if args.evaluator else 0))
+
+
+def check_cluster_options(args):
+    """Check the training and timeout options of ``worker`` and ``launch`` before any process starts."""
+    validation.training_options(**training_options(args))
+    validation.number("collective_timeout_s", args.collective_timeout_s, 0.0, inclusive=False, fix="try 60")
+    validation.number("evaluator_idle_timeout_s", args.evaluator_idle_timeout_s, 0.0, inclusive=False,
+                      fix="try 600")
+
+
 def run_worker(args):
     from kerasdist import roles
     from kerasdist.checkpoint import atomic_write_text
@@ -268,12 +314,7 @@ def run_worker(args):
 def run_launch(args):
     from kerasdist import launcher
 
-    try:
-        ports = [int(part) for part in args.ports.split(",")] if args.ports else None
-    except ValueError:
-        raise KerasdistError(
-            f"ports must be comma-separated numbers. Received: --ports {args.ports}"
-        ) from None
+    ports = launch_ports(args)
     cluster.check_worker_options(args.replicas, args.global_batch_size, args.workers)
     if args.evaluator and args.checkpoint_dir is None:
         raise KerasdistError(
@@ -328,10 +369,12 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_options(args)
+        _import_tensorflow_quietly()  # after the checks: a mistake is reported without waiting for it
         record = COMMANDS[args.command](args)
     except KerasdistError as error:
-        print(f"kerasdist: error: {error}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        print(f"kerasdist: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return EXIT_DIVERGED if isinstance(error, TrainingDivergedError) else EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("kerasdist: interrupted; rerun the same command to resume from the last checkpoint",
               file=sys.stderr)

@@ -138,6 +138,12 @@ def _checked_cluster(cluster):
                 raise KerasdistError(
                     f'TF_CONFIG cluster "{job}" addresses must look like host:port. Received: {address!r}'
                 )
+    addresses = [str(address) for job_addresses in cluster.values() for address in job_addresses]
+    if len(set(addresses)) != len(addresses):
+        raise KerasdistError(
+            f"TF_CONFIG cluster addresses must be distinct (one per task). Received: {addresses}; "
+            "give each task its own host:port"
+        )
     for job in ("chief", "evaluator"):
         if len(cluster.get(job, [])) > 1:
             raise KerasdistError(f'TF_CONFIG cluster may hold one "{job}". Received: {cluster[job]}')

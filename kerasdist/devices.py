@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from kerasdist import validation
 from kerasdist.errors import KerasdistError
 
 DEVICE_TYPES = ("auto", "GPU", "CPU")
@@ -36,10 +37,9 @@ def configure_replicas(num_replicas, device_type="auto", gpu_memory_mb=2048):
         >>> kerasdist.configure_replicas(2)  # doctest: +SKIP
         ['/device:CPU:0', '/device:CPU:1']
     """
-    if not isinstance(num_replicas, int) or num_replicas < 1:
-        raise KerasdistError(
-            f"replicas must be an integer >= 1. Received: replicas={num_replicas!r}"
-        )
+    num_replicas = validation.integer("replicas", num_replicas, 1,
+                                      fix="use 1 for one device, or the replicas you want")
+    gpu_memory_mb = validation.integer("gpu_memory_mb", gpu_memory_mb, 1, fix="try 2048")
     if device_type not in DEVICE_TYPES:
         raise KerasdistError(
             f"device_type must be one of {', '.join(DEVICE_TYPES)}. "

@@ -14,3 +14,12 @@ class KerasdistError(ValueError):
         ...     print(error)
         epochs must be >= 1. Received: epochs=0
     """
+
+
+class TrainingDivergedError(KerasdistError):
+    """Training produced a non-finite loss or weights and stopped before checkpointing them.
+
+    The command line prints its message on one line and exits with status 3;
+    the checkpoints already written are good, so a rerun with a smaller
+    learning rate resumes from the last of them.
+    """

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasdist import data as data_module
+from kerasdist import divergence
 from kerasdist.errors import KerasdistError
 from kerasdist.model import ACCURACY_METRIC, LOSS_METRIC
 
@@ -248,7 +249,9 @@ def _train_one_epoch(context, steps, iterator, validation, epoch, first_step):
     step = first_step
     while step < steps_per_epoch:
         stop = _next_stop(step, steps_per_epoch, context.steps_per_execution, context.save_every_steps)
-        for loss_sum, correct, examples in steps.train(iterator, stop - step):
+        statistics = steps.train(iterator, stop - step)
+        divergence.check_losses(statistics[:, 0] / statistics[:, 2], epoch, step + 1)
+        for loss_sum, correct, examples in statistics:
             totals += (loss_sum, correct, examples)
             step += 1
             if step % context.log_every_steps == 0 or step == steps_per_epoch:

@@ -7,16 +7,15 @@ import keras
 import tensorflow as tf
 
 from kerasdist import data as data_module
-from kerasdist import loop, probes
+from kerasdist import loop, probes, validation
 from kerasdist.callbacks import CheckpointSaver, MetricsRecorder
 from kerasdist.checkpoint import CheckpointStore, RunPosition
 from kerasdist.devices import configure_replicas
+from kerasdist.divergence import DivergenceGuard
 from kerasdist.errors import KerasdistError
 from kerasdist.metrics_log import MetricsLog
 from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
 from kerasdist.strategy import make_strategy
-
-ENGINES = ("fit", "loop")
 
 
 @dataclasses.dataclass
@@ -144,12 +143,23 @@ def run_training(
         >>> result.test["accuracy"] > 0.8                               # doctest: +SKIP
         True
     """
+    options = validation.training_options(
+        replicas, epochs, global_batch_size, checkpoint_dir, data, seed, engine, strategy, learning_rate,
+        warmup_epochs, save_every_steps, log_every_steps, steps_per_execution, collective_timeout_s, verbose,
+        jit_compile, scale_learning_rate, deterministic,
+    )
+    replicas, epochs, global_batch_size = options["replicas"], options["epochs"], options["global_batch_size"]
+    seed, learning_rate, warmup_epochs = options["seed"], options["learning_rate"], options["warmup_epochs"]
+    save_every_steps, log_every_steps = options["save_every_steps"], options["log_every_steps"]
+    steps_per_execution, verbose = options["steps_per_execution"], options["verbose"]
     strategy_name = strategy or ("mirrored" if replicas > 1 else "default")
     engine, engine_reason = probes.engine_for(strategy_name) if engine == "auto" else (engine, None)
-    _validate(replicas, epochs, global_batch_size, engine, strategy_name, save_every_steps)
     if strategy_name not in ("default", "multi_worker"):
         configure_replicas(replicas)
-    mnist = data if isinstance(data, data_module.MnistData) else data_module.load_mnist(data, seed, verbose > 0)
+    if isinstance(data, data_module.MnistData):
+        mnist = data_module.checked(data)
+    else:
+        mnist = data_module.load_mnist(data, seed, verbose > 0)
     if deterministic:
         keras.utils.set_random_seed(seed)
         tf.config.experimental.enable_op_determinism()
@@ -176,11 +186,15 @@ def run_training(
         }
         store = CheckpointStore(checkpoint_dir, model, run_config)
     position = store.restore() if store else RunPosition()
+    if position.path and not callable(rate):
+        # The checkpoint restored the rate it was saved with: train on with this run's (e.g. a smaller one
+        # after the run diverged).
+        model.optimizer.learning_rate = rate
     log = MetricsLog(checkpoint_dir)
     log.resume(position.global_step)
     context = TrainingContext(
         model, distribution, mnist, epochs, global_batch_size, seed, position, log, store,
-        save_every_steps, log_every_steps or max(1, steps // 100), steps_per_execution, verbose,
+        save_every_steps, log_every_steps or max(1, steps // 100), min(steps_per_execution, steps), verbose,
         jit_compile,
     )
     if position.epoch >= epochs:
@@ -227,43 +241,12 @@ def run_training(
     )
 
 
-def _validate(replicas, epochs, global_batch_size, engine, strategy_name, save_every_steps):
-    if not isinstance(replicas, int) or replicas < 1:
-        raise KerasdistError(f"replicas must be an integer >= 1. Received: replicas={replicas!r}")
-    if not isinstance(epochs, int) or epochs < 1:
-        raise KerasdistError(f"epochs must be an integer >= 1. Received: epochs={epochs!r}")
-    if not isinstance(global_batch_size, int) or global_batch_size < 1:
-        raise KerasdistError(
-            f"global_batch_size must be an integer >= 1. Received: global_batch_size={global_batch_size!r}"
-        )
-    if global_batch_size % replicas:
-        raise KerasdistError(
-            f"global_batch_size must be divisible by replicas so each replica gets an equal share. "
-            f"Received: global_batch_size={global_batch_size}, replicas={replicas}; "
-            f"try {global_batch_size - global_batch_size % replicas or replicas}"
-        )
-    if engine not in ENGINES:
-        raise KerasdistError(f"engine must be one of {', '.join(ENGINES)}. Received: engine={engine!r}")
-    if strategy_name == "multi_worker" and engine == "fit":
-        raise KerasdistError(
-            "Keras 3 fit() fails under MultiWorkerMirroredStrategy (keras-team/keras#20585); "
-            "use engine 'loop' (--engine loop)"
-        )
-    if strategy_name in ("default", "one_device") and replicas != 1:
-        raise KerasdistError(
-            f"strategy {strategy_name!r} runs 1 replica. Received: replicas={replicas}; use 'mirrored'"
-        )
-    if save_every_steps is not None and (not isinstance(save_every_steps, int) or save_every_steps < 1):
-        raise KerasdistError(
-            f"save_every_steps must be an integer >= 1. Received: save_every_steps={save_every_steps!r}"
-        )
-
-
 def _train_with_fit(context):
     """Train the remaining epochs with ``model.fit``; return (samples trained, seconds)."""
     steps = context.steps_per_epoch
     recorder = MetricsRecorder(context.log, steps, context.global_batch_size, context.log_every_steps)
-    callbacks = [recorder]
+    # The guard first: it raises before a bad step is logged or saved.
+    callbacks = [DivergenceGuard(), recorder]
     if context.store:
         callbacks.append(CheckpointSaver(context.store, steps, context.save_every_steps))
     epoch, skip = context.position.epoch, context.position.step_in_epoch

@@ -41,7 +41,7 @@ def _bad_npz(tmp_path):
         (["--strategy", "parameter_server"], "needs a cluster"),
         (["--strategy", "tpu"], "needs a TPU"),
         (["--data", "missing/mnist.npz"], "data file not found"),
-        (["--data", "BAD_NPZ"], "x_train must have shape"),
+        (["--data", "BAD_NPZ"], "x_train must be of shape"),
         (["--epochs", "0"], "epochs must be an integer >= 1"),
         (["--checkpoint-dir", "UNWRITABLE"], "is not writable"),
     ],

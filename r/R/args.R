@@ -18,31 +18,44 @@ deparse_short <- function(x) {
   if (nchar(text) > 60L) paste0(substr(text, 1L, 57L), "...") else text
 }
 
-# One whole number as an R integer (Python gets an int, not a float). Ranges are Python's to check.
+# A single number for Python. A whole number in R's integer range becomes an R integer (Python gets
+# an int, not a float); any other number (fractional, negative, NaN, Inf, huge) goes to Python as it
+# is, whose range check then gives the same one-line message as the command line.
 as_count <- function(x, name, null_ok = FALSE) {
   if (is.null(x) && null_ok) {
     return(NULL)
   }
-  if (!is.numeric(x) || length(x) != 1L || is.na(x) || !is.finite(x) || x != round(x) ||
-      abs(x) > .Machine$integer.max) {
+  if (!is.numeric(x) || length(x) != 1L) {
     kd_abort(sprintf("`%s` must be a single whole number%s. Received: %s", name,
                      if (null_ok) " or NULL" else "", deparse_short(x)), call = sys.call(-1L))
+  }
+  whole <- !is.na(x) && is.finite(x) && x == round(x) && abs(x) <= .Machine$integer.max
+  if (whole) as.integer(x) else as.numeric(x)
+}
+
+# A size for R itself (pixels, resolution): a whole number >= 1, checked here (Python never sees it).
+as_size <- function(x, name) {
+  if (!is.numeric(x) || length(x) != 1L || is.na(x) || !is.finite(x) || x != round(x) || x < 1 ||
+      x > .Machine$integer.max) {
+    kd_abort(sprintf("`%s` must be a single whole number >= 1. Received: %s", name, deparse_short(x)),
+             call = sys.call(-1L))
   }
   as.integer(x)
 }
 
 # Whole numbers as a Python list of ints (a length-one R vector would become a scalar).
 as_counts <- function(x, name) {
-  if (!is.numeric(x) || length(x) == 0L || anyNA(x) || any(!is.finite(x)) || any(x != round(x))) {
+  if (!is.numeric(x) || length(x) == 0L) {
     kd_abort(sprintf("`%s` must be a vector of whole numbers. Received: %s", name, deparse_short(x)),
              call = sys.call(-1L))
   }
-  as.list(as.integer(x))
+  lapply(x, as_count, name = name)
 }
 
+# A single number for Python; its range (finite, positive, ...) is Python's to check.
 as_number <- function(x, name) {
-  if (!is.numeric(x) || length(x) != 1L || is.na(x) || !is.finite(x)) {
-    kd_abort(sprintf("`%s` must be a single finite number. Received: %s", name, deparse_short(x)),
+  if (!is.numeric(x) || length(x) != 1L) {
+    kd_abort(sprintf("`%s` must be a single number. Received: %s", name, deparse_short(x)),
              call = sys.call(-1L))
   }
   as.numeric(x)

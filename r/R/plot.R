@@ -39,9 +39,9 @@ kd_plot_convergence <- function(x, file = NULL, backend = c("auto", "base", "ggp
     if (!dir.exists(dirname(file))) {
       kd_abort(sprintf("cannot write %s: its folder does not exist", file))
     }
-    width <- as_count(width, "width")
-    height <- as_count(height, "height")
-    res <- as_count(res, "res")
+    width <- as_size(width, "width")
+    height <- as_size(height, "height")
+    res <- as_size(res, "res")
   }
   has_ggplot2 <- requireNamespace("ggplot2", quietly = TRUE)
   if (backend == "ggplot2" && !has_ggplot2) {

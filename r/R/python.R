@@ -278,17 +278,20 @@ kd_call <- function(expr) {
   tryCatch(expr, error = function(error) {
     message <- conditionMessage(error)
     is_user_error <- inherits(error, "kerasdist.errors.KerasdistError") ||
-      grepl("KerasdistError:", message, fixed = TRUE)
+      grepl("(KerasdistError|TrainingDivergedError): ", message)
     if (!is_user_error || inherits(error, "kerasdist_error")) {
       stop(error)
     }
-    kd_abort(python_error_text(message), call = call)
+    # Training that went NaN/inf: class kerasdist_diverged, so scripts can retry with a smaller rate.
+    diverged <- grepl("TrainingDivergedError: ", message, fixed = TRUE)
+    kd_abort(python_error_text(message), call = call, class = if (diverged) "kerasdist_diverged")
   })
 }
 
-# "kerasdist.errors.KerasdistError: text\nRun `reticulate::py_last_error()` ..." -> "text".
+# "kerasdist.errors.KerasdistError: text\nRun `reticulate::py_last_error()` ..." -> "text"
+# (likewise for its subclass TrainingDivergedError).
 python_error_text <- function(message) {
-  message <- sub("^.*?KerasdistError: ", "", message, perl = TRUE)
+  message <- sub("^.*?(KerasdistError|TrainingDivergedError): ", "", message, perl = TRUE)
   message <- sub("\\n+Run `reticulate::py_last_error\\(\\)`.*$", "", message)
   trimws(message)
 }

@@ -9,8 +9,12 @@
 #' `epochs` and the same `checkpoint_dir` trains only the missing epochs.
 #'
 #' Arguments are checked and coerced in R (whole numbers become integers, so
-#' Python gets ints); their ranges are checked in Python, whose message
-#' becomes the R error (class `kerasdist_error`).
+#' Python gets ints); their ranges are checked in Python before anything is
+#' written, and its one-line message (the same as the command line's) becomes
+#' the R error (class `kerasdist_error`). Training whose loss turns NaN or
+#' infinite stops at once without checkpointing the bad weights, with an
+#' error of class `kerasdist_diverged`; call again with a smaller
+#' `learning_rate` to resume from the last good checkpoint.
 #'
 #' @param replicas Replicas on this machine (see [kd_simulate_devices()]).
 #' @param epochs Total number of epochs to reach (not epochs to add).

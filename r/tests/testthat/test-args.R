@@ -1,18 +1,25 @@
 # Argument checks and result conversion: pure R, no Python needed.
 
 test_that("arguments are checked and coerced before Python is called", {
-  expect_error(kd_train(epochs = 1.5), "`epochs` must be a single whole number", class = "kerasdist_error")
   expect_error(kd_train(replicas = "2"), "`replicas` must be a single whole number", class = "kerasdist_error")
   expect_error(kd_train(replicas = c(1, 2)), "Received: c(1, 2)", fixed = TRUE)
   expect_error(kd_train(data = 3), "`data` must be", class = "kerasdist_error")
   expect_error(kd_train(jit_compile = NA), "`jit_compile` must be TRUE or FALSE")
   expect_error(kd_train(verbose = 3), "`verbose` must be 0, 1, 2")
   expect_error(kd_compare(replicas = numeric(0)), "`replicas` must be a vector of whole numbers")
+  expect_error(kd_train(learning_rate = "fast"), "`learning_rate` must be a single number")
+  expect_error(kd_plot_convergence(fake_comparison(), file = tempfile(fileext = ".png"), width = 1.5),
+               "`width` must be a single whole number >= 1")
   expect_error(kd_compare(modes = 1), "`modes` must be a character vector")
   expect_identical(as_count(2, "n"), 2L)
   expect_null(as_count(NULL, "n", null_ok = TRUE))
   expect_identical(as_counts(c(1, 2), "replicas"), list(1L, 2L))
   expect_identical(as_counts(2, "replicas"), list(2L))
+  # Numbers R cannot make an integer go to Python as they are: its range check gives the message.
+  expect_identical(as_count(1.5, "epochs"), 1.5)
+  expect_identical(as_count(2^40, "seed"), 2^40)
+  expect_identical(as_count(NaN, "seed"), NaN)
+  expect_identical(as_number(Inf, "learning_rate"), Inf)
   expect_identical(as_verbose(TRUE), 1L)
 })
 

@@ -1,0 +1,97 @@
+"""The NaN/inf guard: stop at the first non-finite loss, and never checkpoint non-finite weights.
+
+Both engines use it: the fit engine through ``DivergenceGuard`` (a Keras
+callback placed before the checkpoint saver), the loop engine by calling
+``check_losses`` after each call; ``CheckpointStore.save`` calls
+``check_weights``. The error is a ``TrainingDivergedError`` (exit status 3):
+the checkpoints written before it hold finite weights, so a rerun with a
+smaller learning rate resumes from the last of them.
+"""
+
+import math
+
+import keras
+import numpy as np
+
+from kerasdist.errors import TrainingDivergedError
+
+ADVICE = (
+    "try a 10x smaller --learning-rate (or --warmup-epochs 1) and rerun: with --checkpoint-dir "
+    "training resumes from the last good checkpoint"
+)
+
+
+def check_losses(losses, epoch, first_step):
+    """Raise ``TrainingDivergedError`` at the first non-finite per-step loss.
+
+    Args:
+        losses: per-step training losses of consecutive steps.
+        epoch: the 0-based epoch they belong to.
+        first_step: the 1-based step (within the epoch) of ``losses[0]``.
+
+    Example:
+        >>> check_losses([0.5, 0.4], epoch=0, first_step=1)
+        >>> check_losses([0.5, float("nan")], epoch=0, first_step=1)
+        Traceback (most recent call last):
+        ...
+        kerasdist.errors.TrainingDivergedError: the training loss must be finite. Received: loss=nan at epoch 1, step 2; try a 10x smaller --learning-rate (or --warmup-epochs 1) and rerun: with --checkpoint-dir training resumes from the last good checkpoint
+    """
+    finite = np.isfinite(np.asarray(losses, dtype="float64"))
+    if not finite.all():
+        index = int(np.argmin(finite))
+        raise TrainingDivergedError(
+            f"the training loss must be finite. Received: loss={float(losses[index])} at epoch {epoch + 1}, "
+            f"step {first_step + index}; {ADVICE}"
+        )
+
+
+def check_weights(model, epoch, step_in_epoch):
+    """Raise ``TrainingDivergedError`` if a weight or optimizer variable of ``model`` is not finite.
+
+    Called before each checkpoint is written, so no checkpoint holds NaN or inf.
+
+    Args:
+        model: the compiled model.
+        epoch, step_in_epoch: the position the checkpoint would record (0-based
+            epoch to train next, batches of it done).
+
+    Example:
+        >>> check_weights(model, epoch=1, step_in_epoch=0)  # doctest: +SKIP
+    """
+    variables = list(model.weights) + list(model.optimizer.variables)
+    bad = next((v for v in variables if not np.isfinite(np.asarray(v.numpy())).all()), None)
+    if bad is not None:
+        where = (
+            f"the end of epoch {epoch}" if step_in_epoch == 0 else f"epoch {epoch + 1}, step {step_in_epoch}"
+        )
+        raise TrainingDivergedError(
+            f"the weights must be finite before a checkpoint is written. Received: NaN or inf in "
+            f"{bad.path} at {where}; {ADVICE}"
+        )
+
+
+class DivergenceGuard(keras.callbacks.Callback):
+    """Stop ``fit`` at the first batch whose running loss is NaN or inf (before it is logged or saved).
+
+    Keras' ``TerminateOnNaN`` only sets ``stop_training``, so the epoch's end
+    callbacks (a checkpoint among them) would still run; this raises at once.
+
+    Example:
+        >>> model.fit(ds, callbacks=[DivergenceGuard(), saver])  # doctest: +SKIP
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.step_offset = 0  # batches of the first epoch done before this fit (mid-epoch resume)
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            check_losses([float(loss)], self._epoch, self.step_offset + batch + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.step_offset = 0
