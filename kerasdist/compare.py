@@ -8,6 +8,7 @@ import os
 from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file path) in every notebook
 
 from kerasdist import data as data_module
+from kerasdist import locking
 from kerasdist.devices import configure_replicas
 from kerasdist.errors import KerasdistError
 from kerasdist.train import run_training
@@ -102,8 +103,8 @@ def run_comparison(
         A ``ComparisonResult``.
 
     Raises:
-        KerasdistError: for an empty replica list, an unknown mode, or any
-            training argument error.
+        KerasdistError: for an empty replica list, an unknown mode, an
+            ``out_dir`` another process is writing to, or any training argument error.
 
     Example:
         >>> result = run_comparison((1, 2), epochs=2, data="sample", out_dir="results")  # doctest: +SKIP
@@ -117,6 +118,8 @@ def run_comparison(
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
         raise KerasdistError(f"modes must be among {', '.join(MODES)}. Received: modes={list(modes)}")
+    # One comparison writes to out_dir at a time; the lock goes when this call returns.
+    _out_lock = locking.hold(out_dir, "output directory", "--out") if out_dir is not None else None
     configure_replicas(replicas[-1])
     mnist = data if isinstance(data, data_module.MnistData) else data_module.load_mnist(data, seed, verbose > 0)
     plan = [(mode, n) for mode in modes for n in replicas]
