@@ -72,6 +72,16 @@ def _replica_list(text):
     return values
 
 
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0. Received: {text!r}")
+    return value
+
+
 def build_parser():
     """The argparse parser for every subcommand."""
     parser = argparse.ArgumentParser(
@@ -138,7 +148,7 @@ def _add_cluster_arguments(parser):
     parser.add_argument("--collective-timeout-s", type=float, default=cluster.DEFAULT_COLLECTIVE_TIMEOUT_S,
                         help="fail an all-reduce that waits longer than this for a peer "
                              f"(default {cluster.DEFAULT_COLLECTIVE_TIMEOUT_S})")
-    parser.add_argument("--peer-timeout-s", type=float, default=peers.DEFAULT_PEER_TIMEOUT_S,
+    parser.add_argument("--peer-timeout-s", type=_seconds, default=peers.DEFAULT_PEER_TIMEOUT_S,
                         help="end a worker with one line naming its peers when they do not resolve, join or "
                              f"answer for this long (default {peers.DEFAULT_PEER_TIMEOUT_S})")
     parser.add_argument("--evaluator-idle-timeout-s", type=float, default=600,

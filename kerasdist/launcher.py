@@ -20,8 +20,8 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
 
     Each task runs ``python -m kerasdist worker`` with its own ``TF_CONFIG``
     on 127.0.0.1; every output line is printed with a ``[worker i]`` prefix.
-    SIGINT and SIGTERM are passed on to every task once (the workers stop at
-    the same step and save); a second one stops the tasks at once. A task
+    SIGINT and SIGTERM are passed on to every task once, as SIGINT (the
+    workers stop at the same step and save); a second one stops the tasks at once. A task
     found stopped (SIGSTOP) after another failed is killed rather than waited for.
 
     Args:
@@ -83,6 +83,8 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
             thread.join(timeout=5)
         shutil.rmtree(record_directory, ignore_errors=True)
     worst = max(status for name, status in statuses.items() if name.startswith("worker"))
+    if forwarded and worst == 128 + signal.SIGINT:
+        worst = 128 + forwarded[0][0]  # the workers stopped on the passed-on SIGINT; report what we got
     return worst, records
 
 
@@ -95,7 +97,8 @@ def _forward_signal(processes, forwarded, print_lock, signal_number, frame):
                        "they stop after the current step and save (send it again to stop them at once)")
     for process in processes.values():
         if process.poll() is None:
-            process.send_signal(signal_number)
+            # SIGINT: a worker's SIGTERM handler is TensorFlow's once MultiWorkerMirroredStrategy is made.
+            process.send_signal(signal.SIGINT)
 
 
 def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded=(), stop_grace_s=120):

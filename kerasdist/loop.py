@@ -303,9 +303,9 @@ def _stop_signal(strategy):
     requested = interrupt.requested_signal() or 0
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         if strategy not in _STOP_REDUCERS:
-            _STOP_REDUCERS[strategy] = tf.function(lambda value: strategy.reduce(
-                tf.distribute.ReduceOp.MAX, strategy.run(tf.identity, args=(value,)), axis=None))
-        requested = int(_STOP_REDUCERS[strategy](tf.constant(requested, tf.int32)).numpy())
+            _STOP_REDUCERS[strategy] = tf.function(
+                lambda value: strategy.gather(strategy.run(tf.identity, args=(value,)), axis=0))
+        requested = int(np.max(_STOP_REDUCERS[strategy](tf.constant([requested], tf.int32)).numpy()))
     return requested or None
 
 

@@ -4,19 +4,22 @@ TensorFlow's gRPC channels retry an unresolvable host forever, and a
 coordination call to a stopped (SIGSTOP) chief has no deadline, so either
 would hang a worker. ``resolve_hosts`` fails at once for a host that does not
 resolve; ``PeerWatchdog`` ends the process with one line naming the peers it
-waits for when training makes no progress for a timeout.
+waits for when training makes no progress for a timeout (from a process of
+its own: ``kerasdist.watchdog``).
 """
 
+import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
 
+from kerasdist import watchdog
 from kerasdist.errors import KerasdistError
 
 DEFAULT_PEER_TIMEOUT_S = 60
-_PROBE_TIMEOUT_S = 2.0
 _watchdogs = []  # the running watchdogs: note_progress() feeds them
 
 
@@ -80,24 +83,25 @@ def _peers(task, include_self=False):
 
 def note_progress():
     """Tell the running watchdogs (if any) that training moved on; the loop calls it after each call."""
-    now = time.monotonic()
     for watchdog in _watchdogs:
-        watchdog.last_progress = now
+        watchdog.beat()
 
 
 class PeerWatchdog:
     """End this process with one line if training makes no progress for ``timeout_s``.
 
     In synchronous training every step waits for every peer, so no progress
-    for that long means a peer stopped, hung or became unreachable. The line
-    names each peer and what a connection attempt to it shows; the process
-    then exits with status 1 at once (``os._exit``: TensorFlow's own shutdown
-    would wait on the silent peer too).
+    for that long means a peer stopped, hung or became unreachable. The
+    watching runs in a small process of its own (``kerasdist/watchdog.py``),
+    since TensorFlow can block this process's Python threads while it waits
+    for a peer; it names each peer and what a connection attempt to it shows,
+    then SIGKILLs this process (TensorFlow's own shutdown would wait on the
+    silent peer too).
 
     Args:
         task: this process's ``ClusterTask``.
-        timeout_s: seconds without ``note_progress()`` before giving up.
-        cleanup: called before exiting (e.g. to delete a temporary directory).
+        timeout_s: seconds without progress before giving up.
+        cleanup: a directory to delete before the process is ended (e.g. a temporary copy).
 
     Example:
         >>> with PeerWatchdog(task, timeout_s=60):  # doctest: +SKIP
@@ -105,51 +109,44 @@ class PeerWatchdog:
     """
 
     def __init__(self, task, timeout_s=DEFAULT_PEER_TIMEOUT_S, cleanup=None):
-        self.task, self.timeout_s, self.cleanup = task, timeout_s, cleanup
-        self.last_progress = time.monotonic()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self.config = {"pid": os.getpid(), "name": task.name, "peers": _peers(task), "timeout_s": timeout_s,
+                       "cleanup": cleanup}
+        self._process = None
+        self._last_beat = 0.0
 
     def __enter__(self):
-        self.last_progress = time.monotonic()
+        self._process = subprocess.Popen([sys.executable, watchdog.__file__, json.dumps(self.config)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        os.set_blocking(self._process.stdin.fileno(), False)
         _watchdogs.append(self)
-        self._thread.start()
         return self
 
+    def beat(self):
+        """Record progress (at most a few times a second)."""
+        now = time.monotonic()
+        if now - self._last_beat > 0.2:
+            self._last_beat = now
+            try:
+                os.write(self._process.stdin.fileno(), b".")
+            except (BlockingIOError, BrokenPipeError):
+                pass  # a full pipe already holds beats; a gone watchdog cannot take them
+
     def __exit__(self, *exc_info):
-        self._stopped.set()
         _watchdogs.remove(self)
-
-    def _watch(self):
-        while not self._stopped.wait(min(1.0, self.timeout_s / 4)):
-            if time.monotonic() - self.last_progress > self.timeout_s:
-                self._give_up()
-
-    def _give_up(self):
-        peers = "; ".join(f"{name} at {address} ({probe(address)})" for name, address in _peers(self.task))
-        print(f"kerasdist: error: {self.task.name} made no progress for {self.timeout_s:g} s waiting for "
-              f"its peers: {peers}. Restart the missing task(s) or stop all and rerun the same command to "
-              "resume from the last checkpoint", file=sys.stderr, flush=True)
-        if self.cleanup:
-            self.cleanup()
-        sys.stdout.flush()
-        os._exit(1)
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
 
-def probe(address, timeout_s=_PROBE_TIMEOUT_S):
-    """What a TCP connection to ``host:port`` shows, in words.
+def describe_peers(task):
+    """Each peer of ``task`` with what a connection attempt to it shows, e.g. for an error line.
 
     Example:
-        >>> probe("127.0.0.1:1")
-        'refuses connections: not running'
+        >>> from kerasdist.cluster import ClusterTask
+        >>> describe_peers(ClusterTask({"worker": ["127.0.0.1:2222", "127.0.0.1:1"]}, "worker", 0))
+        'worker 1 at 127.0.0.1:1 (refuses connections: not running)'
     """
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            return "accepts connections but does not answer: stopped or hung"
-    except ConnectionRefusedError:
-        return "refuses connections: not running"
-    except socket.timeout:
-        return f"no answer to a connection within {timeout_s:g} s: unreachable"
-    except OSError as error:
-        return f"unreachable: {error.strerror or error}"
+    return watchdog.describe(_peers(task))

@@ -20,7 +20,7 @@ from kerasdist.cluster import (
     tf_config,
 )
 from kerasdist.errors import KerasdistError
-from kerasdist.peers import DEFAULT_PEER_TIMEOUT_S, ClusterError, PeerWatchdog, resolve_hosts
+from kerasdist.peers import DEFAULT_PEER_TIMEOUT_S, ClusterError, PeerWatchdog, describe_peers, resolve_hosts
 from kerasdist.model import ACCURACY_METRIC, build_model, model_signature
 from kerasdist.train import run_training
 
@@ -89,15 +89,14 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
         own_directory = tempfile.mkdtemp(prefix=f"kerasdist-{task.task_type}{task.task_index}-")
         _copy_resume_files(chief_directory, own_directory)
         options["checkpoint_dir"] = own_directory
-    cleanup = (lambda: shutil.rmtree(own_directory, ignore_errors=True)) if own_directory else None
     try:
-        with PeerWatchdog(task, peer_timeout_s, cleanup):
+        with PeerWatchdog(task, peer_timeout_s, cleanup=own_directory):
             result = run_training(**options, collective_timeout_s=collective_timeout_s, verbose=verbose)
             _barrier(result.model.distribute_strategy)
     except _PEER_ERRORS as error:
         raise ClusterError(
-            f"{task.name} lost contact with the other workers ({type(error).__name__}: {_reason(error)}); "
-            "another worker probably stopped. Rerun the same command to resume from the last checkpoint."
+            f"{task.name} lost contact with its peers ({type(error).__name__}: {_reason(error)}): "
+            f"{describe_peers(task)}. Rerun the same command to resume from the last checkpoint."
         ) from None
     finally:
         if own_directory:
