@@ -10,6 +10,7 @@ import warnings
 
 import tensorflow as tf
 
+from kerasdist import locking
 from kerasdist.divergence import check_weights
 from kerasdist.errors import KerasdistError
 
@@ -88,16 +89,24 @@ class CheckpointStore:
         run_config: a JSON-able dict; the ``RESUME_KEYS`` and ``model`` entries
             must match those of earlier runs in ``directory``.
         max_to_keep: how many checkpoints to keep.
+        exclusive: hold the directory's lock (``kerasdist.locking``) while the
+            store exists, so that no other process writes there; a reader such
+            as the evaluator passes False.
+
+    Raises:
+        KerasdistError: if another process holds the directory, it is not
+            writable, or its run config differs.
 
     Example:
         >>> store = CheckpointStore("ckpt", model, {"seed": 0})  # doctest: +SKIP
         >>> position = store.restore()                           # doctest: +SKIP
     """
 
-    def __init__(self, directory, model, run_config, max_to_keep=3):
+    def __init__(self, directory, model, run_config, max_to_keep=3, exclusive=True):
         self.directory = os.fspath(directory)
         self.model = model
         ensure_writable_directory(self.directory)
+        self.lock = locking.hold(self.directory) if exclusive else None
         self.run_config = run_config
         self._check_run_config()
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")

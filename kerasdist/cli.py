@@ -8,12 +8,13 @@ import json
 import os
 import sys
 
-from kerasdist import _import_tensorflow_quietly, cluster, data, slurm, validation
+from kerasdist import _import_tensorflow_quietly, cluster, data, interrupt, peers, slurm, validation
 from kerasdist.errors import KerasdistError, TrainingDivergedError
 
 EXIT_USER_ERROR = 2
 EXIT_WORKER_FAILED = 1
 EXIT_DIVERGED = 3
+EXIT_STOPPED_BY_SIGNAL = {130: "SIGINT", 143: "SIGTERM"}  # 128 + the signal's number, as shells report it
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -78,6 +79,16 @@ def _replica_list(text):
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected replica counts >= 1 like 1,2. Received: {text!r}")
     return values
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0. Received: {text!r}")
+    return value
 
 
 def build_parser():
@@ -181,6 +192,9 @@ def _add_cluster_arguments(parser):
     parser.add_argument("--collective-timeout-s", type=float, default=cluster.DEFAULT_COLLECTIVE_TIMEOUT_S,
                         help="fail an all-reduce that waits longer than this for a peer "
                              f"(default {cluster.DEFAULT_COLLECTIVE_TIMEOUT_S})")
+    parser.add_argument("--peer-timeout-s", type=_seconds, default=peers.DEFAULT_PEER_TIMEOUT_S,
+                        help="end a worker with one line naming its peers when they do not resolve, join or "
+                             f"answer for this long (default {peers.DEFAULT_PEER_TIMEOUT_S})")
     parser.add_argument("--evaluator-idle-timeout-s", type=float, default=600,
                         help="the evaluator gives up after this long without a new checkpoint (default 600)")
 
@@ -221,7 +235,8 @@ def run_devices(args):
 def run_train(args):
     from kerasdist.train import run_training
 
-    return run_training(**training_options(args), verbose=_progress_verbosity()).to_dict()
+    with interrupt.stop_on_signals():
+        return run_training(**training_options(args), verbose=_progress_verbosity()).to_dict()
 
 
 def run_compare(args):
@@ -301,8 +316,9 @@ def run_worker(args):
             record = roles.run_evaluator(args.checkpoint_dir, args.epochs, args.data, args.seed,
                                          args.global_batch_size, idle_timeout_s=args.evaluator_idle_timeout_s)
         else:
-            record = roles.run_worker(task, training_options(args), args.collective_timeout_s,
-                                      verbose=_progress_verbosity())
+            with interrupt.stop_on_signals():
+                record = roles.run_worker(task, training_options(args), args.collective_timeout_s,
+                                          verbose=_progress_verbosity(), peer_timeout_s=args.peer_timeout_s)
     except roles.ClusterError as error:
         print(f"kerasdist: error: {error}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_WORKER_FAILED) from None
@@ -312,7 +328,7 @@ def run_worker(args):
 
 
 def run_launch(args):
-    from kerasdist import launcher
+    from kerasdist import launcher, locking
 
     ports = launch_ports(args)
     cluster.check_worker_options(args.replicas, args.global_batch_size, args.workers)
@@ -320,12 +336,22 @@ def run_launch(args):
         raise KerasdistError(
             "--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes there"
         )
+    if args.checkpoint_dir is not None:
+        locking.check_free(args.checkpoint_dir)  # fail now, not after the workers started (the chief holds it)
     worker_arguments = training_argv(args) + [
         "--cluster", "tf_config",
         "--collective-timeout-s", str(args.collective_timeout_s),
+        "--peer-timeout-s", str(args.peer_timeout_s),
         "--evaluator-idle-timeout-s", str(args.evaluator_idle_timeout_s),
     ]
-    status, records = launcher.launch(args.workers, worker_arguments, args.evaluator, ports)
+    status, records = launcher.launch(args.workers, worker_arguments, args.evaluator, ports,
+                                      failure_grace_s=args.peer_timeout_s + 30)
+    if status in EXIT_STOPPED_BY_SIGNAL:
+        saved = ("the workers saved a checkpoint at the same step; rerun the same command to resume"
+                 if args.checkpoint_dir else "nothing saved (no --checkpoint-dir)")
+        print(f"kerasdist: launch stopped by {EXIT_STOPPED_BY_SIGNAL[status]}: {saved}", file=sys.stderr,
+              flush=True)
+        raise SystemExit(status)
     if status:
         print(f"kerasdist: error: a worker failed (worst exit status {status}); rerun the same command "
               "to resume from the last checkpoint", file=sys.stderr, flush=True)
@@ -375,6 +401,9 @@ def main(argv=None):
     except KerasdistError as error:
         print(f"kerasdist: error: {' '.join(str(error).split())}", file=sys.stderr)
         return EXIT_DIVERGED if isinstance(error, TrainingDivergedError) else EXIT_USER_ERROR
+    except interrupt.TrainingInterrupted as stop:
+        print(f"kerasdist: {stop}", file=sys.stderr, flush=True)
+        return stop.exit_status
     except KeyboardInterrupt:
         print("kerasdist: interrupted; rerun the same command to resume from the last checkpoint",
               file=sys.stderr)

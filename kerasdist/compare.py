@@ -8,7 +8,7 @@ import os
 from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file path) in every notebook
 
 from kerasdist import data as data_module
-from kerasdist import validation
+from kerasdist import locking, validation
 from kerasdist.devices import configure_replicas
 from kerasdist.errors import KerasdistError
 from kerasdist.train import run_training
@@ -103,8 +103,8 @@ def run_comparison(
         A ``ComparisonResult``.
 
     Raises:
-        KerasdistError: for an empty replica list, an unknown mode, or any
-            training argument error.
+        KerasdistError: for an empty replica list, an unknown mode, an
+            ``out_dir`` another process is writing to, or any training argument error.
 
     Example:
         >>> result = run_comparison((1, 2), epochs=2, data="sample", out_dir="results")  # doctest: +SKIP
@@ -129,6 +129,8 @@ def run_comparison(
         mnist = data_module.load_mnist(data, seed, verbose > 0)
     for mode, n in plan:
         data_module.steps_per_epoch(len(mnist.y_train), _global_batch(mode, global_batch_size, n))
+    # One comparison writes to out_dir at a time; the lock goes when this call returns.
+    _out_lock = locking.hold(out_dir, "output directory", "--out") if out_dir is not None else None
     runs = []
     bar = tqdm(plan, desc="runs", unit="run", disable=not verbose)
     for mode, n in bar:

@@ -1,5 +1,6 @@
 """Run N local workers (and an evaluator) as subprocesses on 127.0.0.1 and stream their output."""
 
+import functools
 import json
 import os
 import shutil
@@ -14,11 +15,14 @@ from kerasdist.cluster import local_cluster, tf_config
 
 
 def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_grace_s=60,
-           evaluator_grace_s=120):
+           evaluator_grace_s=120, stop_grace_s=120):
     """Run ``num_workers`` local workers (and an evaluator) as subprocesses; stream their output.
 
     Each task runs ``python -m kerasdist worker`` with its own ``TF_CONFIG``
     on 127.0.0.1; every output line is printed with a ``[worker i]`` prefix.
+    SIGINT and SIGTERM are passed on to every task once, as SIGINT (the
+    workers stop at the same step and save); a second one stops the tasks at once. A task
+    found stopped (SIGSTOP) after another failed is killed rather than waited for.
 
     Args:
         num_workers: how many workers (worker 0 is the chief).
@@ -26,12 +30,14 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
         evaluator: also run an evaluator task.
         ports: one port per task, or None for free ones.
         failure_grace_s: after a worker fails, how long the others may run
-            before they are stopped.
+            before they are stopped (give them their peer timeout to notice).
         evaluator_grace_s: how long the evaluator may run on after the workers end.
+        stop_grace_s: after a passed-on signal, how long the tasks may take to save and exit.
 
     Returns:
         ``(exit status, records)``: the worst worker's status (0 if all
-        succeeded) and each task's result record by name (None if it wrote none).
+        succeeded; 130 or 143 if all stopped after SIGINT or SIGTERM) and each
+        task's result record by name (None if it wrote none).
 
     Example:
         >>> status, records = launch(2, ["--epochs", "2", "--data", "sample"])  # doctest: +SKIP
@@ -40,8 +46,12 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
     names = [f"worker {index}" for index in range(num_workers)] + (["evaluator 0"] if evaluator else [])
     record_directory = tempfile.mkdtemp(prefix="kerasdist-launch-")
     processes, record_files, threads, print_lock = {}, {}, [], threading.Lock()
+    forwarded = []  # the signal passed on to the tasks, if any
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt) if in_main_thread else None
+    previous_handlers = {}
+    if in_main_thread:
+        handler = functools.partial(_forward_signal, processes, forwarded, print_lock)
+        previous_handlers = {number: signal.signal(number, handler) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         for name in names:
             task_type, index = name.split()
@@ -50,8 +60,10 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
                        "--record-file", record_file]
             environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),
                                PYTHONUNBUFFERED="1")
+            # A session of its own: a Ctrl-C reaches the task once, passed on by the launcher.
             process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+                                       stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+                                       start_new_session=True)
             processes[name] = process
             record_files[name] = record_file
             thread = threading.Thread(target=_stream, args=(process.stdout, f"[{name}] ", print_lock),
@@ -59,37 +71,57 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
             thread.start()
             threads.append(thread)
             _print(print_lock, f"[launch] {name}: pid {process.pid}, {cluster[task_type][int(index)]}")
-        statuses = _wait(processes, evaluator_grace_s, failure_grace_s, print_lock)
+        statuses = _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded, stop_grace_s)
         records = {name: _read_record(record_file) for name, record_file in record_files.items()}
     except BaseException:
         _stop(list(processes.values()))
         raise
     finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous_handler)
+        for number, previous in previous_handlers.items():
+            signal.signal(number, previous)
         for thread in threads:
             thread.join(timeout=5)
         shutil.rmtree(record_directory, ignore_errors=True)
     worst = max(status for name, status in statuses.items() if name.startswith("worker"))
+    if forwarded and worst == 128 + signal.SIGINT:
+        worst = 128 + forwarded[0][0]  # the workers stopped on the passed-on SIGINT; report what we got
     return worst, records
 
 
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt  # so that a terminated launcher stops its workers too
+def _forward_signal(processes, forwarded, print_lock, signal_number, frame):
+    """Pass the first SIGINT/SIGTERM on to every task; a second one stops them at once."""
+    if forwarded:
+        raise KeyboardInterrupt  # launch() stops the tasks on the way out
+    forwarded.append((signal_number, time.monotonic()))
+    _print(print_lock, f"[launch] {signal.Signals(signal_number).name}: passing it on to every task; "
+                       "they stop after the current step and save (send it again to stop them at once)")
+    for process in processes.values():
+        if process.poll() is None:
+            # SIGINT: a worker's SIGTERM handler is TensorFlow's once MultiWorkerMirroredStrategy is made.
+            process.send_signal(signal.SIGINT)
 
 
-def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock):
+def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded=(), stop_grace_s=120):
     """Wait for every task; return each one's exit status.
 
     When a worker fails, the others get ``failure_grace_s`` to notice and exit
     on their own (they report the lost peer) before they are stopped, so a
-    launch never hangs. The evaluator gets ``evaluator_grace_s`` after the
-    workers end to evaluate the last checkpoint.
+    launch never hangs; a task that is stopped (SIGSTOP) is killed at once
+    then, since it cannot notice. After a passed-on signal the tasks get
+    ``stop_grace_s`` to save and exit. The evaluator gets
+    ``evaluator_grace_s`` after the workers end to evaluate the last checkpoint.
     """
     pending, statuses, deadline = dict(processes), {}, None
     while pending:
+        if forwarded and deadline is None:
+            deadline = forwarded[0][1] + stop_grace_s
         for name, process in list(pending.items()):
             if process.poll() is None:
+                if deadline is not None and not forwarded and _is_stopped(process.pid):
+                    _print(print_lock, f"[launch] {name} (pid {process.pid}) is stopped (SIGSTOP?) and cannot "
+                                       "notice the failure: killing it")
+                    process.kill()
+                    process.wait()
                 continue
             del pending[name]
             statuses[name] = _exit_status(process.returncode)
@@ -106,6 +138,15 @@ def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock):
             pending = {}
         time.sleep(0.2)
     return statuses
+
+
+def _is_stopped(pid):
+    """Whether process ``pid`` is stopped by a signal (Linux ``/proc``; False where that is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stream:
+            return stream.read().rpartition(")")[2].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def _exit_status(returncode):

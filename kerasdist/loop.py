@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasdist import data as data_module
-from kerasdist import divergence
+from kerasdist import divergence, interrupt, peers
 from kerasdist.errors import KerasdistError
 from kerasdist.model import ACCURACY_METRIC, LOSS_METRIC
 
@@ -21,6 +21,8 @@ from kerasdist.model import ACCURACY_METRIC, LOSS_METRIC
 _STATISTICS = 3
 # Under these strategies the optimizer's all-reduce syncs the replicas (merge_call); XLA cannot compile that.
 _SYNCING_STRATEGIES = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+# Each multi-worker strategy's all-reduce of the workers' stop requests (see _stop_signal).
+_STOP_REDUCERS = weakref.WeakKeyDictionary()
 # Each model's DistributedSteps: tracing costs seconds, so validation and test evaluation reuse them.
 _STEPS_BY_MODEL = weakref.WeakKeyDictionary()
 
@@ -86,12 +88,14 @@ class DistributedSteps:
             A ``(num_steps, 3)`` array: per step, the loss summed over the
             global batch, the correct predictions and the examples.
         """
-        totals = self._train_function(iterator, tf.constant(num_steps, tf.int32))
-        return totals.numpy()[:num_steps]
+        totals = self._train_function(iterator, tf.constant(num_steps, tf.int32)).numpy()
+        peers.note_progress()
+        return totals[:num_steps]
 
     def evaluate(self, distributed_dataset):
         """Return ``{"loss", ACCURACY_METRIC}`` over a whole distributed dataset."""
         loss_sum, correct, examples = self._evaluate_function(iter(distributed_dataset)).numpy()
+        peers.note_progress()
         return {LOSS_METRIC: float(loss_sum / examples), ACCURACY_METRIC: float(correct / examples)}
 
     def _train_steps(self, iterator, num_steps):
@@ -205,6 +209,7 @@ def train_epochs(context):
     first_epoch, skip = context.position.epoch, context.position.step_in_epoch
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         _check_same_position(strategy, context.position.global_step)
+        peers.note_progress()  # every worker joined the cluster and restored the same checkpoint
     steps = steps_for(
         context.model, strategy, context.global_batch_size, context.steps_per_execution, context.jit_compile
     )
@@ -265,8 +270,14 @@ def _train_one_epoch(context, steps, iterator, validation, epoch, first_step):
         if context.verbose == 1:
             progress.update(step, list(_means(totals).items()))
         checkpoint_due = context.save_every_steps and step % context.save_every_steps == 0
+        saved = None
         if context.store and checkpoint_due and step < steps_per_epoch:
-            context.store.save(epoch, step, epoch * steps_per_epoch + step)
+            saved = context.store.save(epoch, step, epoch * steps_per_epoch + step)
+        stop_signal = _stop_signal(context.strategy) if step < steps_per_epoch else None
+        if stop_signal:
+            if context.store and not saved:
+                saved = context.store.save(epoch, step, epoch * steps_per_epoch + step)
+            raise interrupt.TrainingInterrupted(stop_signal, saved, epoch, step)
     validation_metrics = steps.evaluate(validation)
     seconds = time.perf_counter() - epoch_start
     logs = {**_means(totals), **{f"val_{name}": value for name, value in validation_metrics.items()}}
@@ -279,8 +290,25 @@ def _train_one_epoch(context, steps, iterator, validation, epoch, first_step):
         "wall_time_s": seconds,
         "samples_per_s": (steps_per_epoch - first_step) * context.global_batch_size / seconds,
     })
-    if context.store:
-        context.store.save(epoch + 1, 0, (epoch + 1) * steps_per_epoch)
+    saved = context.store.save(epoch + 1, 0, (epoch + 1) * steps_per_epoch) if context.store else None
+    stop_signal = _stop_signal(context.strategy)
+    if stop_signal:
+        raise interrupt.TrainingInterrupted(stop_signal, saved, epoch + 1, 0)
+
+
+def _stop_signal(strategy):
+    """The signal that asks training to stop, or None; under multi_worker, any worker's.
+
+    Every worker must stop at the same step (saving takes all of them), so
+    under multi_worker the workers agree by an all-reduce (the maximum).
+    """
+    requested = interrupt.requested_signal() or 0
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        if strategy not in _STOP_REDUCERS:
+            _STOP_REDUCERS[strategy] = tf.function(
+                lambda value: strategy.gather(strategy.run(tf.identity, args=(value,)), axis=0))
+        requested = int(np.max(_STOP_REDUCERS[strategy](tf.constant([requested], tf.int32)).numpy()))
+    return requested or None
 
 
 def _next_stop(step, steps_per_epoch, steps_per_execution, save_every_steps):

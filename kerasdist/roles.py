@@ -20,6 +20,7 @@ from kerasdist.cluster import (
     tf_config,
 )
 from kerasdist.errors import KerasdistError
+from kerasdist.peers import DEFAULT_PEER_TIMEOUT_S, ClusterError, PeerWatchdog, describe_peers, resolve_hosts
 from kerasdist.model import ACCURACY_METRIC, build_model, model_signature
 from kerasdist.train import run_training
 
@@ -30,10 +31,6 @@ _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.
                 tf.errors.AbortedError, tf.errors.InternalError)
 
 
-class ClusterError(RuntimeError):
-    """A cluster failure at run time (a peer stopped, no checkpoint came); the CLI exits with status 1."""
-
-
 def weights_digest(model):
     """SHA-256 of the model's weights, concatenated in order: equal digests mean identical weights."""
     digest = hashlib.sha256()
@@ -42,7 +39,8 @@ def weights_digest(model):
     return digest.hexdigest()
 
 
-def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_TIMEOUT_S, verbose=2):
+def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_TIMEOUT_S, verbose=2,
+               peer_timeout_s=DEFAULT_PEER_TIMEOUT_S):
     """Train as one chief/worker task of a multi-worker cluster with the loop engine.
 
     All workers restore the same checkpoint and train in lockstep
@@ -58,13 +56,18 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
         collective_timeout_s: an all-reduce waiting longer than this for a
             peer fails, so a stuck peer cannot hang the others.
         verbose: as for ``run_training``.
+        peer_timeout_s: the longest wait for a peer: resolving the cluster's
+            hosts, joining the cluster, and any stretch of training without
+            progress (a stopped, hung or unreachable peer); then the process
+            ends with one line naming the peers (``peers.PeerWatchdog``).
 
     Returns:
         The result record (dict) with ``task``, ``is_chief`` and ``weights_sha256`` added.
 
     Raises:
-        KerasdistError: for invalid options (before any training).
+        KerasdistError: for invalid options or a host that does not resolve (before any training).
         ClusterError: if a peer stops or cannot be reached during training.
+        kerasdist.interrupt.TrainingInterrupted: after SIGINT/SIGTERM (every worker saved at the same step).
 
     Example:
         >>> task = parse_tf_config(os.environ["TF_CONFIG"])  # doctest: +SKIP
@@ -77,6 +80,7 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
     check_worker_options(options.get("replicas", 1), options.get("global_batch_size", 64), task.num_workers)
     host, _, port = task.address.rpartition(":")
     check_port_free(host, port)
+    resolve_hosts(task, peer_timeout_s)
     # MultiWorkerMirroredStrategy reads TF_CONFIG; the evaluator is not part of its all-reduce.
     os.environ["TF_CONFIG"] = tf_config(task.training_cluster(), task.task_type, task.task_index)
     chief_directory = options.get("checkpoint_dir")
@@ -86,12 +90,13 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
         _copy_resume_files(chief_directory, own_directory)
         options["checkpoint_dir"] = own_directory
     try:
-        result = run_training(**options, collective_timeout_s=collective_timeout_s, verbose=verbose)
-        _barrier(result.model.distribute_strategy)
+        with PeerWatchdog(task, peer_timeout_s, cleanup=own_directory):
+            result = run_training(**options, collective_timeout_s=collective_timeout_s, verbose=verbose)
+            _barrier(result.model.distribute_strategy)
     except _PEER_ERRORS as error:
         raise ClusterError(
-            f"{task.name} lost contact with the other workers ({type(error).__name__}: {_reason(error)}); "
-            "another worker probably stopped. Rerun the same command to resume from the last checkpoint."
+            f"{task.name} lost contact with its peers ({type(error).__name__}: {_reason(error)}): "
+            f"{describe_peers(task)}. Rerun the same command to resume from the last checkpoint."
         ) from None
     finally:
         if own_directory:
@@ -171,7 +176,7 @@ def run_evaluator(checkpoint_dir, epochs, data="auto", seed=0, global_batch_size
     model = build_model()
     run_config = {"seed": seed, "global_batch_size": global_batch_size, "data": mnist.provenance(),
                   "model": model_signature(model)}
-    store = CheckpointStore(checkpoint_dir, model, run_config)
+    store = CheckpointStore(checkpoint_dir, model, run_config, exclusive=False)
     strategy = tf.distribute.get_strategy()
     steps = loop.DistributedSteps(model, strategy, global_batch_size, steps_per_execution=1)
     validation = strategy.experimental_distribute_dataset(

@@ -13,6 +13,7 @@ from kerasdist.checkpoint import CheckpointStore, RunPosition
 from kerasdist.devices import configure_replicas
 from kerasdist.divergence import DivergenceGuard
 from kerasdist.errors import KerasdistError
+from kerasdist.interrupt import StopOnSignal
 from kerasdist.metrics_log import MetricsLog
 from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
 from kerasdist.strategy import make_strategy
@@ -249,6 +250,7 @@ def _train_with_fit(context):
     callbacks = [DivergenceGuard(), recorder]
     if context.store:
         callbacks.append(CheckpointSaver(context.store, steps, context.save_every_steps))
+    callbacks.append(StopOnSignal(context.store, steps))  # last: after the step's log record and checkpoint
     epoch, skip = context.position.epoch, context.position.step_in_epoch
     samples, seconds = 0, 0.0
     # A mid-epoch checkpoint: finish that epoch from the next batch, then train whole epochs.

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -32,28 +33,54 @@ def kill_when_logged(arguments, metrics_log, condition, timeout=240):
     Returns:
         The record that triggered the kill.
     """
-    process = subprocess.Popen(kerasdist_command(*arguments), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    record, _ = signal_when_logged(arguments, metrics_log, condition, signal.SIGKILL, timeout)
+    return record
+
+
+def signal_when_logged(arguments, metrics_log, condition, signal_number, timeout=240):
+    """Start the CLI, send it ``signal_number`` as soon as a metrics-log record satisfies ``condition``.
+
+    Returns:
+        ``(record, completed)``: the record that triggered the signal and the
+        ended process (``returncode``, ``stdout``, ``stderr`` as text).
+    """
+    process = subprocess.Popen(kerasdist_command(*arguments), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    output = {}
+    readers = [threading.Thread(target=lambda name=name: output.update({name: getattr(process, name).read()}),
+                                daemon=True) for name in ("stdout", "stderr")]
+    for reader in readers:
+        reader.start()
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline and process.poll() is None:
-            if os.path.exists(metrics_log):
-                with open(metrics_log) as stream:
-                    for line in stream:
-                        try:
-                            record = json.loads(line)
-                        except json.JSONDecodeError:
-                            continue
-                        if condition(record):
-                            process.send_signal(signal.SIGKILL)
-                            process.wait()
-                            return record
+            for record in _records(metrics_log):
+                if condition(record):
+                    process.send_signal(signal_number)
+                    process.wait(timeout=timeout)
+                    for reader in readers:
+                        reader.join(timeout=10)
+                    return record, subprocess.CompletedProcess(process.args, process.returncode,
+                                                               output.get("stdout"), output.get("stderr"))
             time.sleep(0.01)
-        raise AssertionError(f"run ended (status {process.poll()}) before the kill point was logged")
+        raise AssertionError(f"run ended (status {process.poll()}) before the signal point was logged")
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def _records(metrics_log):
+    if not os.path.exists(metrics_log):
+        return []
+    records = []
+    with open(metrics_log) as stream:
+        for line in stream:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
 
 
 def checkpoint_tensors(checkpoint_prefix):

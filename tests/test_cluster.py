@@ -2,9 +2,11 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -219,3 +221,104 @@ def test_worker_and_launch_have_help(command, capsys):
         cli.main([command, "--help"])
     assert exit_info.value.code == 0
     assert f"usage: kerasdist {command}" in capsys.readouterr().out
+
+
+def test_a_worker_whose_peer_host_does_not_resolve_ends_at_once_with_one_line():
+    port = cluster.free_ports(1)[0]
+    spec = {"worker": [f"127.0.0.1:{port}", "no-such-host.invalid:2223"]}
+    started = time.monotonic()
+    completed = subprocess.run(kerasdist_command("worker", "--data", "sample", "--peer-timeout-s", 20),
+                               capture_output=True, text=True, env=dict(os.environ, TF_CONFIG=_tf_config(spec)),
+                               timeout=120, check=False)
+    seconds = time.monotonic() - started
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert completed.stderr.strip().splitlines() == [
+        "kerasdist: error: TF_CONFIG names a host that does not resolve: worker 1 at no-such-host.invalid:2223 "
+        "(Name or service not known); fix the address in TF_CONFIG. Received: 'no-such-host.invalid:2223'"
+    ]
+    print(f"unresolvable host: worker ended after {seconds:.1f} s (start-up included)")
+    assert seconds < 60, seconds  # TensorFlow's own retries never end; the check takes about a second
+
+
+def test_a_stopped_chief_ends_the_launch_within_the_peer_timeout_with_one_line(tmp_path):
+    timeout = 20
+    watcher = _LaunchWatcher(*LAUNCH, "--epochs", 50, "--checkpoint-dir", tmp_path, "--peer-timeout-s", timeout)
+    chief = watcher.pid_of("worker 0")
+    _, address = watcher.wait_for("[launch] worker 0: pid ")
+    watcher.wait_for("[worker 1] Epoch 2/50")
+    os.kill(chief, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        assert watcher.finish(timeout=timeout + 90) != 0
+    finally:
+        if watcher.process.poll() is None:
+            os.kill(chief, signal.SIGKILL)
+    ended_at = time.monotonic()
+    # TensorFlow's heartbeat may notice first (a collective aborts), else kerasdist's watchdog does.
+    _, line = watcher.wait_for("[worker 1] kerasdist: error: worker 1 ")
+    assert re.fullmatch(
+        r"\[worker 1\] kerasdist: error: worker 1 (made no progress for 20 s waiting for its peers|lost contact "
+        r"with its peers \(.*\)): worker 0 at " + re.escape(address.split(", ")[-1]) + r" \(accepts connections "
+        r"but does not answer: stopped or hung\)\. (Restart|Rerun) .*resume from the last checkpoint\.?", line
+    ), line
+    watcher.wait_for(f"[launch] worker 0 (pid {chief}) is stopped (SIGSTOP?) and cannot notice the failure")
+    print(f"SIGSTOPped chief: launch ended {ended_at - stopped_at:.1f} s after the stop (peer timeout {timeout} s)")
+    assert ended_at - stopped_at < timeout + 30
+
+
+@pytest.mark.slow
+def test_sigterm_to_launch_stops_every_worker_at_the_same_step_and_a_rerun_resumes(tmp_path):
+    arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", tmp_path)
+    watcher = _LaunchWatcher(*arguments, "--epochs", 50)
+    watcher.wait_for("[worker 0] Epoch 2/50")
+    watcher.process.send_signal(signal.SIGTERM)
+    assert watcher.finish(timeout=150) == 143
+    assert watcher.lines[-1][1].startswith("kerasdist: launch stopped by SIGTERM: the workers saved")
+    stops = [line for _, line in watcher.lines if "kerasdist: stopped by SIGINT at epoch" in line]
+    assert len(stops) == 2, watcher.lines[-20:]
+    steps = {line.split("kerasdist: stopped by SIGINT at ")[1].split(":")[0] for line in stops}
+    assert len(steps) == 1  # both workers stopped at the same step
+    rerun = run_cli(*arguments, "--epochs", 3)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    record = last_json_line(rerun.stdout)
+    assert record["resumed_from_step"] > 52 and record["history"]["epoch"] == [0, 1, 2]
+    assert len(set(_digests(record).values())) == 1
+
+
+def test_launch_and_compare_on_a_directory_in_use_fail_at_once_naming_the_holder(tmp_path, capsys):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from kerasdist import locking; "
+                               "lock = locking.hold(sys.argv[1]); print('held', flush=True); time.sleep(300)",
+         str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert cli.main(["launch", "--data", "sample", "--checkpoint-dir", str(tmp_path)]) == cli.EXIT_USER_ERROR
+        assert cli.main(["compare", "--data", "sample", "--out", str(tmp_path)]) == cli.EXIT_USER_ERROR
+    finally:
+        holder.kill()
+        holder.wait()
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == [
+        f"kerasdist: error: checkpoint directory {tmp_path} is in use by another kerasdist run (pid {holder.pid}); "
+        "wait for it to end or stop it, or choose another --checkpoint-dir",
+        f"kerasdist: error: output directory {tmp_path} is in use by another kerasdist run (pid {holder.pid}); "
+        "wait for it to end or stop it, or choose another --out",
+    ]
+    assert os.listdir(tmp_path) == ["kerasdist.lock"]
+
+
+def test_a_worker_whose_peer_never_starts_ends_within_the_peer_timeout_naming_it():
+    spec = {"worker": [f"127.0.0.1:{port}" for port in cluster.free_ports(2)]}
+    started = time.monotonic()
+    completed = subprocess.run(kerasdist_command("worker", "--data", "sample", "--peer-timeout-s", 15),
+                               capture_output=True, text=True, env=dict(os.environ, TF_CONFIG=_tf_config(spec)),
+                               timeout=180, check=False)
+    seconds = time.monotonic() - started
+    assert completed.returncode == -signal.SIGKILL, completed.stderr[-2000:]  # by its watchdog
+    assert completed.stderr.strip().splitlines()[-1] == (
+        f"kerasdist: error: worker 0 made no progress for 15 s waiting for its peers: worker 1 at "
+        f"{spec['worker'][1]} (refuses connections: not running). Restart the missing task(s) or stop all and "
+        "rerun the same command to resume from the last checkpoint"
+    )
+    print(f"missing peer: worker ended after {seconds:.1f} s (peer timeout 15 s, start-up included)")
+    assert seconds < 15 + 60  # start-up (importing TensorFlow) on a busy machine takes the rest

@@ -1,8 +1,15 @@
 """Crash-and-resume of the real command line: SIGKILL mid-training, rerun, compare weights."""
 
+import os
+import re
+import signal
+import subprocess
+import time
+
 import pytest
 
-from helpers import checkpoint_tensors, kill_when_logged, last_json_line, run_cli
+from helpers import (checkpoint_tensors, kerasdist_command, kill_when_logged, last_json_line, run_cli,
+                     signal_when_logged)
 
 TRAIN = ("train", "--replicas", 2, "--epochs", 3, "--data", "sample", "--json")
 
@@ -55,3 +62,53 @@ def test_killed_mid_epoch_resumes_at_the_next_batch_with_identical_weights(tmp_p
     assert record["resumed_from_step"] in (52 + 20, 52 + 30, 52 + 40, 52 + 50)
     assert record["steps"]["global_step"] == list(range(1, 3 * 52 + 1))  # no step lost or repeated
     _assert_same_weights(record, uninterrupted)
+
+
+@pytest.mark.parametrize("engine, signal_number, status", [
+    ("fit", signal.SIGINT, 130),
+    ("loop", signal.SIGTERM, 143),
+])
+def test_a_signal_stops_at_the_next_step_saves_and_the_rerun_matches(tmp_path, uninterrupted, engine,
+                                                                       signal_number, status):
+    arguments = (*TRAIN, "--engine", engine, "--steps-per-execution", 5, "--checkpoint-dir", tmp_path)
+    _, stopped = signal_when_logged(
+        arguments, tmp_path / "metrics.jsonl", lambda r: r["kind"] == "step" and r["epoch"] == 1 and r["step"] >= 5,
+        signal_number,
+    )
+    assert stopped.returncode == status, stopped.stderr[-2000:]
+    last_line = stopped.stderr.strip().splitlines()[-1]
+    match = re.fullmatch(r"kerasdist: stopped by (SIG\w+) at epoch 2, step (\d+): saved (\S+); "
+                         r"rerun the same command to resume from there", last_line)
+    assert match, last_line
+    assert match.group(1) == signal.Signals(signal_number).name
+    step = int(match.group(2))
+    assert os.path.exists(match.group(3) + ".index")
+    completed = run_cli(*arguments)
+    assert completed.returncode == 0, completed.stderr
+    record = last_json_line(completed.stdout)
+    assert record["resumed_from_step"] == 52 + step  # at the step it stopped, not at the last epoch end
+    assert record["steps"]["global_step"] == list(range(1, 3 * 52 + 1))
+    if engine == "fit":  # the reference is a fit run; the loop's own equality is checked in test_loop
+        _assert_same_weights(record, uninterrupted)
+
+
+def test_a_second_run_on_a_checkpoint_directory_in_use_fails_at_once_naming_the_holder(tmp_path):
+    holder = subprocess.Popen(kerasdist_command(*TRAIN, "--epochs", 30, "--checkpoint-dir", tmp_path),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        second = run_cli(*TRAIN, "--checkpoint-dir", tmp_path, timeout=120)
+        files = sorted(os.listdir(tmp_path))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert second.returncode == 2
+    assert second.stderr.strip() == (
+        f"kerasdist: error: checkpoint directory {tmp_path} is in use by another kerasdist run "
+        f"(pid {holder.pid}); wait for it to end or stop it, or choose another --checkpoint-dir"
+    )
+    # The lock died with its SIGKILLed holder: the directory is free again and a rerun resumes.
+    assert sorted(os.listdir(tmp_path)) == files
+    assert run_cli(*TRAIN, "--epochs", 1, "--checkpoint-dir", tmp_path).returncode == 0

@@ -1,0 +1,115 @@
+"""Stop on SIGINT/SIGTERM at the next step: write a checkpoint, say how to resume, exit 130/143.
+
+The command line turns the signals into a *request* (``stop_on_signals``);
+both engines look at it after each step (``fit``, through ``StopOnSignal``)
+or each call (the loop), save a checkpoint at that step and raise
+``TrainingInterrupted``. A second signal while stopping interrupts at once.
+"""
+
+import contextlib
+import signal
+import threading
+
+import keras
+
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_requested = []  # the signals received while stop_on_signals is active
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped at a step boundary because of a signal.
+
+    Attributes:
+        signal_number: the signal (``signal.SIGINT`` or ``signal.SIGTERM``).
+        checkpoint: the checkpoint written at the stop, or None (no checkpoint directory).
+        epoch, step: the 0-based epoch and the batches of it trained when it stopped
+            (step 0: ``epoch`` epochs were complete).
+    """
+
+    def __init__(self, signal_number, checkpoint, epoch, step):
+        self.signal_number, self.checkpoint, self.epoch, self.step = signal_number, checkpoint, epoch, step
+        where = f"at epoch {epoch + 1}, step {step}" if step else f"after epoch {epoch}"
+        if checkpoint:
+            advice = f"saved {checkpoint}; rerun the same command to resume from there"
+        else:
+            advice = "nothing saved (no --checkpoint-dir); pass --checkpoint-dir to be able to resume"
+        super().__init__(f"stopped by {signal.Signals(signal_number).name} {where}: {advice}")
+
+    @property
+    def exit_status(self):
+        """What a shell reports for this signal: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signal_number
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """Within the block, SIGINT and SIGTERM ask training to stop at the next step instead of killing it.
+
+    Only the main thread can install signal handlers; elsewhere the block
+    changes nothing.
+
+    Example:
+        >>> with stop_on_signals():
+        ...     result = run_training(epochs=3, checkpoint_dir="ckpt")  # doctest: +SKIP
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, _request_stop) for number in HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        _requested.clear()
+
+
+def requested_signal():
+    """The signal that asked training to stop, or None."""
+    return _requested[0] if _requested else None
+
+
+def _request_stop(signal_number, frame):
+    if _requested:  # a second signal: the user does not want to wait for the step to end
+        raise KeyboardInterrupt
+    _requested.append(signal_number)
+    print(f"kerasdist: {signal.Signals(signal_number).name} received: stopping after this step "
+          "(send it again to stop at once)", flush=True)
+
+
+class StopOnSignal(keras.callbacks.Callback):
+    """The ``fit`` engine's stop: after a signal, save at the end of the current batch and stop.
+
+    Put it after the checkpoint and metrics callbacks. At an epoch's last
+    batch it lets the epoch end (validation, the epoch checkpoint) and stops then.
+
+    Args:
+        store: the ``CheckpointStore``, or None.
+        steps_per_epoch: batches in a full epoch.
+
+    Example:
+        >>> model.fit(ds, callbacks=[recorder, saver, StopOnSignal(store, 52)])  # doctest: +SKIP
+    """
+
+    def __init__(self, store, steps_per_epoch):
+        super().__init__()
+        self.store = store
+        self.steps_per_epoch = steps_per_epoch
+        self.step_offset = 0
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_offset + batch + 1
+        if requested_signal() is not None and step < self.steps_per_epoch:
+            global_step = self._epoch * self.steps_per_epoch + step
+            path = self.store.save(self._epoch, step, global_step) if self.store else None
+            raise TrainingInterrupted(requested_signal(), path, self._epoch, step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.step_offset = 0
+        if requested_signal() is not None:
+            path = self.store.manager.latest_checkpoint if self.store else None
+            raise TrainingInterrupted(requested_signal(), path, epoch + 1, 0)
