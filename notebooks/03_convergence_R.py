@@ -142,7 +142,7 @@ import kerasdist
 #   colors <- c("black", "darkorange", "steelblue")[seq_along(runs)]
 #   styles <- c(1, 2, 2)[seq_along(runs)]
 #   labels <- vapply(runs, function(run) run$epochs$run[1], "")
-#   par(mfrow = c(1, 3), mar = c(4, 4.5, 2.5, 1), las = 1, cex = 0.9)
+#   par(mfrow = c(1, 3), mar = c(4, 4.5, 2.5, 1), las = 1, cex = 0.9, cex.main = 1)
 #   steps <- lapply(runs, function(run) run$steps)
 #   plot(NULL, xlim = range(unlist(lapply(steps, `[[`, "epoch"))), ylim = range(unlist(lapply(steps, `[[`, "loss"))),
 #        xlab = "epoch", ylab = "loss (running epoch mean)", main = title)
@@ -152,10 +152,9 @@ import kerasdist
 #   matplot(seq_len(epochs), accuracy, type = "o", pch = 19, col = colors, lty = styles, xaxt = "n",
 #           xlab = "epoch", ylab = "accuracy", main = "Validation accuracy")
 #   axis(1, at = seq_len(epochs))
-#   old <- par(mar = c(4, 13, 2.5, 1))
-#   barplot(rev(vapply(runs, function(run) run$samples_per_s, 0)), names.arg = rev(labels), horiz = TRUE,
-#           cex.names = 0.9, col = "gray60", xlab = "samples/s", main = "Throughput (this machine)")
-#   par(old)
+#   bars <- barplot(rev(vapply(runs, function(run) run$samples_per_s, 0)), horiz = TRUE, col = "gray85",
+#                   xlab = "samples/s", main = "Throughput (this machine)")
+#   text(0, bars, rev(labels), pos = 4, cex = 0.9)  # each run's name, inside its bar
 # }
 
 # %% [markdown]
