@@ -17,8 +17,8 @@
 #
 # This is the R twin of [01_quickstart.ipynb](01_quickstart.ipynb): the same workflow and the same
 # sections, written with the R packages keras3, tfdatasets and tensorflow. The notebook runs on a
-# Python kernel; the R code lives in `%%R` cells (rpy2), and results come back to Python with
-# `%%R -o` where Python draws the figures.
+# Python kernel; the R code lives in `%%R` cells (rpy2), and R draws the figures too (`%%R -w -h`
+# sets a figure's size in inches).
 #
 # **What you'll learn**
 #
@@ -30,8 +30,8 @@
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
-# it, otherwise a 5,000-digit sample of real MNIST digits (offline). The outputs are not stored
-# with this notebook: run it where keras3 is installed (`bash scripts/run_notebooks.sh --r-twins`).
+# it, otherwise a 5,000-digit sample of real MNIST digits (offline). The stored outputs come from a
+# run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
 # %% [markdown]
 # ## Introduction
@@ -54,10 +54,9 @@
 # data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
 
 # %%
-# Load the %%R magic, start TensorFlow quietly through kerasdist, and get the plotting library.
+# Load the %%R magic, and start TensorFlow quietly through kerasdist.
 # %load_ext rpy2.ipython
 import kerasdist
-import matplotlib.pyplot as plt
 
 # %% language="R"
 # # Attach keras3 (models), tfdatasets (input pipelines) and tensorflow (tf$distribute), then settings.
@@ -125,7 +124,7 @@ import matplotlib.pyplot as plt
 # val_dataset <- make_dataset(data$x_val, data$y_val, global_batch_size)
 # test_dataset <- make_dataset(data$x_test, data$y_test, global_batch_size)
 
-# %% magic_args="-o replica_images -o replica_labels" language="R"
+# %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Look at one global batch the way the strategy splits it: one local batch per replica.
 # distributed <- strategy$experimental_distribute_dataset(train_dataset)
@@ -137,23 +136,23 @@ import matplotlib.pyplot as plt
 #               paste(unlist(local_images[[replica]]$shape$as_list()), collapse = ", "),
 #               paste(unlist(local_labels[[replica]]$shape$as_list()), collapse = ", ")))
 # }
-# # The first 8 digits of each replica, stacked into one matrix for the Python figure.
-# replica_images <- do.call(rbind, lapply(local_images, function(x) x$numpy()[1:8, ]))
-# replica_labels <- unlist(lapply(local_labels, function(y) y$numpy()[1:8]))
 
-# %%
-# Show the first digits each replica gets in that step: different samples, same model.
-rows = len(replica_labels) // 8
-figure, axes = plt.subplots(rows, 8, figsize=(8, 1.3 * rows))
-for index, axis in enumerate(axes.flat):
-    axis.imshow(replica_images[index].reshape(28, 28), cmap="gray_r")
-    axis.set_title(str(int(replica_labels[index])), fontsize=9)
-    axis.set_xticks([])
-    axis.set_yticks([])
-for replica in range(rows):
-    axes[replica, 0].set_ylabel(f"replica {replica}", rotation=0, ha="right", va="center")
-figure.suptitle("One global batch, split across the replicas", fontsize=10)
-figure.tight_layout()
+# %% magic_args="-w 8 -h 2.6 --units in -r 100" language="R"
+# # Show the first digits each replica gets in that step: different samples, same model.
+# show_digit <- function(pixels, label) {  # a row of 784 pixels, drawn as 28 x 28, ink dark
+#   image(t(matrix(pixels, 28, 28, byrow = TRUE))[, 28:1], col = gray.colors(64, start = 1, end = 0),
+#         axes = FALSE)
+#   title(label, line = 0.3, font.main = 1)
+# }
+# par(mfrow = c(length(local_images), 8), mar = c(0.3, 0.3, 1.4, 0.3), oma = c(0, 6, 2, 0))
+# for (replica in seq_along(local_images)) {
+#   images <- local_images[[replica]]$numpy()
+#   labels <- local_labels[[replica]]$numpy()
+#   for (i in 1:8) show_digit(images[i, ], labels[i])
+#   mtext(sprintf("replica %d", replica - 1L), side = 2, outer = TRUE, las = 1, line = 0.5,
+#         at = 1 - (replica - 0.5) / length(local_images))
+# }
+# mtext("One global batch, split across the replicas", outer = TRUE, line = 0.5)
 
 # %% [markdown]
 # ## Build and compile in the strategy scope
@@ -187,29 +186,19 @@ figure.tight_layout()
 # distributes the dataset and runs every step on all replicas. The dataset shuffles itself, so
 # `shuffle = FALSE` only tells `fit()` not to try.
 
-# %% magic_args="-o history_df" language="R"
+# %% language="R"
 # # Train: each step splits a global batch across the replicas and sums their gradients.
 # history <- model |> fit(train_dataset, epochs = epochs, validation_data = val_dataset,
 #                         shuffle = FALSE, verbose = 2)
-# history_df <- as.data.frame(history)
 
 # %% language="R"
 # # Evaluate on the held-out test digits (evaluation is distributed the same way).
 # scores <- model |> evaluate(test_dataset, verbose = 0)
 # cat(sprintf("test loss %.3f, test accuracy %.3f\n", scores$loss, scores$sparse_categorical_accuracy))
 
-# %%
-# Plot the learning curves from the history data frame that R passed back.
-figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(9, 3.2))
-for (metric, split), rows in history_df.groupby(["metric", "data"], observed=True):
-    axis = loss_axis if metric == "loss" else accuracy_axis
-    axis.plot(rows["epoch"], rows["value"], "o-", label=str(split))
-loss_axis.set(title="Loss", xlabel="epoch")
-accuracy_axis.set(title="Accuracy", xlabel="epoch")
-for axis in (loss_axis, accuracy_axis):
-    axis.grid(alpha=0.3)
-    axis.legend()
-figure.tight_layout()
+# %% magic_args="-w 8 -h 4.5 --units in -r 100" language="R"
+# # Plot the learning curves: keras3's plot() method for the history that fit() returned.
+# plot(history)
 
 # %% [markdown]
 # ## What a mirrored variable is
@@ -221,11 +210,13 @@ figure.tight_layout()
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # The first weight: a Keras variable wrapping a MirroredVariable with one component per device.
+# # (In R every TensorFlow object has the class "tensorflow.tensor"; ask Python for the class name.)
 # kernel <- model$weights[[1]]
 # mirrored <- kernel$value
 # components <- mirrored$values
-# cat(class(kernel)[1], kernel$path, "\n")
-# cat(class(mirrored)[1], "with", length(components), "components\n")
+# cat(sprintf("%s %s (%s)\n", kernel$`__class__`$`__name__`, kernel$path,
+#             paste(unlist(kernel$shape$as_list()), collapse = ", ")))
+# cat(mirrored$`__class__`$`__name__`, "with", length(components), "components\n")
 
 # %% language="R"
 # # Where the components live: one per replica device.

@@ -17,8 +17,8 @@
 #
 # This is the R twin of [02_checkpoints_resume.ipynb](02_checkpoints_resume.ipynb): the same
 # workflow and the same sections, written with the R packages keras3, tfdatasets and tensorflow. The
-# notebook runs on a Python kernel; the R code lives in `%%R` cells (rpy2), and results come back to
-# Python with `%%R -o` where Python draws the figures.
+# notebook runs on a Python kernel; the R code lives in `%%R` cells (rpy2), and R draws the figures
+# too (`%%R -w -h` sets a figure's size in inches).
 #
 # **What you'll learn**
 #
@@ -33,9 +33,8 @@
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute and a half on a 2-core CPU. The lesson writes into `results/02_checkpoints_R/` next
 # to this notebook and empties that folder first. The data is full MNIST when Keras has it cached or
-# can download it, otherwise a 5,000-digit sample of real MNIST digits (offline). The outputs are
-# not stored with this notebook: run it where keras3 is installed
-# (`bash scripts/run_notebooks.sh --r-twins`).
+# can download it, otherwise a 5,000-digit sample of real MNIST digits (offline). The stored outputs
+# come from a run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
 # %% [markdown]
 # ## Introduction
@@ -55,10 +54,9 @@
 # ## Setup
 
 # %%
-# Load the %%R magic, start TensorFlow quietly through kerasdist, and get the plotting library.
+# Load the %%R magic, and start TensorFlow quietly through kerasdist.
 # %load_ext rpy2.ipython
 import kerasdist
-import matplotlib.pyplot as plt
 
 # %% language="R"
 # # Attach keras3, tfdatasets and tensorflow; settings; an empty folder for this lesson's files.
@@ -195,28 +193,28 @@ import matplotlib.pyplot as plt
 #                         validation_data = val_dataset, shuffle = FALSE, verbose = 2,
 #                         callbacks = keras_callbacks())
 
-# %% magic_args="-o keras_log" language="R"
+# %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # One checkpoint per epoch, and one CSV row per epoch: the log is continuous.
 # print(sort(list.files(keras_dir)))
 # keras_log <- read.csv(csv_log)
 # cat("epochs in the log:", keras_log$epoch + 1, "\n")
 
-# %%
-# Plot the CSV log; the dashed line marks where the run was interrupted and resumed.
-figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(9, 3.2))
-epochs = keras_log["epoch"] + 1
-loss_axis.plot(epochs, keras_log["loss"], "o-", label="training")
-loss_axis.plot(epochs, keras_log["val_loss"], "o-", label="validation")
-accuracy_axis.plot(epochs, keras_log["val_sparse_categorical_accuracy"], "o-", color="tab:orange",
-                   label="validation")
-loss_axis.set(title="Loss (one CSV log across two runs)", xlabel="epoch", xticks=epochs)
-accuracy_axis.set(title="Validation accuracy", xlabel="epoch", xticks=epochs)
-for axis in (loss_axis, accuracy_axis):
-    axis.axvline(1.5, color="gray", linestyle="--", label="crash + resume")
-    axis.grid(alpha=0.3)
-    axis.legend()
-figure.tight_layout()
+# %% magic_args="-w 9 -h 3.4 --units in -r 100" language="R"
+# # Plot the CSV log; the dashed line marks where the run was interrupted and resumed.
+# log_epochs <- keras_log$epoch + 1
+# par(mfrow = c(1, 2), mar = c(4, 4.5, 2.5, 1), las = 1, cex.main = 1)
+# matplot(log_epochs, keras_log[, c("loss", "val_loss")], type = "o", pch = 19, lty = 1,
+#         col = c("steelblue", "darkorange"), xaxt = "n", xlab = "epoch", ylab = "loss",
+#         main = "Loss (one CSV log across two runs)")
+# axis(1, at = log_epochs)
+# abline(v = 1.5, col = "gray40", lty = 2)
+# legend("topright", c("training", "validation", "crash + resume"), col = c("steelblue", "darkorange", "gray40"),
+#        lty = c(1, 1, 2), pch = c(19, 19, NA), bty = "n")
+# plot(log_epochs, keras_log$val_sparse_categorical_accuracy, type = "o", pch = 19, col = "darkorange",
+#      xaxt = "n", xlab = "epoch", ylab = "accuracy", main = "Validation accuracy")
+# axis(1, at = log_epochs)
+# abline(v = 1.5, col = "gray40", lty = 2)
 
 # %% [markdown]
 # There is a catch: the resumed epoch 2 does not see the data in the order an uninterrupted epoch 2
@@ -308,7 +306,16 @@ figure.tight_layout()
 # shell_command <- sprintf("echo $$ > %s; exec %s %s > %s 2>&1", shQuote(pid_file), shQuote(python),
 #                          paste(shQuote(cli_args), collapse = " "), shQuote(log_file))
 # system2("sh", c("-c", shQuote(shell_command)), wait = FALSE)
-# while (!file.exists(pid_file) || length(readLines(pid_file, warn = FALSE)) == 0) Sys.sleep(0.02)
+# # Every wait is bounded: a child that never starts, trains or dies must not hang the notebook.
+# wait_for <- function(done, seconds, what) {
+#   deadline <- Sys.time() + seconds
+#   while (!done()) {
+#     if (Sys.time() > deadline) stop("timed out waiting for ", what, "; see ", log_file)
+#     Sys.sleep(0.02)
+#   }
+# }
+# wait_for(function() file.exists(pid_file) && length(readLines(pid_file, warn = FALSE)) > 0, 60,
+#          "the training process to start")
 # pid <- as.integer(readLines(pid_file, warn = FALSE))
 # alive <- function() tools::pskill(pid, 0L)  # signal 0 only asks whether the process exists
 # deadline <- Sys.time() + 600
@@ -319,7 +326,7 @@ figure.tight_layout()
 #   Sys.sleep(0.02)
 # }
 # invisible(tools::pskill(pid, tools::SIGKILL))
-# while (alive()) Sys.sleep(0.02)
+# wait_for(function() !alive(), 30, "the killed process to end")
 # latest <- tf$train$latest_checkpoint(cli_dir)  # reads TensorFlow's checkpoint index file
 # cat("killed by SIGKILL; latest complete checkpoint:", basename(latest), "\n")
 
@@ -338,35 +345,35 @@ figure.tight_layout()
 # 21. The few steps the killed process trained after `ckpt-72` are lost and trained again; the
 # metrics log is cut back to step 72 so that they do not appear twice.
 
-# %% magic_args="-o killed_steps -o final_steps -o resumed_from" language="R"
+# %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Rerun the same command and read the result record it prints as JSON on its last line.
-# output <- system2(python, shQuote(c(cli_args, "--json")), stdout = TRUE, stderr = FALSE)
+# # Rerun the same command (for at most 10 minutes) and read the result record it prints as JSON on its last line.
+# output <- system2(python, shQuote(c(cli_args, "--json")), stdout = TRUE, stderr = FALSE, timeout = 600)
 # record <- json$loads(output[length(output)])
 # cat(grep("^Resuming", output, value = TRUE), "\n")
 # cat(sprintf("initial_epoch (0-based) %d, resumed after global step %d\n",
 #             record$initial_epoch, record$resumed_from_step))
 # cat("epochs in the history:", length(record$history$loss), "\n")
-# # The step logs of the killed run and of the final run, for the Python figure.
+
+# %% magic_args="-w 9 -h 3.6 --units in -r 100" language="R"
+# # Plot the per-step loss: the killed run, the steps it lost, and the resumed run, on one axis.
 # killed_steps <- data.frame(global_step = vapply(killed_records, function(r) r$global_step, numeric(1)),
 #                            loss = vapply(killed_records, function(r) r$loss, numeric(1)))
 # final_steps <- data.frame(global_step = unlist(record$steps$global_step), loss = unlist(record$steps$loss))
-# resumed_from <- record$resumed_from_step
-
-# %%
-# Plot the per-step loss: the killed run, the steps it lost, and the resumed run, on one axis.
-figure, axis = plt.subplots(figsize=(9, 3.4))
-axis.plot(killed_steps["global_step"], killed_steps["loss"], color="tab:red", linewidth=4, alpha=0.35,
-          label="killed run (its steps after the checkpoint are lost)")
-axis.plot(final_steps["global_step"], final_steps["loss"], color="tab:blue", label="final metrics log")
-resumed_after = int(resumed_from[0])
-axis.axvline(resumed_after, color="gray", linestyle="--", label=f"resumed after step {resumed_after}")
-axis.axvline(52, color="black", linewidth=0.5)
-axis.set(title="One continuous log across a SIGKILL (thin line: end of epoch 1)", xlabel="global step",
-         ylabel="training loss (running epoch mean)")
-axis.grid(alpha=0.3)
-axis.legend()
-figure.tight_layout()
+# resumed_after <- record$resumed_from_step
+# par(mar = c(4, 4.5, 2.5, 1), las = 1, cex.main = 1)
+# plot(killed_steps, type = "l", lwd = 6, col = adjustcolor("firebrick", alpha.f = 0.35),
+#      xlim = range(killed_steps$global_step, final_steps$global_step),
+#      ylim = range(killed_steps$loss, final_steps$loss), xlab = "global step",
+#      ylab = "training loss (running epoch mean)",
+#      main = "One continuous log across a SIGKILL (thin line: end of epoch 1)")
+# lines(final_steps, col = "steelblue")
+# abline(v = resumed_after, col = "gray40", lty = 2)
+# abline(v = steps_per_epoch, lwd = 0.5)
+# legend("topright", bty = "n", lty = c(1, 1, 2), lwd = c(6, 1, 1),
+#        col = c(adjustcolor("firebrick", alpha.f = 0.35), "steelblue", "gray40"),
+#        legend = c("killed run (its steps after the checkpoint are lost)", "final metrics log",
+#                   sprintf("resumed after step %d", resumed_after)))
 
 # %% [markdown]
 # ## Keras BackupAndRestore replays the epoch

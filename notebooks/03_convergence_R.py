@@ -17,9 +17,9 @@
 #
 # This is the R twin of [03_convergence.ipynb](03_convergence.ipynb): the same workflow and the same
 # sections, written with the R packages keras3, tfdatasets and tensorflow. The notebook runs on a
-# Python kernel; the R code lives in `%%R` cells (rpy2), and results come back to Python with
-# `%%R -o` where Python draws the figures. Where the Python lesson calls kerasdist's comparison, this
-# one builds the experiment in keras3, so you can see every piece it needs.
+# Python kernel; the R code lives in `%%R` cells (rpy2), and R draws the figures too (`%%R -w -h`
+# sets a figure's size in inches). Where the Python lesson calls kerasdist's comparison, this one
+# builds the experiment in keras3, so you can see every piece it needs.
 #
 # **What you'll learn**
 #
@@ -33,8 +33,8 @@
 # **What you need**: lesson 1, R with keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
-# it, otherwise a 5,000-digit sample of real MNIST digits (offline). The outputs are not stored with
-# this notebook: run it where keras3 is installed (`bash scripts/run_notebooks.sh --r-twins`).
+# it, otherwise a 5,000-digit sample of real MNIST digits (offline). The stored outputs come from a
+# run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
 # %% [markdown]
 # ## Introduction
@@ -57,21 +57,21 @@
 # ## Setup
 
 # %%
-# Load the %%R magic, start TensorFlow quietly through kerasdist, and get the plotting libraries.
+# Load the %%R magic, and start TensorFlow quietly through kerasdist.
 # %load_ext rpy2.ipython
 import kerasdist
-import matplotlib.pyplot as plt
-import numpy as np
-
 
 # %% language="R"
-# # NBVAL_CHECK_OUTPUT
-# # Attach the packages, make two replicas, load the data, and make TensorFlow's ops deterministic.
+# # Attach keras3, tfdatasets and tensorflow; then settings.
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
 # epochs <- 3L
 # batch_size <- 64L
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Make two replicas, load the data, and make TensorFlow's ops deterministic.
 # kerasdist <- reticulate::import("kerasdist")
 # devices <- kerasdist$configure_replicas(2L)
 # strategy <- tf$distribute$MirroredStrategy(devices = as.list(devices))
@@ -136,6 +136,26 @@ import numpy as np
 #     global_batch_size = global_batch_size
 #   )
 # }
+#
+# # Draw runs side by side: loss per step, validation accuracy per epoch, and throughput.
+# plot_runs <- function(runs, title) {
+#   colors <- c("black", "darkorange", "steelblue")[seq_along(runs)]
+#   styles <- c(1, 2, 2)[seq_along(runs)]
+#   labels <- vapply(runs, function(run) run$epochs$run[1], "")
+#   par(mfrow = c(1, 3), mar = c(4, 4.5, 2.5, 1), las = 1, cex = 0.9, cex.main = 1)
+#   steps <- lapply(runs, function(run) run$steps)
+#   plot(NULL, xlim = range(unlist(lapply(steps, `[[`, "epoch"))), ylim = range(unlist(lapply(steps, `[[`, "loss"))),
+#        xlab = "epoch", ylab = "loss (running epoch mean)", main = title)
+#   for (i in seq_along(runs)) lines(steps[[i]]$epoch, steps[[i]]$loss, col = colors[i], lty = styles[i], lwd = 1.5)
+#   legend("topright", labels, col = colors, lty = styles, bty = "n", cex = 0.8)
+#   accuracy <- sapply(runs, function(run) run$epochs$val_accuracy)
+#   matplot(seq_len(epochs), accuracy, type = "o", pch = 19, col = colors, lty = styles, xaxt = "n",
+#           xlab = "epoch", ylab = "accuracy", main = "Validation accuracy")
+#   axis(1, at = seq_len(epochs))
+#   bars <- barplot(rev(vapply(runs, function(run) run$samples_per_s, 0)), horiz = TRUE, col = "gray85",
+#                   xlab = "samples/s", main = "Throughput (this machine)")
+#   text(0, bars, rev(labels), pos = 4, cex = 0.9)  # each run's name, inside its bar
+# }
 
 # %% [markdown]
 # ## Fixed global batch: the curves coincide
@@ -144,37 +164,14 @@ import numpy as np
 # global batch is 64 in both runs: one on the default strategy (one device), one on the
 # `MirroredStrategy` with two replicas of 32 samples each.
 
-# %% magic_args="-o fixed_steps -o fixed_epochs -o fixed_speed" language="R"
+# %% language="R"
 # # Train the same model on 1 device and on 2 replicas, global batch 64 in both.
 # one_device <- train_run("1 device, batch 64", tf$distribute$get_strategy(), batch_size)
 # two_replicas <- train_run("2 replicas, batch 64", strategy, batch_size)
-# fixed_steps <- rbind(one_device$steps, two_replicas$steps)
-# fixed_epochs <- rbind(one_device$epochs, two_replicas$epochs)
-# fixed_speed <- c(one_device$samples_per_s, two_replicas$samples_per_s)
 
-# %%
-# Draw both loss curves per step, validation accuracy per epoch, and throughput.
-def plot_runs(steps, epochs, speeds, title):
-    figure, (loss_axis, accuracy_axis, speed_axis) = plt.subplots(1, 3, figsize=(15, 3.8))
-    names = list(dict.fromkeys(steps["run"]))
-    for index, name in enumerate(names):
-        style = "-" if index == 0 else "--"
-        rows = steps[steps["run"] == name]
-        loss_axis.plot(rows["epoch"], rows["loss"], style, label=name)
-        rows = epochs[epochs["run"] == name]
-        accuracy_axis.plot(rows["epoch"], rows["val_accuracy"], style, marker="o", label=name)
-    speed_axis.barh(names, speeds, color="tab:gray")
-    speed_axis.invert_yaxis()
-    loss_axis.set(title=title, xlabel="epoch", ylabel="loss (running epoch mean)")
-    accuracy_axis.set(title="Validation accuracy", xlabel="epoch")
-    speed_axis.set(title="Throughput (this machine)", xlabel="samples/s")
-    for axis in (loss_axis, accuracy_axis):
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    figure.tight_layout()
-
-
-plot_runs(fixed_steps, fixed_epochs, fixed_speed, "Training loss, fixed global batch")
+# %% magic_args="-w 13 -h 3.8 --units in -r 90" language="R"
+# # Both loss curves per step, validation accuracy per epoch, and throughput.
+# plot_runs(list(one_device, two_replicas), "Training loss, fixed global batch")
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -278,7 +275,7 @@ plot_runs(fixed_steps, fixed_epochs, fixed_speed, "Training loss, fixed global b
 # TensorFlow's replica threads; keeping R code out of the traced step is the safe choice.) Here
 # k = 2: the rate goes from 1e-3 to 2e-3 over the first quarter epoch.
 
-# %% magic_args="-o warmup_steps" language="R"
+# %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Linear warm-up from the base rate to k x base: one value per step (steps are counted from 0).
 # k <- 2L
@@ -290,36 +287,27 @@ plot_runs(fixed_steps, fixed_epochs, fixed_speed, "Training loss, fixed global b
 # )
 # cat(sprintf("peak learning rate %g, reached at step %d\n", k * base_rate, warmup_steps - 1L))
 
-# %% magic_args="-o scaling_steps -o scaling_epochs -o scaling_speed" language="R"
+# %% language="R"
 # # Train 2 replicas x 64 samples with the learning rate doubled, after the warm-up.
 # scaled <- train_run("2 replicas, batch 128, scaled + warm-up", strategy, k * batch_size,
 #                     learning_rate = schedule)
 # runs <- list(one_device, same_rate, scaled)
-# scaling_steps <- do.call(rbind, lapply(runs, function(run) run$steps))
-# scaling_epochs <- do.call(rbind, lapply(runs, function(run) run$epochs))
-# scaling_speed <- vapply(runs, function(run) run$samples_per_s, numeric(1))
 
-# %%
-# The three learning-rate schedules, step by step, drawn against epochs.
-base, peak, warmup = 1e-3, 2e-3, int(warmup_steps[0])
-figure, axis = plt.subplots(figsize=(6, 2.6))
-for label, steps_per_epoch, rates, width in (
-    ("1 device, batch 64", 52, lambda steps: np.full(len(steps), 1e-3), 5),
-    ("2 replicas, batch 128, same rate", 26, lambda steps: np.full(len(steps), 1e-3), 1.5),
-    ("2 replicas, batch 128, scaled + warm-up", 26,
-     lambda steps: base + (peak - base) * np.minimum(steps, warmup - 1) / (warmup - 1), 1.5),
-):
-    steps = np.arange(3 * steps_per_epoch)
-    axis.step(steps / steps_per_epoch, rates(steps), where="post", label=label, linewidth=width,
-              alpha=0.5 if width > 2 else 1)
-axis.set(title="Learning rate", xlabel="epoch", ylabel="learning rate", ylim=(0, 2.3e-3))
-axis.grid(alpha=0.3)
-axis.legend(fontsize=8)
-figure.tight_layout()
+# %% magic_args="-w 6.5 -h 3.2 --units in -r 100" language="R"
+# # The three learning-rate schedules, step by step, drawn against epochs (the scaled one asked of the schedule).
+# par(mar = c(4, 5, 2, 1), las = 1)
+# plot(NULL, xlim = c(0, epochs), ylim = c(0, 2.3e-3), xlab = "epoch", ylab = "", main = "Learning rate")
+# lines(c(0, epochs), rep(base_rate, 2), col = adjustcolor("black", alpha.f = 0.4), lwd = 5)
+# lines(c(0, epochs), rep(base_rate, 2), col = "darkorange", lty = 2, lwd = 1.5)
+# scaled_steps <- seq(0, epochs * nrow(x_train) %/% (k * batch_size) - 1)
+# scaled_rates <- vapply(scaled_steps, function(step) as.numeric(schedule(as.integer(step))$numpy()), 0)
+# lines(scaled_steps / (nrow(x_train) %/% (k * batch_size)), scaled_rates, type = "s", col = "steelblue", lwd = 1.5)
+# legend("bottomright", vapply(runs, function(run) run$epochs$run[1], ""), bty = "n", cex = 0.75,
+#        col = c(adjustcolor("black", alpha.f = 0.4), "darkorange", "steelblue"), lty = c(1, 2, 1), lwd = c(5, 1.5, 1.5))
 
-# %%
-# Compare the three runs: training loss against epochs, validation accuracy, and throughput.
-plot_runs(scaling_steps, scaling_epochs, scaling_speed, "Training loss, fixed per-replica batch")
+# %% magic_args="-w 13 -h 3.8 --units in -r 90" language="R"
+# # Compare the three runs: training loss against epochs, validation accuracy, and throughput.
+# plot_runs(runs, "Training loss, fixed per-replica batch")
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT

@@ -17,8 +17,8 @@
 #
 # This is the R twin of [04_input_pipelines.ipynb](04_input_pipelines.ipynb): the same workflow and
 # the same sections, written with the R packages keras3, tfdatasets and tensorflow. The notebook
-# runs on a Python kernel; the R code lives in `%%R` cells (rpy2), and results come back to Python
-# with `%%R -o` where Python draws the figures.
+# runs on a Python kernel; the R code lives in `%%R` cells (rpy2), and R draws the figures too
+# (`%%R -w -h` sets a figure's size in inches).
 #
 # **What you'll learn**
 #
@@ -33,8 +33,8 @@
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
 # it, otherwise a 5,000-digit sample of real MNIST digits (offline); the timings use at most 52
-# batches per epoch. The outputs are not stored with this notebook: run it where keras3 is
-# installed (`bash scripts/run_notebooks.sh --r-twins`).
+# batches per epoch. The stored outputs come from a run on that sample;
+# `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
 # %% [markdown]
 # ## Introduction
@@ -64,10 +64,9 @@
 # the data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
 
 # %%
-# Load the %%R magic, start TensorFlow quietly through kerasdist, and get the plotting helpers.
+# Load the %%R magic, and start TensorFlow quietly through kerasdist.
 # %load_ext rpy2.ipython
 import kerasdist
-from kerasdist import plots
 
 # %% language="R"
 # # Attach keras3 (models), tfdatasets (input pipelines), tensorflow (tf$distribute) and reticulate, then settings.
@@ -267,8 +266,8 @@ from kerasdist import plots
 #   min(seconds[-1])
 # }
 
-# %% magic_args="-o timings" language="R"
-# # Measure the five pipelines both ways (about 20 seconds), and hand the table to Python.
+# %% language="R"
+# # Measure the five pipelines both ways (about 20 seconds).
 # timings <- data.frame(pipeline = names(pipelines), alone = NA_real_, with_step = NA_real_)
 # for (i in seq_along(pipelines)) {
 #   timings$alone[i] <- seconds_per_epoch(pipelines[[i]])
@@ -278,10 +277,13 @@ from kerasdist import plots
 # cat(sprintf("for reference: all reads take %.2f s, all training steps %.2f s per epoch\n",
 #             batches_per_epoch * py$read_latency_s, batches_per_epoch * step_s))
 
-# %%
-# What training sees: seconds per epoch with a training step after each batch.
-figure = plots.plot_bars(list(timings["pipeline"]), list(timings["with_step"]), "seconds per epoch",
-                         "Input pipelines with a training step after each batch (lower is better)")
+# %% magic_args="-w 9 -h 3 --units in -r 100" language="R"
+# # What training sees: seconds per epoch with a training step after each batch.
+# par(mar = c(4, 8, 2.5, 2), cex.main = 1)
+# bars <- barplot(rev(timings$with_step), names.arg = rev(timings$pipeline), horiz = TRUE, las = 1,
+#                 col = "steelblue", xlim = c(0, 1.15 * max(timings$with_step)), xlab = "seconds per epoch",
+#                 main = "Input pipelines with a training step after each batch (lower is better)")
+# text(rev(timings$with_step), bars, sprintf("%.2f", rev(timings$with_step)), pos = 4, cex = 0.8)
 
 # %% [markdown]
 # How to read the chart and the table:
@@ -393,13 +395,15 @@ figure = plots.plot_bars(list(timings["pipeline"]), list(timings["with_step"]), 
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Ask for sharding by data, and read the policy back from the dataset.
+# # Ask for sharding by data, and read the policy back from the dataset. reticulate would turn the
+# # enum into a plain integer, which the option rejects: keep it a Python object (convert = FALSE).
+# tf_python <- import("tensorflow", convert = FALSE)
 # sharding <- tf$data$Options()
 # distribute <- sharding$experimental_distribute
-# distribute$auto_shard_policy <- tf$data$experimental$AutoShardPolicy$DATA
+# distribute$auto_shard_policy <- tf_python$data$experimental$AutoShardPolicy$DATA
 # sharded <- from_memory$with_options(sharding)
-# policy <- sharded$options()$experimental_distribute$auto_shard_policy
-# cat(tf$data$experimental$AutoShardPolicy(policy)$name, "\n")
+# policy <- sharded$options()$experimental_distribute$auto_shard_policy  # an R integer again
+# cat(py_to_r(tf_python$data$experimental$AutoShardPolicy(policy)$name), "\n")
 
 # %% [markdown]
 # ## Performance tips

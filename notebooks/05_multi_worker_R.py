@@ -17,8 +17,8 @@
 #
 # This is the R twin of [05_multi_worker.ipynb](05_multi_worker.ipynb): the same workflow and the
 # same sections, written with the R packages keras3, tfdatasets and tensorflow. The notebook runs
-# on a Python kernel; the R code lives in `%%R` cells (rpy2), and results come back to Python with
-# `%%R -o` where Python draws the figures. The workers are `Rscript` processes.
+# on a Python kernel; the R code lives in `%%R` cells (rpy2), and R draws the figures too
+# (`%%R -w -h` sets a figure's size in inches). The workers are `Rscript` processes.
 #
 # **What you'll learn**
 #
@@ -33,9 +33,8 @@
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about two minutes on a 2-core CPU. The workers are separate processes on this machine that talk
 # over the loopback network (127.0.0.1). The data is full MNIST when Keras has it cached or can
-# download it, otherwise a 5,000-digit sample of real MNIST digits (offline). The outputs are not
-# stored with this notebook: run it where keras3 is installed
-# (`bash scripts/run_notebooks.sh --r-twins`).
+# download it, otherwise a 5,000-digit sample of real MNIST digits (offline). The stored outputs
+# come from a run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
 # %% [markdown]
 # ## Introduction
@@ -60,10 +59,9 @@
 # when available; the test suite sets it to `sample`.
 
 # %%
-# Load the %%R magic, start TensorFlow quietly through kerasdist, and get the plotting library.
+# Load the %%R magic, and start TensorFlow quietly through kerasdist.
 # %load_ext rpy2.ipython
 import kerasdist
-import matplotlib.pyplot as plt
 
 # %% language="R"
 # # Attach keras3, tfdatasets, tensorflow and reticulate; then settings, and a folder for the workers.
@@ -179,21 +177,29 @@ import matplotlib.pyplot as plt
 # Keras model, including one built with keras3 in R. The worker script below does both in each
 # worker: first `fit()`, then the loop, for one epoch. We save it to a file and start it twice with
 # `Rscript`, with one `TF_CONFIG` each.
+#
+# One thing is different in a script of its own: the order. TensorFlow sets up collective ops (the
+# all-reduce between workers) only when it starts its runtime, and keras3 starts that runtime as
+# soon as it first loads Keras. So the script creates `MultiWorkerMirroredStrategy()` first and
+# attaches keras3 after it; the other way round, the strategy fails with "Collective ops must be
+# configured at program startup". (In this notebook the Python side started TensorFlow long ago,
+# which is why the lessons can attach keras3 first.)
 
 # %%
 # %%writefile results/05_multi_worker_R/fit_then_loop.R
 # One worker: try keras3 fit() under MultiWorkerMirroredStrategy, then train the same model with kerasdist's loop.
-library(keras3)
-library(tfdatasets, exclude = "shape")
+# The strategy comes first, before keras3 loads Keras (which starts TensorFlow's runtime).
 library(tensorflow, exclude = c("shape", "set_random_seed"))
 library(reticulate)
+cluster_tools <- import("kerasdist.cluster")
+task <- cluster_tools$parse_tf_config(Sys.getenv("TF_CONFIG"))
+strategy <- tf$distribute$MultiWorkerMirroredStrategy()  # reads TF_CONFIG; waits for the other workers
+library(keras3)
+library(tfdatasets, exclude = "shape")
 
 global_batch_size <- 64L
 kerasdist <- import("kerasdist")
-cluster_tools <- import("kerasdist.cluster")
 kerasdist_loop <- import("kerasdist.loop")
-task <- cluster_tools$parse_tf_config(Sys.getenv("TF_CONFIG"))
-strategy <- tf$distribute$MultiWorkerMirroredStrategy()  # reads TF_CONFIG; waits for the other workers
 mnist <- kerasdist$load_mnist(Sys.getenv("KERASDIST_DATA", "auto"), verbose = FALSE)
 dataset <- tensor_slices_dataset(list(np_array(mnist$x_train, dtype = "float32"),
                                       np_array(mnist$y_train, dtype = "int32"))) |>
@@ -218,7 +224,7 @@ build_model <- function() {
 # 1. keras3 fit(), exactly as on one machine.
 with(strategy$scope(), model <- build_model())
 outcome <- tryCatch({
-  model |> fit(dataset, epochs = 1, verbose = 0)
+  model |> fit(dataset, epochs = 1, shuffle = FALSE, verbose = 0)
   "finished"
 }, error = function(error) {
   paste("failed:", substr(gsub("\\s+", " ", conditionMessage(error)), 1, 70), "...")
@@ -245,23 +251,30 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # # Start the script twice, as worker 0 and worker 1 of a cluster on free local ports.
 # local_cluster <- cluster_tools$local_cluster(num_workers)
 # script <- file.path(work_dir, "fit_then_loop.R")
-# logs <- file.path(work_dir, sprintf("worker-%d.log", seq_len(num_workers) - 1L))
-# worker_environment <- function(index) c(
-#   paste0("TF_CONFIG=", shQuote(cluster_tools$tf_config(local_cluster, "worker", index))),
-#   paste0("RETICULATE_PYTHON=", shQuote(py_config()$python)),  # the workers use this notebook's Python
-#   paste0("KERASDIST_DATA=", shQuote(data_source))
-# )
-# rscript <- file.path(R.home("bin"), "Rscript")
-# # Worker 0 in the background, worker 1 in the foreground: their last all-reduce ends them together.
-# system2(rscript, shQuote(script), env = worker_environment(0L), stdout = logs[1], stderr = FALSE, wait = FALSE)
-# status <- system2(rscript, shQuote(script), env = worker_environment(1L), stdout = logs[2], stderr = FALSE)
-# for (second in 1:30) {
-#   if (any(grepl("weights sha256", readLines(logs[1], warn = FALSE)))) break
-#   Sys.sleep(1)
+# worker_names <- sprintf("worker-%d", seq_len(num_workers) - 1L)
+# logs <- file.path(work_dir, paste0(worker_names, ".log"))        # what each worker prints
+# errors <- file.path(work_dir, paste0(worker_names, ".stderr"))   # TensorFlow's log lines, and any R error
+# start_worker <- function(index) processx::process$new(
+#   file.path(R.home("bin"), "Rscript"), script, stdout = logs[index + 1L], stderr = errors[index + 1L],
+#   env = c("current",  # this notebook's environment, plus:
+#           TF_CONFIG = cluster_tools$tf_config(local_cluster, "worker", index),
+#           RETICULATE_PYTHON = py_config()$python,  # the workers use this notebook's Python
+#           KERASDIST_DATA = data_source))
+# workers <- lapply(seq_len(num_workers) - 1L, start_worker)
+# # Wait for both, 5 minutes at most in all; a worker still running then is stopped.
+# deadline <- Sys.time() + 300
+# for (worker in workers) {
+#   worker$wait(timeout = 1000 * max(0, as.numeric(difftime(deadline, Sys.time(), units = "secs"))))
+#   if (worker$is_alive()) worker$kill()
 # }
 # worker_lines <- unlist(lapply(logs, readLines, warn = FALSE))
 # cat(worker_lines, sep = "\n")
-# cat(sprintf("(exit status of worker 1: %d)\n", status))
+# statuses <- vapply(workers, function(worker) as.integer(worker$get_exit_status()), 0L)
+# cat(sprintf("(exit statuses: %s)\n", paste(statuses, collapse = ", ")))
+# # A worker that failed says why at the end of its stderr.
+# for (i in which(is.na(statuses) | statuses != 0))
+#   cat(sprintf("--- %s failed; the end of %s:", worker_names[i], basename(errors[i])),
+#       tail(readLines(errors[i], warn = FALSE), 15), sep = "\n")
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -294,13 +307,13 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # with this notebook's Python.
 
 # %% language="R"
-# # Launch 2 workers and an evaluator; each prints with its name (this takes about 45 seconds).
+# # Launch 2 workers and an evaluator; each prints with its name (this takes about 45 seconds; at most 10 minutes).
 # checkpoint_dir <- file.path(work_dir, "checkpoints")
 # unlink(checkpoint_dir, recursive = TRUE)  # start afresh each time the notebook runs
 # output <- system2(py_config()$python,
 #                   c("-m", "kerasdist", "launch", "--workers", num_workers, "--epochs", 2, "--data", data_source,
 #                     "--checkpoint-dir", shQuote(checkpoint_dir), "--evaluator", "--json"),
-#                   stdout = TRUE, stderr = TRUE)
+#                   stdout = TRUE, stderr = TRUE, timeout = 600)
 # launch_log <- head(output, -1)
 # cat(launch_log[!grepl("site-packages", launch_log)], sep = "\n")
 # record <- json$loads(tail(output, 1))
@@ -322,8 +335,8 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #     length(unique(vapply(record$workers, function(worker) worker$weights_sha256, ""))) == 1, "\n")
 # cat("the evaluator evaluated the last checkpoint:", record$evaluator$final$epoch == record$epochs, "\n")
 
-# %% magic_args="-o steps -o history -o evaluations" language="R"
-# # Hand the chief's step log, its per-epoch history and the evaluator's results to Python.
+# %% magic_args="-w 9 -h 3.6 --units in -r 100" language="R"
+# # Plot what the cluster learned: the chief's training loss per step, and validation accuracy per epoch.
 # steps <- data.frame(epoch = unlist(record$steps$epoch), step = unlist(record$steps$step),
 #                     loss = unlist(record$steps$loss))
 # history <- data.frame(epoch = unlist(record$history$epoch) + 1L,
@@ -332,22 +345,17 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #   epoch = vapply(record$evaluator$evaluations, function(e) as.numeric(e$epoch), 0),
 #   val_accuracy = vapply(record$evaluator$evaluations, function(e) e$val_sparse_categorical_accuracy, 0)
 # )
-
-# %%
-# Plot what the cluster learned: the chief's training loss per step, and validation accuracy per epoch.
-epochs_elapsed = steps["epoch"] + steps["step"] / steps["step"].max()
-figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(9, 3.2))
-loss_axis.plot(epochs_elapsed, steps["loss"])
-loss_axis.set(title="Training loss (running mean in each epoch)", xlabel="epoch")
-accuracy_axis.plot(history["epoch"], history["val_accuracy"], "o-", label="workers (end of each epoch)")
-accuracy_axis.plot(evaluations["epoch"], evaluations["val_accuracy"], "x", markersize=12,
-                   label="evaluator (checkpoints)")
-accuracy_axis.set(title="Validation accuracy", xlabel="epoch", xticks=list(history["epoch"]))
-accuracy_axis.legend()
-for axis in (loss_axis, accuracy_axis):
-    axis.grid(alpha=0.3)
-figure.suptitle("2 workers, MultiWorkerMirroredStrategy, kerasdist's loop", fontsize=10)
-figure.tight_layout()
+# par(mfrow = c(1, 2), mar = c(4, 4.5, 2.5, 1), oma = c(0, 0, 1.5, 0), las = 1, cex.main = 1)
+# plot(steps$epoch + steps$step / max(steps$step), steps$loss, type = "l", col = "steelblue",
+#      xlab = "epoch", ylab = "loss", main = "Training loss (running epoch mean)")
+# plot(history$epoch, history$val_accuracy, type = "o", pch = 19, col = "steelblue", xaxt = "n",
+#      ylim = range(history$val_accuracy, evaluations$val_accuracy) + c(-0.01, 0.01), xlab = "epoch", ylab = "accuracy",
+#      main = "Validation accuracy")
+# axis(1, at = history$epoch)
+# points(evaluations$epoch, evaluations$val_accuracy, pch = 4, cex = 2.5, col = "darkorange")
+# legend("topleft", c("workers (end of each epoch)", "evaluator (checkpoints)"), bty = "n",
+#        col = c("steelblue", "darkorange"), pch = c(19, 4), lty = c(1, NA))
+# mtext("2 workers, MultiWorkerMirroredStrategy, kerasdist's loop", outer = TRUE)
 
 # %% language="R"
 # # What the evaluator evaluated, and the training history the chief logged.

@@ -17,8 +17,8 @@
 #
 # This is the R twin of [06_strategy_map.ipynb](06_strategy_map.ipynb): the same workflow and the
 # same sections, written with the R packages keras3, tfdatasets and tensorflow. The notebook runs
-# on a Python kernel; the R code lives in `%%R` cells (rpy2), and results come back to Python with
-# `%%R -o` where Python draws the figures.
+# on a Python kernel; the R code lives in `%%R` cells (rpy2), and R draws the figures too
+# (`%%R -w -h` sets a figure's size in inches).
 #
 # **What you'll learn**
 #
@@ -32,8 +32,8 @@
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
-# it, otherwise a 5,000-digit sample of real MNIST digits (offline). The outputs are not stored
-# with this notebook: run it where keras3 is installed (`bash scripts/run_notebooks.sh --r-twins`).
+# it, otherwise a 5,000-digit sample of real MNIST digits (offline). The stored outputs come from a
+# run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
 # %% [markdown]
 # ## Introduction
@@ -66,10 +66,9 @@
 # the data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
 
 # %%
-# Load the %%R magic, start TensorFlow quietly through kerasdist, and get the plotting helpers.
+# Load the %%R magic, and start TensorFlow quietly through kerasdist.
 # %load_ext rpy2.ipython
 import kerasdist
-from kerasdist import plots
 
 # %% language="R"
 # # Attach keras3 (models), tfdatasets (input pipelines), tensorflow (tf$distribute) and reticulate, then settings.
@@ -210,7 +209,7 @@ from kerasdist import plots
 # for (name in c("default", "one_device", "mirrored", "central_storage"))
 #   runs[[name]] <- train_under(kerasdist$make_strategy(name, num_replicas = num_replicas, verbose = FALSE))
 
-# %% magic_args="-o strategy_seconds" language="R"
+# %% language="R"
 # # What each strategy created, and how far its weights are from the default strategy's.
 # cat(sprintf("%-16s %8s %20s %12s %9s %10s %18s %14s\n", "strategy", "replicas", "variable", "lives on",
 #             "max |dw|", "loss (fit)", "val acc (evaluate)", "val acc (ours)"))
@@ -220,7 +219,6 @@ from kerasdist import plots
 #   cat(sprintf("%-16s %8d %20s %12s %9.1e %10.4f %18.4f %14.4f\n", name, run$replicas, run$variable,
 #               run$lives_on, difference, run$reported_loss, run$reported_val_acc, run$recomputed_val_acc))
 # }
-# strategy_seconds <- data.frame(strategy = names(runs), seconds = vapply(runs, function(run) run$seconds, 0))
 
 # %% [markdown]
 # What the table shows:
@@ -239,10 +237,13 @@ from kerasdist import plots
 #   under this strategy (reproduced with Keras 3.15 and TensorFlow 2.21). It is still marked
 #   experimental; prefer `MirroredStrategy`, and when you switch strategy, check one metric by hand.
 
-# %%
-# Seconds for the second epoch under each strategy.
-figure = plots.plot_bars(list(strategy_seconds["strategy"]), list(strategy_seconds["seconds"]),
-                         "seconds per epoch", "fit() under each strategy, this machine (lower is better)")
+# %% magic_args="-w 8 -h 2.8 --units in -r 100" language="R"
+# # Seconds for the second epoch under each strategy.
+# seconds <- vapply(runs, function(run) run$seconds, 0)
+# par(mar = c(4, 9, 2.5, 2), cex.main = 1)
+# bars <- barplot(rev(seconds), horiz = TRUE, las = 1, col = "steelblue", xlim = c(0, 1.15 * max(seconds)),
+#                 xlab = "seconds per epoch", main = "fit() under each strategy, this machine (lower is better)")
+# text(rev(seconds), bars, sprintf("%.2f", rev(seconds)), pos = 4, cex = 0.8)
 
 # %% [markdown]
 # On this machine the two replicas are virtual devices sharing the same two CPU cores, so more
@@ -350,7 +351,7 @@ figure = plots.plot_bars(list(strategy_seconds["strategy"]), list(strategy_secon
 # device has to store. Count the numbers each device holds (weights plus Adam's two moments per
 # weight) in the two kinds of parallelism.
 
-# %% magic_args="-o stored" language="R"
+# %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Numbers stored per device: weights and Adam moments, data parallel vs model parallel.
 # size_of <- function(variable) variable$value$shape$num_elements()
@@ -369,15 +370,18 @@ figure = plots.plot_bars(list(strategy_seconds["strategy"]), list(strategy_secon
 # data_parallel <- setNames(rep(per_copy, num_replicas), replica_devices)
 # cat("data parallel: ", paste(names(data_parallel), data_parallel, sep = " = ", collapse = ", "), "\n")
 # cat("model parallel:", paste(names(model_parallel), model_parallel, sep = " = ", collapse = ", "), "\n")
-# stored <- data.frame(
-#   label = c(paste0("data parallel\n", names(data_parallel)), paste0("model parallel\n", names(model_parallel))),
-#   numbers = c(data_parallel, as.vector(model_parallel))
-# )
 
-# %%
-# Numbers stored per device, as bars.
-figure = plots.plot_bars(list(stored["label"]), list(stored["numbers"]), "numbers stored",
-                         "Memory per device: whole copies vs halves of the model")
+# %% magic_args="-w 8 -h 3.2 --units in -r 100" language="R"
+# # Numbers stored per device, as bars.
+# stored <- c(setNames(data_parallel, paste0("data parallel\n", names(data_parallel))),
+#             setNames(as.vector(model_parallel), paste0("model parallel\n", names(model_parallel))))
+# par(mar = c(4, 9, 2.5, 4), cex.main = 1)
+# bars <- barplot(rev(stored), horiz = TRUE, las = 1, col = rep(c("darkorange", "steelblue"), each = 2),
+#                 xlim = c(0, 1.2 * max(stored)), xlab = "numbers stored", axes = FALSE,
+#                 main = "Memory per device: whole copies vs halves of the model")
+# ticks <- pretty(c(0, max(stored)))
+# axis(1, at = ticks, labels = format(ticks, big.mark = ",", scientific = FALSE))
+# text(rev(stored), bars, format(rev(stored), big.mark = ","), pos = 4, cex = 0.8)
 
 # %% [markdown]
 # | | data parallelism | model parallelism |

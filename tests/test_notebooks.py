@@ -130,22 +130,31 @@ def test_outputs_name_no_machine_paths(notebook):
     assert not leaks, f"{notebook.name} outputs name machine paths {leaks}; print relative paths instead"
 
 
-@pytest.mark.parametrize("lesson", python_lessons(), ids=ids(python_lessons()))
-def test_python_lesson_is_committed_executed_top_to_bottom(lesson):
+EXECUTED_LESSONS = python_lessons() + keras3_twins()
+
+
+@pytest.mark.parametrize("lesson", EXECUTED_LESSONS, ids=ids(EXECUTED_LESSONS))
+def test_lesson_is_committed_executed_top_to_bottom(lesson):
     notebook = load(lesson)
     counts = [c.get("execution_count") for c in notebook["cells"] if c["cell_type"] == "code"]
-    assert None not in counts, f"{lesson.name} has unexecuted code cells; run scripts/run_notebooks.sh"
+    rerun = "bash scripts/run_notebooks.sh" + (" --r-twins" if lesson in keras3_twins() else "")
+    assert None not in counts, f"{lesson.name} has unexecuted code cells; run {rerun}"
     assert counts == list(range(1, len(counts) + 1)), f"{lesson.name} was not run top to bottom in one kernel"
-    assert outputs(notebook), f"{lesson.name} has no outputs"
+    assert outputs(notebook), f"{lesson.name} has no outputs; run {rerun}"
     images = [o for o in outputs(notebook) if "image/png" in o.get("data", {})]
     assert images, f"{lesson.name} shows no figure"
 
 
 @pytest.mark.parametrize("twin", keras3_twins(), ids=ids(keras3_twins()))
-def test_keras3_twin_is_committed_without_outputs(twin):
-    dirty = [i for i, c in enumerate(load(twin)["cells"])
-             if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count") is not None)]
-    assert not dirty, f"{twin.name} stores outputs in cells {dirty}; keras3 twins are committed unexecuted"
+def test_keras3_twin_draws_its_figures_in_r(twin):
+    code = [c for c in load(twin)["cells"] if c["cell_type"] == "code"]
+    python_figures = [i for i, c in enumerate(code) if not source(c).startswith("%%R")
+                      and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+    python_plotting = [i for i, c in enumerate(code) if not source(c).startswith("%%R")
+                       and re.search(r"\b(matplotlib|plt|kerasdist\.plots|import plots)\b", source(c))]
+    assert not python_figures and not python_plotting, (
+        f"{twin.name}: code cells {python_figures + python_plotting} draw with Python; draw in %%R cells"
+    )
 
 
 @pytest.mark.parametrize("notebook", all_notebooks(), ids=ids(all_notebooks()))

@@ -1,0 +1,190 @@
+"""The keras3 R twins against their Python lessons: the same key numbers, and lesson 5's Rscript worker.
+
+The key numbers are read from the committed, executed notebooks of both languages, so they are
+checked on every machine (with or without keras3): each twin must have printed what its Python
+lesson printed, within the tolerance given per number. Rerunning the twins where keras3 is
+installed (``bash scripts/run_notebooks.sh --r-twins``) refreshes what is compared, and nbval then
+checks that the ``NBVAL_CHECK_OUTPUT`` cells reproduce.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kerasdist import cluster
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+RSCRIPT = shutil.which("Rscript")
+NUMBER = r"([-+]?\d[\d.]*(?:e[-+]?\d+)?)"
+
+# Per lesson: (what, pattern for the Python lesson's output, pattern for the R twin's or None if the
+# same, tolerance). Every group of every match is compared in order: numbers may differ by at most
+# the tolerance, anything else must be the same text.
+STRATEGY_ROW = r"^(default|one_device|mirrored|central_storage)\s+"
+KEY_NUMBERS = {
+    "01_quickstart": [
+        ("devices", r"Number of devices: (\d+)", None, 0),
+        ("global and per-replica batch", r"global batch (\d+) = (\d+) per replica x (\d+) replicas", None, 0),
+        ("Keras variable", r"^(\w+) (dense_1/kernel) \((\d+), (\d+)\)$", None, 0),
+        ("mirrored variable", r"^(\w+) with (\d+) components$", None, 0),
+        ("test accuracy, fit() in the lesson", r"test loss [\d.]+, test accuracy ([\d.]+)", None, 0.005),
+        ("test accuracy, run_training()", r"test accuracy ([\d.]+), \d+ samples/s", None, 0.005),
+    ],
+    "02_checkpoints_resume": [
+        ("devices", r"Number of devices: (\d+)", None, 0),
+        ("keras3 resume",
+         r"Resuming from (ckpt-\d+\.keras): (\d+) epoch\(s\) done, training epochs (\d+)\.\.(\d+)", None, 0),
+        ("epochs in the CSV log",
+         r"epochs in the log: \[(\d+), (\d+), (\d+)\]", r"epochs in the log: (\d+) (\d+) (\d+)", 0),
+        ("optimizer step and validation accuracy, by ctime / by epoch",
+         r"by (?:ctime|epoch): ckpt-\d+\.keras, optimizer step (\d+), validation accuracy ([\d.]+)",
+         None, 0.005),
+        ("checkpoint left by SIGKILL", r"latest complete checkpoint: (ckpt-\d+)", None, 0),
+        ("kerasdist resume", r"initial_epoch \(0-based\) (\d+), resumed after global step (\d+)", None, 0),
+        ("epochs in the kerasdist history", r"epochs in the history: (\d+)", None, 0),
+        ("BackupAndRestore: batches of epoch 2",
+         r"batches trained per epoch after the restore: \{2: (\d+)\}",
+         r"batches trained per epoch after the restore:\s+epoch\s+2\s+(\d+)", 0),
+        ("kerasdist: batches of epoch 2", r"kerasdist trained (\d+) batches of epoch 2", None, 0),
+    ],
+    "03_convergence": [
+        ("max |loss difference| per step, per epoch",
+         rf"max \|loss difference\|: {NUMBER} over all logged steps, {NUMBER} over epochs",
+         rf"max \|loss difference\|: {NUMBER} over all steps, {NUMBER} over epochs", 1e-6),
+        ("uneven split of 5 losses", r"mean of (?:5|\(3\) and \(2\)):\s+([\d.]+)", None, 0),
+        ("gradient gap of an uneven batch, %", r"differs from the 1-device one by (\d+)%", None, 1),
+        ("steps per epoch", r"global batch (\d+): (\d+) steps per epoch", None, 0),
+    ],
+    "04_input_pipelines": [
+        ("global batch split",
+         r"global batch (\d+) = (\d+) replicas x (\d+) examples; (\d+) steps per epoch", None, 0),
+        ("uneven batch of 5", r"^\[(\d+), (\d+)\]$", r"^\[1\] (\d+) (\d+)$", 0),
+        ("per-input-pipeline batch",
+         r"input pipeline (\d+) of (\d+): (\d+) replicas in sync, per-replica batch (\d+)", None, 0),
+        ("auto-shard policy", r"^(DATA|FILE|AUTO|OFF|HINT)$", None, 0),
+    ],
+    "05_multi_worker": [
+        ("fit() fails, the loop trains, identical weights",
+         r"^(?:fit\(\) failed|(?:the|custom) loop finished) on every worker: (\w+)|^identical final weights: (\w+)",
+         None, 0),
+        ("launch: epochs and batch",
+         r"epochs trained: (\d+) of (\d+), global batch (\d+) = (\d+) x (\d+)", None, 0),
+        ("launch: per-epoch history", r"^epoch (\d+): loss ([\d.]+), val accuracy ([\d.]+)", None, 0.002),
+        # The evaluator may skip checkpoints when training outpaces it; it always evaluates the last one.
+        ("launch: the evaluator's last checkpoint",
+         r"^evaluator: (ckpt-\d+) \(epoch (\d+)\): val accuracy ([\d.]+)\n(?!evaluator)", None, 0.002),
+    ],
+    "06_strategy_map": [
+        ("strategies that run", r"^(\w+)\s+runs: (\w+), (\d+) replica", None, 0),
+        ("strategy table: replicas, variable, max |dw|",
+         STRATEGY_ROW + rf"(\d+)\s+(\w+)\s+.*?\s{NUMBER}\s+[\d.]+\s+[\d.]+\s+[\d.]+$", None, 1e-5),
+        ("strategy table: fit loss, val acc by evaluate() and by hand",
+         STRATEGY_ROW + r".*\s([\d.]+)\s+([\d.]+)\s+([\d.]+)$", None, 0.002),
+        ("model parallel: loss, val acc",
+         r"model parallel: [\d.]+ s, loss ([\d.]+), val acc ([\d.]+)", None, 0.002),
+        ("numbers stored per device",
+         r"^((?:data|model) parallel):\s+\{?'?CPU:0'?(?::| =) (\d+), '?CPU:1'?(?::| =) (\d+)", None, 0),
+    ],
+}
+
+
+def printed(notebook):
+    """Everything a notebook printed to stdout, in order, with R's TRUE/FALSE written as Python's."""
+    with open(notebook) as stream:
+        cells = json.load(stream)["cells"]
+    text = "".join("".join(output["text"]) for cell in cells if cell["cell_type"] == "code"
+                   for output in cell.get("outputs", []) if output.get("name") == "stdout")
+    text = re.sub(r"[ \t]+$", "", text, flags=re.MULTILINE)  # R's cat() leaves a space before "\n"
+    return re.sub(r"\b(TRUE|FALSE)\b", lambda match: match.group(1).capitalize(), text)
+
+
+def found(pattern, text):
+    """Every group of every match of ``pattern`` in ``text``, in order."""
+    groups = []
+    for match in re.finditer(pattern, text, flags=re.MULTILINE):
+        groups.extend(value.strip() for value in match.groups() if value is not None)
+    return groups
+
+
+@pytest.mark.parametrize("lesson", sorted(KEY_NUMBERS))
+def test_twin_prints_the_key_numbers_of_its_python_lesson(lesson):
+    python_text = printed(NOTEBOOKS / f"{lesson}.ipynb")
+    r_text = printed(NOTEBOOKS / f"{lesson}_R.ipynb")
+    if not r_text.strip():
+        pytest.fail(f"{lesson}_R.ipynb stores no outputs; run: bash scripts/run_notebooks.sh --r-twins")
+    for what, python_pattern, r_pattern, tolerance in KEY_NUMBERS[lesson]:
+        python_values = found(python_pattern, python_text)
+        r_values = found(r_pattern or python_pattern, r_text)
+        assert python_values, f"{lesson}.ipynb no longer prints {what!r} (pattern {python_pattern!r})"
+        mismatch = f"{what}: R twin {r_values}, Python lesson {python_values}"
+        assert len(r_values) == len(python_values), mismatch
+        for r_value, python_value in zip(r_values, python_values):
+            if not re.fullmatch(NUMBER, python_value):
+                assert r_value == python_value, mismatch
+            else:
+                assert abs(float(r_value) - float(python_value)) <= tolerance, (
+                    f"{mismatch} (tolerance {tolerance})"
+                )
+
+
+def keras3_missing():
+    """Why Rscript cannot run a keras3 script here, or None when it can."""
+    if RSCRIPT is None:
+        return "R is not installed"
+    script = 'quit(status = !all(sapply(c("keras3", "tfdatasets"), requireNamespace, quietly = TRUE)))'
+    if subprocess.run([RSCRIPT, "-e", script], capture_output=True, timeout=120).returncode:
+        return "the R packages keras3 and tfdatasets are not installed"
+    return None
+
+
+def lesson5_worker_script():
+    """The worker script that lesson 5's R twin writes with %%writefile."""
+    with open(NOTEBOOKS / "05_multi_worker_R.ipynb") as stream:
+        cells = json.load(stream)["cells"]
+    sources = ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
+    return next(s for s in sources if s.startswith("%%writefile")).split("\n", 1)[1]
+
+
+@pytest.mark.slow
+def test_lesson5_worker_script_trains_two_workers_with_rscript(tmp_path):
+    reason = keras3_missing()
+    if reason:
+        pytest.skip(f"{reason}; the worker script needs keras3 in Rscript")
+    script = tmp_path / "fit_then_loop.R"
+    script.write_text(lesson5_worker_script())
+    local_cluster = cluster.local_cluster(2)
+    workers, logs = [], []
+    for index in range(2):
+        environment = dict(os.environ, TF_CONFIG=cluster.tf_config(local_cluster, "worker", index),
+                           RETICULATE_PYTHON=sys.executable, KERASDIST_DATA="sample")
+        logs.append((tmp_path / f"worker-{index}.log").open("w"))
+        workers.append(subprocess.Popen([RSCRIPT, str(script)], stdout=logs[-1], stderr=subprocess.STDOUT,
+                                        env=environment, cwd=tmp_path))
+    deadline = time.monotonic() + 300
+    try:
+        for worker in workers:
+            worker.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for worker, log in zip(workers, logs):
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(timeout=30)
+            log.close()
+    outputs = [(tmp_path / f"worker-{index}.log").read_text() for index in range(2)]
+    for index, (worker, output) in enumerate(zip(workers, outputs)):
+        assert worker.returncode == 0, (
+            f"worker {index} ended with status {worker.returncode}:\n{output[-3000:]}"
+        )
+        assert f"worker {index}: fit() failed: ValueError: Attempt to convert a value (PerReplica" in output
+        assert f"worker {index}: kerasdist's loop trained 52 steps" in output
+    digests = {re.search(r"weights sha256 (\w+)", output).group(1) for output in outputs}
+    assert len(digests) == 1, f"the workers ended with different weights: {digests}"
