@@ -149,8 +149,9 @@ def format_report(report):
         shown = report["probe_cache"].replace(os.path.expanduser("~"), "~", 1)
         lines.append(f"--engine auto uses these answers (saved in {shown} for this TensorFlow/Keras).")
     problems, bugs = report["problems"], report["upstream_bugs"]
-    lines.append(f"{problems} problem{'s' * (problems != 1)} on this machine; "
-                 f"{bugs} upstream bug{'s' * (bugs != 1)} worked around by the engines above; "
+    upstream = (f"{bugs} upstream bug{'s' * (bugs != 1)} worked around by the engines above"
+                if report["probe_cache"] else "upstream bugs not probed (--no-probes)")
+    lines.append(f"{problems} problem{'s' * (problems != 1)} on this machine; {upstream}; "
                  f"checks took {report['seconds']} s.")
     return "\n".join(lines)
 
