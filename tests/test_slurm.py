@@ -102,6 +102,15 @@ def test_slurm_script_is_a_valid_commented_sbatch_script(capsys, tmp_path):
     assert "--gpus-per-task" not in capsys.readouterr().out  # CPU nodes: no GPU request
 
 
+def test_slurm_options_have_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["slurm-script", "--help"])
+    assert exit_info.value.code == 0 and "--tasks-per-node" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["worker", "--help"])
+    assert "--slurm-port-base" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--nodes", "0"], "nodes must be a whole number >= 1. Received: nodes=0"),
     (["--gpus-per-task", "-1"], "gpus_per_task must be a whole number >= 0"),
