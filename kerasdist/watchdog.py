@@ -50,7 +50,7 @@ def probe(address, timeout_s=_PROBE_TIMEOUT_S):
             return "accepts connections but does not answer: stopped or hung"
     except ConnectionRefusedError:
         return "refuses connections: not running"
-    except socket.timeout:
+    except TimeoutError:
         return f"no answer to a connection within {timeout_s:g} s: unreachable"
     except OSError as error:
         return f"unreachable: {error.strerror or error}"
