@@ -5,7 +5,8 @@ command is started, SIGKILLed at a random moment, started again, and so on
 (``--kills-per-chain`` times); then it is left to finish. Each kill comes after
 a random step between the run's resume point and the end: half of them a
 random 0-0.5 s later, half the instant a new checkpoint write is seen in
-progress (a new ``ckpt-N_temp`` folder), so that saves cut short are covered. Chains alternate between the fit and the loop engine, each compared
+progress (a new ``ckpt-N_temp`` folder), so that saves cut short are covered.
+Chains alternate between the fit and the loop engine, each compared
 with an uninterrupted run of its own engine: every tensor of the final
 checkpoint (weights, optimizer state, run position) must match within 1e-6.
 
@@ -134,7 +135,8 @@ def main(argv=None):
     for engine in ENGINES:
         directory = os.path.join(workspace, f"reference-{engine}")
         start = time.monotonic()
-        record = run_to_end(train_command(engine, directory, args.epochs, args.save_every_steps), args.timeout_s)
+        command = train_command(engine, directory, args.epochs, args.save_every_steps)
+        record = run_to_end(command, args.timeout_s)
         references[engine], total_steps = record["checkpoint"], record["steps"]["global_step"][-1]
         print(f"reference {engine}: {time.monotonic() - start:.1f} s, {references[engine]}", flush=True)
     kills, chains, failures, worst = [], 0, [], 0.0
