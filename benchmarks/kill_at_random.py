@@ -70,6 +70,14 @@ def logged_step(directory):
     return max(steps, default=0)
 
 
+def log_identity(directory):
+    """The metrics log's inode (None if absent): a resuming run replaces the file."""
+    try:
+        return os.stat(os.path.join(directory, "metrics.jsonl")).st_ino
+    except FileNotFoundError:
+        return None
+
+
 def kill_once(command, directory, mode, rng, total_steps, timeout_s):
     """Start ``command`` and SIGKILL it at a random step after its resume point; None if it ended first.
 
@@ -81,11 +89,13 @@ def kill_once(command, directory, mode, rng, total_steps, timeout_s):
         return None
     target = rng.randint(first + 1, total_steps - 1)
     stale = saves_in_progress(directory)  # left by an earlier kill: not this run's writes
+    old_log = log_identity(directory)  # a rerun rewrites the log, cut back to its resume point
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     start, kill_at = time.monotonic(), None
     try:
         while process.poll() is None and time.monotonic() - start < timeout_s:
-            if kill_at is None and logged_step(directory) >= target:
+            fresh_log = log_identity(directory) not in (None, old_log)
+            if kill_at is None and fresh_log and logged_step(directory) >= target:
                 kill_at = time.monotonic() + rng.uniform(0, 0.5)
             if kill_at is not None and mode == "during save" and saves_in_progress(directory) - stale:
                 break
