@@ -2,10 +2,11 @@
 
 Each chain trains in a fresh checkpoint directory: the same ``kerasdist train``
 command is started, SIGKILLed at a random moment, started again, and so on
-(``--kills-per-chain`` times); then it is left to finish. Half the kills come
-at a random time, half the instant a checkpoint write is seen in progress
-(TensorFlow's ``ckpt-N_temp`` folder exists), so that saves cut short are
-covered. Chains alternate between the fit and the loop engine, each compared
+(``--kills-per-chain`` times); then it is left to finish. Each kill comes after
+a random step between the run's resume point and the end: half of them a
+random 0-0.5 s later, half the instant a new checkpoint write is seen in
+progress (a new ``ckpt-N_temp`` folder), so that saves cut short are covered.
+Chains alternate between the fit and the loop engine, each compared
 with an uninterrupted run of its own engine: every tensor of the final
 checkpoint (weights, optimizer state, run position) must match within 1e-6.
 
@@ -45,32 +46,69 @@ def run_to_end(command, timeout_s):
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def saving_now(directory):
-    """Whether a checkpoint write is in progress (TensorFlow writes into ckpt-N_temp first)."""
+def saves_in_progress(directory):
+    """The checkpoint writes under way or cut short (TensorFlow writes into ckpt-N_temp first)."""
     try:
-        return any(entry.name.endswith("_temp") for entry in os.scandir(directory))
+        return {entry.name for entry in os.scandir(directory) if entry.name.endswith("_temp")}
     except FileNotFoundError:
-        return False
+        return set()
 
 
-def kill_once(command, directory, mode, rng, expected_s, timeout_s):
-    """Start ``command`` and SIGKILL it; return what the kill hit, or None if the run ended first."""
+def resume_step(directory):
+    """The global step a rerun would resume from (the newest checkpoint's number), 0 if none."""
+    latest = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+    return int(latest.rpartition("-")[2]) if latest else 0
+
+
+def logged_step(directory):
+    """The highest global step in the metrics log (0 if none)."""
+    try:
+        with open(os.path.join(directory, "metrics.jsonl")) as stream:
+            steps = [json.loads(line).get("global_step", 0) for line in stream if line.endswith("\n")]
+    except (OSError, json.JSONDecodeError):
+        return 0
+    return max(steps, default=0)
+
+
+def log_identity(directory):
+    """The metrics log's inode (None if absent): a resuming run replaces the file."""
+    try:
+        return os.stat(os.path.join(directory, "metrics.jsonl")).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def kill_once(command, directory, mode, rng, total_steps, timeout_s):
+    """Start ``command`` and SIGKILL it at a random step after its resume point; None if it ended first.
+
+    "random time": a random delay (0-0.5 s) after a random step is logged; "during save": the
+    instant a checkpoint write begins after that step.
+    """
+    first = resume_step(directory)
+    if first >= total_steps - 1:
+        return None
+    target = rng.randint(first + 1, total_steps - 1)
+    stale = saves_in_progress(directory)  # left by an earlier kill: not this run's writes
+    old_log = log_identity(directory)  # a rerun rewrites the log, cut back to its resume point
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    start = time.monotonic()
-    kill_at = start + rng.uniform(0.2, 1.0) * expected_s
+    start, kill_at = time.monotonic(), None
     try:
         while process.poll() is None and time.monotonic() - start < timeout_s:
-            if mode == "during save" and saving_now(directory):
+            fresh_log = log_identity(directory) not in (None, old_log)
+            if kill_at is None and fresh_log and logged_step(directory) >= target:
+                kill_at = time.monotonic() + rng.uniform(0, 0.5)
+            if kill_at is not None and mode == "during save" and saves_in_progress(directory) - stale:
                 break
-            if mode == "random time" and time.monotonic() >= kill_at:
+            if kill_at is not None and mode == "random time" and time.monotonic() >= kill_at:
                 break
             time.sleep(0.002)
         if process.poll() is not None:
             return None
-        hit_save = saving_now(directory)
+        hit_save = bool(saves_in_progress(directory) - stale)
         process.send_signal(signal.SIGKILL)
         process.wait()
-        return {"after_s": round(time.monotonic() - start, 2), "during_save": hit_save}
+        return {"after_s": round(time.monotonic() - start, 2), "from_step": first, "target_step": target,
+                "during_save": hit_save}
     finally:
         if process.poll() is None:
             process.kill()
@@ -103,14 +141,14 @@ def main(argv=None):
     rng = random.Random(args.seed)
     workspace = tempfile.mkdtemp(prefix="kill-at-random-")
     began = time.monotonic()
-    references, expected_s = {}, {}
+    references = {}
     for engine in ENGINES:
         directory = os.path.join(workspace, f"reference-{engine}")
         start = time.monotonic()
-        references[engine] = run_to_end(train_command(engine, directory, args.epochs, args.save_every_steps),
-                                        args.timeout_s)["checkpoint"]
-        expected_s[engine] = time.monotonic() - start
-        print(f"reference {engine}: {expected_s[engine]:.1f} s, {references[engine]}", flush=True)
+        command = train_command(engine, directory, args.epochs, args.save_every_steps)
+        record = run_to_end(command, args.timeout_s)
+        references[engine], total_steps = record["checkpoint"], record["steps"]["global_step"][-1]
+        print(f"reference {engine}: {time.monotonic() - start:.1f} s, {references[engine]}", flush=True)
     kills, chains, failures, worst = [], 0, [], 0.0
     while len(kills) < args.kills:
         engine = ENGINES[chains % len(ENGINES)]
@@ -119,11 +157,12 @@ def main(argv=None):
         chains += 1
         for _ in range(min(args.kills_per_chain, args.kills - len(kills))):
             mode = "during save" if len(kills) % 2 else "random time"
-            hit = kill_once(command, directory, mode, rng, expected_s[engine], args.timeout_s)
+            hit = kill_once(command, directory, mode, rng, total_steps, args.timeout_s)
             if hit is None:
                 break  # it finished before the kill came
             kills.append({"chain": chains - 1, "engine": engine, "mode": mode, **hit})
             print(f"kill {len(kills):3d}: chain {chains - 1} ({engine}), {mode}, after {hit['after_s']} s, "
+                  f"run resumed at step {hit['from_step']}, killed after step {hit['target_step']}, "
                   f"checkpoint write in progress: {hit['during_save']}", flush=True)
         try:
             record = run_to_end(command, args.timeout_s)
@@ -141,6 +180,7 @@ def main(argv=None):
     summary = {
         "kills": len(kills),
         "kills_during_checkpoint_write": sum(kill["during_save"] for kill in kills),
+        "kills_after_a_resume": sum(kill["from_step"] > 0 for kill in kills),
         "chains": chains,
         "chains_equal_to_uninterrupted": chains - len(failures),
         "max_abs_weight_difference": worst,

@@ -337,7 +337,8 @@ def run_launch(args):
             "--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes there"
         )
     if args.checkpoint_dir is not None:
-        locking.check_free(args.checkpoint_dir)  # fail now, not after the workers started (the chief holds it)
+        # Fail now, not once the workers run (then the chief holds the lock).
+        locking.check_free(args.checkpoint_dir)
     worker_arguments = training_argv(args) + [
         "--cluster", "tf_config",
         "--collective-timeout-s", str(args.collective_timeout_s),

@@ -21,8 +21,9 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
     Each task runs ``python -m kerasdist worker`` with its own ``TF_CONFIG``
     on 127.0.0.1; every output line is printed with a ``[worker i]`` prefix.
     SIGINT and SIGTERM are passed on to every task once, as SIGINT (the
-    workers stop at the same step and save); a second one stops the tasks at once. A task
-    found stopped (SIGSTOP) after another failed is killed rather than waited for.
+    workers stop at the same step and save); a second one stops the tasks at
+    once. A task found stopped (SIGSTOP) after another failed is killed rather
+    than waited for.
 
     Args:
         num_workers: how many workers (worker 0 is the chief).
@@ -51,7 +52,8 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
     previous_handlers = {}
     if in_main_thread:
         handler = functools.partial(_forward_signal, processes, forwarded, print_lock)
-        previous_handlers = {number: signal.signal(number, handler) for number in (signal.SIGINT, signal.SIGTERM)}
+        previous_handlers = {number: signal.signal(number, handler)
+                             for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         for name in names:
             task_type, index = name.split()
@@ -118,8 +120,8 @@ def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded=(
         for name, process in list(pending.items()):
             if process.poll() is None:
                 if deadline is not None and not forwarded and _is_stopped(process.pid):
-                    _print(print_lock, f"[launch] {name} (pid {process.pid}) is stopped (SIGSTOP?) and cannot "
-                                       "notice the failure: killing it")
+                    _print(print_lock, f"[launch] {name} (pid {process.pid}) is stopped (SIGSTOP?) and "
+                                       "cannot notice the failure: killing it")
                     process.kill()
                     process.wait()
                 continue

@@ -21,7 +21,7 @@ from kerasdist.model import ACCURACY_METRIC, LOSS_METRIC
 _STATISTICS = 3
 # Under these strategies the optimizer's all-reduce syncs the replicas (merge_call); XLA cannot compile that.
 _SYNCING_STRATEGIES = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
-# Each multi-worker strategy's all-reduce of the workers' stop requests (see _stop_signal).
+# Each multi-worker strategy's gathering of the workers' stop requests (see _stop_signal).
 _STOP_REDUCERS = weakref.WeakKeyDictionary()
 # Each model's DistributedSteps: tracing costs seconds, so validation and test evaluation reuse them.
 _STEPS_BY_MODEL = weakref.WeakKeyDictionary()

@@ -83,8 +83,8 @@ def _peers(task, include_self=False):
 
 def note_progress():
     """Tell the running watchdogs (if any) that training moved on; the loop calls it after each call."""
-    for watchdog in _watchdogs:
-        watchdog.beat()
+    for running in _watchdogs:
+        running.beat()
 
 
 class PeerWatchdog:

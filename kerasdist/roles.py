@@ -20,8 +20,8 @@ from kerasdist.cluster import (
     tf_config,
 )
 from kerasdist.errors import KerasdistError
-from kerasdist.peers import DEFAULT_PEER_TIMEOUT_S, ClusterError, PeerWatchdog, describe_peers, resolve_hosts
 from kerasdist.model import ACCURACY_METRIC, build_model, model_signature
+from kerasdist.peers import DEFAULT_PEER_TIMEOUT_S, ClusterError, PeerWatchdog, describe_peers, resolve_hosts
 from kerasdist.train import run_training
 
 # What a non-chief worker copies from the chief's directory to resume from the same checkpoint.

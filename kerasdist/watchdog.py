@@ -50,7 +50,7 @@ def probe(address, timeout_s=_PROBE_TIMEOUT_S):
             return "accepts connections but does not answer: stopped or hung"
     except ConnectionRefusedError:
         return "refuses connections: not running"
-    except socket.timeout:
+    except TimeoutError:
         return f"no answer to a connection within {timeout_s:g} s: unreachable"
     except OSError as error:
         return f"unreachable: {error.strerror or error}"
@@ -70,7 +70,7 @@ def process_state(pid):
 
 
 def watch(pid, name, peers, timeout_s, cleanup=None, beats=sys.stdin):
-    """Watch worker ``pid`` until its beats end (returns 0) or it stalls for ``timeout_s`` (kills it, returns 1)."""
+    """Watch worker ``pid`` until its beats end (return 0) or it stalls for ``timeout_s`` (kill it, return 1)."""
     interval = min(1.0, timeout_s / 4)
     last_progress, cpu_before, checked = time.monotonic(), process_state(pid)[1], time.monotonic()
     descriptor = beats.fileno()
@@ -97,4 +97,5 @@ def watch(pid, name, peers, timeout_s, cleanup=None, beats=sys.stdin):
 
 if __name__ == "__main__":
     config = json.loads(sys.argv[1])
-    sys.exit(watch(config["pid"], config["name"], config["peers"], config["timeout_s"], config.get("cleanup")))
+    sys.exit(watch(config["pid"], config["name"], config["peers"], config["timeout_s"],
+                   config.get("cleanup")))

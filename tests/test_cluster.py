@@ -232,10 +232,10 @@ def test_a_worker_whose_peer_host_does_not_resolve_ends_at_once_with_one_line():
                                timeout=120, check=False)
     seconds = time.monotonic() - started
     assert completed.returncode == 2, completed.stderr[-2000:]
-    assert completed.stderr.strip().splitlines() == [
+    assert completed.stderr.strip().splitlines() == [(
         "kerasdist: error: TF_CONFIG names a host that does not resolve: worker 1 at no-such-host.invalid:2223 "
         "(Name or service not known); fix the address in TF_CONFIG. Received: 'no-such-host.invalid:2223'"
-    ]
+    )]
     print(f"unresolvable host: worker ended after {seconds:.1f} s (start-up included)")
     assert seconds < 60, seconds  # TensorFlow's own retries never end; the check takes about a second
 
@@ -287,8 +287,8 @@ def test_sigterm_to_launch_stops_every_worker_at_the_same_step_and_a_rerun_resum
 
 def test_launch_and_compare_on_a_directory_in_use_fail_at_once_naming_the_holder(tmp_path, capsys):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from kerasdist import locking; "
-                               "lock = locking.hold(sys.argv[1]); print('held', flush=True); time.sleep(300)",
+        [sys.executable, "-c", ("import sys, time; from kerasdist import locking; "
+                                "lock = locking.hold(sys.argv[1]); print('held', flush=True); time.sleep(300)"),
          str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -298,11 +298,10 @@ def test_launch_and_compare_on_a_directory_in_use_fail_at_once_naming_the_holder
         holder.kill()
         holder.wait()
     errors = capsys.readouterr().err.splitlines()
+    in_use = f"{tmp_path} is in use by another kerasdist run (pid {holder.pid}); wait for it to end or stop it"
     assert errors == [
-        f"kerasdist: error: checkpoint directory {tmp_path} is in use by another kerasdist run (pid {holder.pid}); "
-        "wait for it to end or stop it, or choose another --checkpoint-dir",
-        f"kerasdist: error: output directory {tmp_path} is in use by another kerasdist run (pid {holder.pid}); "
-        "wait for it to end or stop it, or choose another --out",
+        f"kerasdist: error: checkpoint directory {in_use}, or choose another --checkpoint-dir",
+        f"kerasdist: error: output directory {in_use}, or choose another --out",
     ]
     assert os.listdir(tmp_path) == ["kerasdist.lock"]
 
