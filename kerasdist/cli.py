@@ -215,6 +215,8 @@ def check_options(args):
         check_cluster_options(args)
     if args.command == "launch":
         launch_ports(args)
+    if args.command == "worker":
+        cluster.parse_tf_config(os.environ.get("TF_CONFIG"))
     if args.command != "devices" and args.data not in data.SOURCES:
         data.load_mnist(args.data, args.seed, verbose=False)  # a data file: check its arrays now
     if args.command == "devices":
