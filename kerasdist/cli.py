@@ -266,6 +266,8 @@ def check_options(args):
         check_cluster_options(args)
     if args.command == "launch":
         launch_ports(args)
+    if args.command == "worker" and not uses_slurm(args):
+        cluster.parse_tf_config(os.environ.get("TF_CONFIG"))
     if args.command in ("train", "compare", "worker", "launch") and args.data not in data.SOURCES:
         data.load_mnist(args.data, args.seed, verbose=False)  # a data file: check its arrays now
     if args.command == "devices":
@@ -296,12 +298,16 @@ def check_cluster_options(args):
                       fix="try 600")
 
 
+def uses_slurm(args):
+    """Whether ``worker`` takes its cluster from the Slurm job step rather than TF_CONFIG."""
+    return args.cluster == "slurm" or (args.cluster == "auto" and slurm.in_slurm_step())
+
+
 def run_worker(args):
     from kerasdist import roles
     from kerasdist.checkpoint import atomic_write_text
 
-    use_slurm = args.cluster == "slurm" or (args.cluster == "auto" and slurm.in_slurm_step())
-    if use_slurm:
+    if uses_slurm(args):
         task = slurm.slurm_task(args.slurm_port_base)
         print(f"Slurm task {os.environ['SLURM_PROCID']}: {task.name}{' (chief)' if task.is_chief else ''} at "
               f"{task.address}; workers {', '.join(task.cluster['worker'])}", flush=True)

@@ -218,8 +218,8 @@ def test_cli_launch_rejects_worker_counts_below_one(workers):
     )
 
 
-@pytest.mark.slow  # each example starts TensorFlow in a new process (5-20 s on 2 busy cores)
-@settings(max_examples=3, deadline=None)
+# The command line checks its options before TensorFlow starts: each example takes about a second.
+@settings(max_examples=10, deadline=None)
 @given(BAD_OPTION)
 def test_real_cli_subprocess_gives_one_line_exit_2_and_no_file(bad):
     name, value = bad

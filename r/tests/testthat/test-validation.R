@@ -25,7 +25,10 @@ test_that("bad values give the same one-line message as Python, as an R error, b
       error = identity
     )
     expect_s3_class(received, "kerasdist_error")
-    python_args <- lapply(bad, function(x) if (is.numeric(x) && x == round(x) && abs(x) < 2^31) as.integer(x) else x)
+    # The numbers Python gets from kd_train(): rates are doubles, counts integers when whole.
+    python_args <- Map(function(x, name) {
+      if (name %in% c("learning_rate", "warmup_epochs")) as_number(x, name) else as_count(x, name)
+    }, bad, names(bad))
     expected <- python_message(function() {
       do.call(kd$run_training, c(python_args, list(data = "sample", checkpoint_dir = checkpoints, verbose = 0L)))
     })
