@@ -105,7 +105,7 @@ def test_unwritable_checkpoint_directory_is_refused(sample_data, tmp_path):
         ({"replicas": 4}, "need 4 CPU devices but TensorFlow was already initialised with 2"),
         ({"replicas": 2, "global_batch_size": 65}, "divisible by replicas.*try 64"),
         ({"epochs": 0}, "epochs must be an integer >= 1. Received: epochs=0"),
-        ({"engine": "estimator"}, "engine must be one of fit, loop"),
+        ({"engine": "estimator"}, "engine must be one of auto, fit, loop"),
         ({"strategy": "multi_worker"}, "keras-team/keras#20585"),
         ({"strategy": "default", "replicas": 2}, "runs 1 replica"),
         ({"save_every_steps": 0}, "save_every_steps must be an integer >= 1"),

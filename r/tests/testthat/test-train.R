@@ -49,6 +49,6 @@ test_that("range errors come from Python as R errors with its message", {
                fixed = TRUE, class = "kerasdist_error")
   expect_error(kd_train(replicas = 2, global_batch_size = 63, data = "sample"), "divisible by replicas",
                class = "kerasdist_error")
-  expect_error(kd_train(engine = "nope", data = "sample"), "engine must be one of fit, loop",
+  expect_error(kd_train(engine = "nope", data = "sample"), "engine must be one of auto, fit, loop",
                class = "kerasdist_error")
 })
