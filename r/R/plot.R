@@ -34,6 +34,7 @@ kd_plot_convergence <- function(x, file = NULL, backend = c("auto", "base", "ggp
                                 width = 1500, height = 480, res = 110) {
   backend <- match.arg(backend)
   panels <- convergence_panels(x)
+  collect_python_garbage()
   if (!is.null(file)) {
     file <- as_path(file, "file")
     if (!dir.exists(dirname(file))) {

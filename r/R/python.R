@@ -295,3 +295,18 @@ python_error_text <- function(message) {
   message <- sub("\\n+Run `reticulate::py_last_error\\(\\)`.*$", "", message)
   trimws(message)
 }
+
+# reticulate < 1.38 inside rpy2 finalizes Python objects without Python's GIL when R's garbage
+# collector runs in plain R code, which aborts the whole Python process. Before R code that
+# allocates a lot (plots), collect from inside a Python call instead: Python holds the GIL while
+# it calls back into R. The callback is kept in package state, so it is never garbage itself.
+collect_python_garbage <- function() {
+  if (utils::packageVersion("reticulate") >= "1.38" || !reticulate::py_available()) {
+    return(invisible())
+  }
+  if (is.null(.kd$collect)) {
+    .kd$collect <- reticulate::r_to_py(function() invisible(gc()))
+  }
+  reticulate::py_call(.kd$collect)
+  invisible()
+}
