@@ -108,7 +108,7 @@ if [ -n "$needed" ] || [ pyproject.toml -nt "$STAMP" ] || ! .venv/bin/python -c 
         .venv/bin/pip uninstall -q -y $remove
     fi
     # Keep the extras installed before (a later `make setup` must not drop the notebooks extra).
-    kept=$(tr ' ' '\n' < "$STAMP" 2>/dev/null | grep -vxE 'cpu|gpu' || true)
+    kept=$(tr ' ' '\n' 2>/dev/null < "$STAMP" | grep -vxE 'cpu|gpu' || true)
     extras=$(echo $extras $kept | tr ' ' '\n' | awk 'NF && !seen[$0]++' | tr '\n' ' ')
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q -e ".[$(echo $extras | tr ' ' ,)]"
