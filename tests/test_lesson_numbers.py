@@ -1,0 +1,147 @@
+"""Every figure a lesson states comes from its own run, so the text holds on any data.
+
+Each lesson that runs here (the Python lessons and the reticulate-only R notebook) is executed
+again on a stand-in MNIST of another size (tests/standin.py: real digits, 2,250 train instead of
+the sample's 3,333). A number that a code cell printed in the committed run (the offline sample)
+but does not print on the stand-in depends on the data or the run: sample counts, steps, checkpoint
+names, losses, accuracies, timings. Such a number must not be typed anywhere in the lesson's
+markdown or code, nor in its R twin's: the lesson has to print it from a variable.
+
+Single-digit integers are not checked (they name epochs, replicas and workers in prose), nor, in
+code, decimals of one digit (styling: alpha=0.3), nor the sample's own description ("5,000-digit").
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from kerasdist.data import SAMPLE_DESCRIPTION
+from standin import write_standin
+from test_notebooks import NOTEBOOKS, all_notebooks, ids, is_keras3_twin, load, source, twin_of
+
+# A number as a lesson prints it: 3333, 3,333, 0.908, 18 (of 18%), 2.4 (the mantissa of 2.4e-07). Versions
+# such as 2.21.0 are one token and skipped; the lookbehind keeps "ckpt-52" -> 52, "v3.1" out.
+# A number glued to a unit ("32ms/step", "2s") is a timing of Keras' progress bar, not a figure.
+NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)((?:\.\d+)*)(?:[eE][-+]?\d+)?(?!\w)")
+RUN_TIMEOUT_S = 600
+
+LESSONS_RUN_HERE = [p for p in all_notebooks() if not is_keras3_twin(p)]
+
+
+def numbers(text):
+    """The checked numbers in a text: integers of 2+ digits and decimals, commas and trailing zeros dropped."""
+    found = set()
+    for whole, decimals in NUMBER.findall(text):
+        if decimals.count(".") > 1:
+            continue  # a version number
+        value = whole.replace(",", "") + decimals
+        if "." in value:
+            value = value.rstrip("0").rstrip(".")
+        if "." in value or len(value.lstrip("0")) >= 2:
+            found.add(value)
+    return found
+
+
+def printed_text(cell):
+    """What a code cell showed a reader: stdout and rich text outputs (stderr holds TensorFlow's logs)."""
+    parts = []
+    for output in cell.get("outputs", []):
+        if output["output_type"] == "stream" and output.get("name") == "stdout":
+            parts.append("".join(output["text"]))
+        for kind in ("text/plain", "text/markdown", "text/html"):
+            value = output.get("data", {}).get(kind)
+            if value:
+                parts.append("".join(value) if isinstance(value, list) else value)
+    return "\n".join(parts)
+
+
+def typed_numbers(cell):
+    """The checked numbers typed into a cell; in code, one-digit decimals are styling (alpha=0.3)."""
+    found = numbers(source(cell))
+    if cell["cell_type"] == "code":
+        found = {value for value in found if len(value.partition(".")[2]) != 1}
+    return found
+
+
+def run_on_standin(lesson, standin):
+    """Execute a copy of ``lesson`` with KERASDIST_DATA pointing at the stand-in; return it as a dict."""
+    notebook = nbformat.read(lesson, as_version=4)
+    previous = os.environ.get("KERASDIST_DATA")
+    os.environ["KERASDIST_DATA"] = str(standin)  # the kernel inherits this process's environment
+    try:
+        NotebookClient(notebook, timeout=RUN_TIMEOUT_S, kernel_name="python3",
+                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    finally:
+        if previous is None:
+            os.environ.pop("KERASDIST_DATA")
+        else:
+            os.environ["KERASDIST_DATA"] = previous
+    return json.loads(nbformat.writes(notebook))
+
+
+def data_dependent_numbers(committed, on_standin):
+    """{number: first code cell index} printed on the sample but not by the same cell on the stand-in."""
+    found = {}
+    for index, (sample_cell, standin_cell) in enumerate(zip(committed["cells"], on_standin["cells"])):
+        if sample_cell["cell_type"] != "code":
+            continue
+        for value in numbers(printed_text(sample_cell)) - numbers(printed_text(standin_cell)):
+            found.setdefault(value, index)
+    for value in numbers(SAMPLE_DESCRIPTION):  # facts of the offline source, not of a run
+        found.pop(value, None)
+    return found
+
+
+def literal_uses(notebook, dependent):
+    """Lines 'cell N (kind): number (printed by cell M)' for dependent numbers typed into ``notebook``."""
+    uses = []
+    for index, cell in enumerate(notebook["cells"]):
+        for value in sorted(typed_numbers(cell) & dependent.keys()):
+            uses.append(f"cell {index} ({cell['cell_type']}) types {value} (printed by cell {dependent[value]} on the sample)")
+    return uses
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory):
+    return write_standin(tmp_path_factory.mktemp("standin") / "standin.npz")
+
+
+@pytest.fixture(scope="module")
+def standin_runs():
+    return {}
+
+
+@pytest.mark.parametrize("lesson", LESSONS_RUN_HERE, ids=ids(LESSONS_RUN_HERE))
+def test_lesson_runs_on_data_of_another_size(lesson, standin, standin_runs):
+    standin_runs[lesson] = run_on_standin(lesson, standin)
+    errors = [f"{o.get('ename')}: {o.get('evalue')}" for c in standin_runs[lesson]["cells"]
+              for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert not errors
+
+
+@pytest.mark.parametrize("lesson", LESSONS_RUN_HERE, ids=ids(LESSONS_RUN_HERE))
+def test_lesson_types_no_figure_of_its_run(lesson, standin_runs):
+    if lesson not in standin_runs:
+        pytest.skip("the stand-in run did not happen (see test_lesson_runs_on_data_of_another_size)")
+    dependent = data_dependent_numbers(load(lesson), standin_runs[lesson])
+    assert dependent, f"{lesson.name} printed the same numbers on data of another size: is KERASDIST_DATA read?"
+    uses = literal_uses(load(lesson), dependent)
+    twin = twin_of(lesson)
+    if not lesson.stem.endswith("_R") and twin.exists():
+        uses += [f"{twin.name}: {use}" for use in literal_uses(load(twin), dependent)]
+    assert not uses, (
+        f"{lesson.name} states figures of one run as literals; print them from variables:\n  " + "\n  ".join(uses)
+    )
+
+
+def test_numbers_are_read_as_a_reader_reads_them():
+    assert numbers("3,333 train / 667 val, 5 left over, ckpt-52") == {"3333", "667", "52"}
+    assert numbers("loss 0.2500, 18% slower, TF 2.21.0, 2.4e-07") == {"0.25", "18", "2.4"}
+    assert numbers("replicas 1,2 and 1.0, 2s - 32ms/step") == set()
+    assert typed_numbers({"cell_type": "code", "source": "plt.plot(x, alpha=0.3, lw=1.25) # 52"}) == {"1.25", "52"}
+    assert typed_numbers({"cell_type": "markdown", "source": "loss 0.3"}) == {"0.3"}
