@@ -8,7 +8,8 @@ names, losses, accuracies, timings. Such a number must not be typed anywhere in 
 markdown or code, nor in its R twin's: the lesson has to print it from a variable.
 
 Single-digit integers are not checked (they name epochs, replicas and workers in prose), nor, in
-code, decimals of one digit (styling: alpha=0.3), nor the sample's own description ("5,000-digit").
+code, decimals of one digit (styling: alpha=0.3) and powers of ten (unit conversions), nor the
+sample's own description ("5,000-digit").
 """
 
 import json
@@ -61,10 +62,12 @@ def printed_text(cell):
 
 
 def typed_numbers(cell):
-    """The checked numbers typed into a cell; in code, one-digit decimals are styling (alpha=0.3)."""
+    """The checked numbers typed into a cell; in code, one-digit decimals are styling (alpha=0.3)
+    and powers of ten convert units (seconds * 1000)."""
     found = numbers(source(cell))
     if cell["cell_type"] == "code":
-        found = {value for value in found if len(value.partition(".")[2]) != 1}
+        found = {value for value in found
+                 if len(value.partition(".")[2]) != 1 and not re.fullmatch(r"10+", value)}
     return found
 
 
@@ -143,5 +146,5 @@ def test_numbers_are_read_as_a_reader_reads_them():
     assert numbers("3,333 train / 667 val, 5 left over, ckpt-52") == {"3333", "667", "52"}
     assert numbers("loss 0.2500, 18% slower, TF 2.21.0, 2.4e-07") == {"0.25", "18", "2.4"}
     assert numbers("replicas 1,2 and 1.0, 2s - 32ms/step") == set()
-    assert typed_numbers({"cell_type": "code", "source": "plt.plot(x, alpha=0.3, lw=1.25) # 52"}) == {"1.25", "52"}
+    assert typed_numbers({"cell_type": "code", "source": "plt.plot(x * 1000, alpha=0.3, lw=1.25) # 52"}) == {"1.25", "52"}
     assert typed_numbers({"cell_type": "markdown", "source": "loss 0.3"}) == {"0.3"}
