@@ -499,7 +499,7 @@ import kerasdist
 #
 #    <details><summary>Hint</summary>
 #
-#    Print `model$distribute_strategy$`__class__`$`__name__`` and
+#    Print `` model$distribute_strategy$`__class__`$`__name__` `` and
 #    `model$distribute_strategy$num_replicas_in_sync`.
 #
 #    </details>
@@ -514,7 +514,7 @@ import kerasdist
 #
 #    <details><summary>Hint</summary>
 #
-#    Look at `v$value$`__class__`$`__name__`` for each optimizer variable `v`.
+#    Look at `` v$value$`__class__`$`__name__` `` for each optimizer variable `v`.
 #
 #    </details>
 #    <details><summary>Solution</summary>
