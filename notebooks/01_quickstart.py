@@ -233,7 +233,10 @@ summed_gradients = [tf.add_n(list(per_replica)) for per_replica in zip(*replica_
 mean_gradients = gradients_of(by_hand, global_images, global_labels, GLOBAL_BATCH_SIZE)
 gap = max(float(tf.reduce_max(tf.abs(s - m))) for s, m in zip(summed_gradients, mean_gradients))
 print(f"{len(shards)} replicas: sum of their gradients = mean gradient of the global batch: {gap < 1e-6}")
-print(f"max |sum - mean gradient|: {gap:.1e} (float32 rounding)")
+
+# %%
+# How far apart they are: float32 rounding only (this figure may differ between processors).
+print(f"max |sum - mean gradient|: {gap:.1e}")
 
 # %% [markdown]
 # **Predict, then run.** Suppose each replica divided its loss by its *own* local batch size
@@ -267,14 +270,19 @@ mirrored_model.fit(one_global_batch, epochs=1, shuffle=False, verbose=0)
 difference = max(float(np.max(np.abs(a - b))) for a, b in zip(by_hand.get_weights(), mirrored_model.get_weights()))
 moved = max(float(np.max(np.abs(a - b))) for a, b in zip(initial_weights, mirrored_model.get_weights()))
 assert moved > 0 and difference < 1e-6
+print("the step by hand gives the weights of the MirroredStrategy step:", difference < 1e-6)
+
+# %%
+# The difference, and for scale how far the step moved the weights.
 print(f"by hand vs MirroredStrategy, weights after one step: max |difference| {difference:.1e}")
-print(f"(for scale: the step moved the weights by up to {moved:.1e})")
+print(f"the step moved the weights by up to {moved:.1e}")
 
 # %% [markdown]
 # That is all `MirroredStrategy` does in a step: split the global batch, compute each replica's
 # gradient of its loss divided by the global batch, sum them with an all-reduce, and apply the same
-# update everywhere. Keras `fit()` divides each replica's loss by the global batch for you; in a
-# custom training loop you do it with `tf.nn.compute_average_loss(per_example_loss,
+# update everywhere. Keras `fit()` scales each replica's loss for you (its mean over the local batch,
+# divided by the number of replicas: the same as dividing its sum by the global batch); in a custom
+# training loop you do it with `tf.nn.compute_average_loss(per_example_loss,
 # global_batch_size=...)` (lesson 5).
 
 # %% [markdown]

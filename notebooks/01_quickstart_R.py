@@ -250,7 +250,10 @@ import kerasdist
 # gap <- max_abs_difference(summed_gradients, mean_gradients)
 # cat(sprintf("%d replicas: sum of their gradients = mean gradient of the global batch: %s\n",
 #             length(shards), gap < 1e-6))
-# cat(sprintf("max |sum - mean gradient|: %.1e (float32 rounding)\n", gap))
+
+# %% language="R"
+# # How far apart they are: float32 rounding only (this figure may differ between processors).
+# cat(sprintf("max |sum - mean gradient|: %.1e\n", gap))
 
 # %% [markdown]
 # **Predict, then run.** Suppose each replica divided its loss by its *own* local batch size
@@ -287,13 +290,18 @@ import kerasdist
 # difference <- max_abs_difference(get_weights(by_hand), get_weights(mirrored_model))
 # moved <- max_abs_difference(initial_weights, get_weights(mirrored_model))
 # stopifnot(moved > 0, difference < 1e-6)
+# cat("the step by hand gives the weights of the MirroredStrategy step:", difference < 1e-6, "\n")
+
+# %% language="R"
+# # The difference, and for scale how far the step moved the weights.
 # cat(sprintf("by hand vs MirroredStrategy, weights after one step: max |difference| %.1e\n", difference))
-# cat(sprintf("(for scale: the step moved the weights by up to %.1e)\n", moved))
+# cat(sprintf("the step moved the weights by up to %.1e\n", moved))
 
 # %% [markdown]
 # That is all `MirroredStrategy` does in a step: split the global batch, compute each replica's
 # gradient of its loss divided by the global batch, sum them with an all-reduce, and apply the same
-# update everywhere. keras3's `fit()` divides each replica's loss by the global batch for you; in a
+# update everywhere. keras3's `fit()` scales each replica's loss for you (its mean over the local
+# batch, divided by the number of replicas: the same as dividing its sum by the global batch); in a
 # custom training loop you do it with `tf$nn$compute_average_loss(per_example_loss,
 # global_batch_size = ...)` (lesson 5).
 
