@@ -25,25 +25,59 @@
 # - how to make N replicas on one machine: GPUs on a workstation, virtual CPU devices on a laptop;
 # - the difference between the *global* batch and the *per-replica* batch;
 # - why the model is built and compiled inside `with(strategy$scope(), ...)`;
-# - what a *mirrored variable* is, and how to see that the replicas stay identical.
+# - what a *mirrored variable* is, and how to see that the replicas stay identical;
+# - what one synchronous step does, by doing it by hand and checking it against MirroredStrategy.
 #
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
-# it, otherwise a 5,000-digit sample of real MNIST digits (offline). The stored outputs come from a
+# it, otherwise a sample of a few thousand real MNIST digits (offline). The stored outputs come from a
 # run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
 # %% [markdown]
 # ## Introduction
 #
 # In **synchronous data parallelism** every device holds a full copy of the model, called a
-# *replica*. At each training step the *global batch* is split into one *local batch* per replica;
-# each replica computes gradients on its local batch; the gradients are summed across replicas (an
-# *all-reduce*); and every replica applies the same update, so all copies of the weights stay
-# identical. Training with N replicas therefore follows the same path as training on one device
-# with the global batch, up to floating-point rounding. `tf$distribute$MirroredStrategy` does this
-# on one machine, and keras3's `fit()` works with it unchanged, as long as the model is created
-# inside the strategy's scope.
+# *replica*. At each training step:
+#
+# 1. the *global batch* is split into one *local batch* per replica;
+# 2. each replica runs the forward and backward pass on its local batch and gets gradients of
+#    its loss, which is the sum of its per-example losses divided by the **global** batch size
+#    (not by its own, local batch size);
+# 3. the gradients are summed across replicas (an *all-reduce*); because every replica divided by
+#    the global batch, this sum is the **mean** gradient over the whole global batch, not N times
+#    larger;
+# 4. every replica applies the same update, so all copies of the weights stay identical.
+#
+# ![One synchronous step with two replicas: the global batch is split into two shards, each
+# replica computes the gradient of its shard's loss divided by the global batch, the all-reduce
+# sums them into the mean gradient, and every replica applies the same update to its mirrored
+# variables](figures/sync_step_all_reduce.svg)
+#
+# Training with N replicas therefore follows the same path as training on one device with the
+# global batch, up to floating-point rounding (lesson 3 measures how close).
+# `tf$distribute$MirroredStrategy` does this on one machine, and keras3's `fit()` works with it
+# unchanged, as long as the model is created inside the strategy's scope.
+
+# %% [markdown]
+# ## Data parallelism, not model parallelism
+#
+# ![Data parallelism: the whole model on each device, the batch split between them, gradients
+# all-reduced every step. Model parallelism: the layers split across the devices, activations
+# passed from one device to the next](figures/data_vs_model_parallelism.svg)
+#
+# Two claims that circulate about data parallelism are wrong for what this course teaches:
+#
+# - **"Data parallelism is asynchronous."** Not here: `MirroredStrategy` (and
+#   `MultiWorkerMirroredStrategy`, lesson 5) is **synchronous**. At every step each replica waits
+#   in the all-reduce until every replica has sent its gradients, and all of them apply the same
+#   update. Asynchronous training, where workers push updates whenever they are ready and may
+#   compute on stale weights, is the parameter-server style (`ParameterServerStrategy`, lesson 6).
+# - **"Use data parallelism when the data does not fit in memory."** No: data parallelism is for
+#   training **faster** on more devices, or with a bigger global batch than one device could hold.
+#   Data that does not fit in memory is the input pipeline's job: tfdatasets streams it from disk
+#   (lesson 4). A **model** that does not fit on one device is the case for model parallelism,
+#   which splits the layers (or the tensors) across devices and passes activations between them.
 
 # %% [markdown]
 # ## Setup
@@ -93,6 +127,7 @@ import kerasdist
 #
 # The dataset is batched by the **global** batch size. The strategy cuts every global batch into
 # one local batch per replica. Pick the per-replica batch that fits one device well, and multiply.
+# What the distributed dataset yields is a `PerReplica` value: one tensor per replica.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -129,6 +164,7 @@ import kerasdist
 # # Look at one global batch the way the strategy splits it: one local batch per replica.
 # distributed <- strategy$experimental_distribute_dataset(train_dataset)
 # batch <- reticulate::iter_next(reticulate::as_iterator(distributed))
+# cat(sprintf("the distributed dataset yields %s values\n", batch[[1]]$`__class__`$`__name__`))
 # local_images <- strategy$experimental_local_results(batch[[1]])
 # local_labels <- strategy$experimental_local_results(batch[[2]])
 # for (replica in seq_along(local_images)) {
@@ -155,22 +191,132 @@ import kerasdist
 # mtext("One global batch, split across the replicas", outer = TRUE, line = 0.5)
 
 # %% [markdown]
-# ## Build and compile in the strategy scope
+# ## Data parallelism from scratch
 #
-# Everything that creates variables must be created inside the strategy's scope: the layers'
-# weights, the optimizer's state and the metrics. Created there, each variable becomes a
-# *mirrored variable* with one copy per replica. This is the classic MNIST MLP (784-256-256-10).
+# Before letting the strategy do it, do one synchronous step by hand, with the two local batches
+# above as the two replicas' shards:
+#
+# 1. each "replica" computes the gradient of its loss = (sum of its per-example losses) / global
+#    batch size, with `tf$GradientTape()`;
+# 2. the "all-reduce" adds the two gradients up;
+# 3. the same plain SGD update, `w <- w - learning_rate * gradient`, is applied to a copy of the
+#    model.
+#
+# Then one `MirroredStrategy` step with 2 replicas, from the same initial weights and on the same
+# global batch, must end with the same weights. The model is the classic MNIST MLP
+# (784-256-256-10) that the whole course uses.
 
 # %% language="R"
-# # Create the model, optimizer and metrics inside the scope so their variables are mirrored.
-# set_random_seed(0)
-# with(strategy$scope(), {
+# # The course's model, as a function: every model of this lesson is built by it.
+# build_mlp <- function() {
 #   inputs <- keras_input(shape = 784, name = "digits")
 #   logits <- inputs |>
 #     layer_dense(units = 256, activation = "relu", name = "dense_1") |>
 #     layer_dense(units = 256, activation = "relu", name = "dense_2") |>
 #     layer_dense(units = 10, name = "logits")
-#   model <- keras_model(inputs, logits, name = "mnist_mlp")
+#   keras_model(inputs, logits, name = "mnist_mlp")
+# }
+# # Gradients of (sum of the per-example losses) / divide_by with respect to the model's weights.
+# gradients_of <- function(model, images, labels, divide_by) {
+#   with(tf$GradientTape() %as% tape, {
+#     per_example_loss <- loss_sparse_categorical_crossentropy(labels, model(images), from_logits = TRUE)
+#     loss <- tf$reduce_sum(per_example_loss) / divide_by
+#   })
+#   tape$gradient(loss, model$trainable_variables)
+# }
+# # The all-reduce by hand: the element-wise sum of the replicas' gradient lists.
+# sum_over_replicas <- function(gradients) {
+#   lapply(seq_along(gradients[[1]]), function(i) tf$add_n(lapply(gradients, function(g) g[[i]])))
+# }
+# max_abs_difference <- function(a, b) max(unlist(Map(function(x, y) max(abs(as.array(x) - as.array(y))), a, b)))
+
+# %% language="R"
+# # The starting point: one set of initial weights, and the global batch whose halves we saw above.
+# learning_rate <- 0.1
+# set_random_seed(1)
+# initial_weights <- get_weights(build_mlp())
+# shards <- Map(list, local_images, local_labels)  # replica r trains on shards[[r]] = (images, labels)
+# global_images <- tf$concat(local_images, axis = 0L)
+# global_labels <- tf$concat(local_labels, axis = 0L)
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Each replica's gradient (its loss divided by the GLOBAL batch), then the all-reduce: their sum.
+# by_hand <- build_mlp()
+# set_weights(by_hand, initial_weights)
+# replica_gradients <- lapply(shards, function(s) gradients_of(by_hand, s[[1]], s[[2]], global_batch_size))
+# summed_gradients <- sum_over_replicas(replica_gradients)
+# mean_gradients <- gradients_of(by_hand, global_images, global_labels, global_batch_size)
+# gap <- max_abs_difference(summed_gradients, mean_gradients)
+# cat(sprintf("%d replicas: sum of their gradients = mean gradient of the global batch: %s\n",
+#             length(shards), gap < 1e-6))
+
+# %% language="R"
+# # How far apart they are: float32 rounding only (this figure may differ between processors).
+# cat(sprintf("max |sum - mean gradient|: %.1e\n", gap))
+
+# %% [markdown]
+# **Predict, then run.** Suppose each replica divided its loss by its *own* local batch size
+# instead, as it would on a single device. How would the sum of the replicas' gradients compare
+# with the mean gradient of the global batch? Decide, then run.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Each replica averages over its local batch: the all-reduced sum is N times the mean gradient.
+# local_mean_gradients <- lapply(shards, function(s) gradients_of(by_hand, s[[1]], s[[2]], per_replica_batch_size))
+# summed_local_means <- sum_over_replicas(local_mean_gradients)
+# n <- strategy$num_replicas_in_sync
+# stopifnot(all(unlist(Map(function(s, m) all(abs(as.array(s) - n * as.array(m)) <= 1e-7 + 1e-4 * abs(n * as.array(m))),
+#                          summed_local_means, mean_gradients))))
+# cat(sprintf("dividing by the local batch: the sum is %d x the mean gradient\n", n))
+
+# %% language="R"
+# # The same update on every weight of the copy: w <- w - learning_rate * (summed gradient).
+# for (i in seq_along(summed_gradients))
+#   by_hand$trainable_variables[[i]]$assign_sub(learning_rate * summed_gradients[[i]])
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # One MirroredStrategy step from the same weights: fit() on one global batch, plain SGD, 2 replicas.
+# with(strategy$scope(), {
+#   mirrored_model <- build_mlp()
+#   set_weights(mirrored_model, initial_weights)
+#   mirrored_model |> compile(optimizer = optimizer_sgd(learning_rate = learning_rate),
+#                             loss = loss_sparse_categorical_crossentropy(from_logits = TRUE))
+# })
+# one_global_batch <- tensor_slices_dataset(list(global_images, global_labels)) |>
+#   dataset_batch(global_batch_size)
+# invisible(mirrored_model |> fit(one_global_batch, epochs = 1, shuffle = FALSE, verbose = 0))
+# difference <- max_abs_difference(get_weights(by_hand), get_weights(mirrored_model))
+# moved <- max_abs_difference(initial_weights, get_weights(mirrored_model))
+# stopifnot(moved > 0, difference < 1e-6)
+# cat("the step by hand gives the weights of the MirroredStrategy step:", difference < 1e-6, "\n")
+
+# %% language="R"
+# # The difference, and for scale how far the step moved the weights.
+# cat(sprintf("by hand vs MirroredStrategy, weights after one step: max |difference| %.1e\n", difference))
+# cat(sprintf("the step moved the weights by up to %.1e\n", moved))
+
+# %% [markdown]
+# That is all `MirroredStrategy` does in a step: split the global batch, compute each replica's
+# gradient of its loss divided by the global batch, sum them with an all-reduce, and apply the same
+# update everywhere. keras3's `fit()` scales each replica's loss for you (its mean over the local
+# batch, divided by the number of replicas: the same as dividing its sum by the global batch); in a
+# custom training loop you do it with `tf$nn$compute_average_loss(per_example_loss,
+# global_batch_size = ...)` (lesson 5).
+
+# %% [markdown]
+# ## Build and compile in the strategy scope
+#
+# Everything that creates variables must be created inside the strategy's scope: the layers'
+# weights, the optimizer's state and the metrics. Created there, each variable becomes a
+# *mirrored variable* with one copy per replica. The model is the same MLP, built by `build_mlp()`.
+
+# %% language="R"
+# # Create the model, optimizer and metrics inside the scope so their variables are mirrored.
+# set_random_seed(0)
+# with(strategy$scope(), {
+#   model <- build_mlp()
 #   model |> compile(
 #     optimizer = optimizer_adam(learning_rate = 1e-3),
 #     loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
@@ -187,7 +333,7 @@ import kerasdist
 # `shuffle = FALSE` only tells `fit()` not to try.
 
 # %% language="R"
-# # Train: each step splits a global batch across the replicas and sums their gradients.
+# # Train: each step splits a global batch across the replicas and all-reduces their gradients.
 # history <- model |> fit(train_dataset, epochs = epochs, validation_data = val_dataset,
 #                         shuffle = FALSE, verbose = 2)
 
@@ -222,12 +368,18 @@ import kerasdist
 # # Where the components live: one per replica device.
 # for (component in components) cat(component$device, "\n")
 
+# %% [markdown]
+# **Predict, then run.** After three epochs of training, do the components of this mirrored
+# variable still hold exactly the same numbers, or have they drifted apart by rounding? Decide,
+# then run.
+
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # After three epochs of training, every replica still holds exactly the same numbers.
+# # Every replica applied the same all-reduced updates, so the copies are equal bit for bit.
 # first <- components[[1]]$numpy()
-# cat("all components identical:",
-#     all(vapply(components, function(v) identical(v$numpy(), first), logical(1))), "\n")
+# identical_components <- all(vapply(components, function(v) identical(v$numpy(), first), logical(1)))
+# stopifnot(identical_components)
+# cat("all components identical:", identical_components, "\n")
 
 # %% [markdown]
 # ## The same run in one call
@@ -272,16 +424,142 @@ import kerasdist
 #   unchanged.
 # - Every weight is a `MirroredVariable` whose components stay identical, because every replica
 #   applies the same all-reduced update.
+# - Each replica divides its loss by the **global** batch, so the all-reduced sum of the
+#   gradients is the mean gradient: one step with N replicas is the step of one device on the
+#   global batch, as the step by hand showed.
+# - This is synchronous data parallelism, for speed on more devices; data that does not fit in
+#   memory is streamed by the input pipeline, and a model that does not fit calls for model
+#   parallelism.
+
+# %% [markdown]
+# ## Glossary
+#
+# - **Replica**: one copy of the model, with its own device, that computes on its share of every
+#   global batch. Made here by `configure_replicas()` and `MirroredStrategy`; one per worker in
+#   lesson 5.
+# - **Replica context vs cross-replica context**: code inside `strategy$run(fn)` runs once per
+#   replica, in *replica context* (`tf$distribute$get_replica_context()` says which replica);
+#   code in the strategy's scope outside `strategy$run()`, such as creating variables or calling
+#   `strategy$reduce()`, runs once for all replicas, in *cross-replica context*. The cell below
+#   shows both; lesson 5's custom training loop uses `strategy$run()` and `strategy$reduce()`.
+# - **PerReplica**: a value with one component per replica, as the distributed dataset yields
+#   (this lesson, "Global batch and per-replica batch") and `strategy$run()` returns;
+#   `strategy$experimental_local_results()` lists its components.
+# - **Mirrored variable**: a variable created in the strategy's scope, with one copy per replica
+#   that every step updates identically ("What a mirrored variable is").
+# - **Global batch**: the examples of one training step across all replicas; the dataset is
+#   batched by it, and every replica's loss is divided by it ("Global batch and per-replica
+#   batch", "Data parallelism from scratch"; lesson 3 on how its size changes training).
+# - **All-reduce**: the collective operation that sums a value over all replicas and gives the
+#   result to every one of them; here it sums the gradients ("Data parallelism from scratch"; across
+#   machines in lesson 5, and its implementations in lesson 6).
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Cross-replica context in the scope; replica context (once per replica) inside strategy$run().
+# # The per-replica function is Python: the strategy calls it from its own threads, where R cannot run.
+# reticulate::py_run_string(paste(
+#   "import tensorflow as tf",
+#   "def replica_id():",
+#   "    return tf.distribute.get_replica_context().replica_id_in_sync_group", sep = "\n"))
+# with(strategy$scope(),
+#      cat("in strategy$scope(): cross-replica context:", tf$distribute$in_cross_replica_context(), "\n"))
+# replica_ids <- tf_function(function() strategy$run(reticulate::py$replica_id))()  # a PerReplica value
+# cat("inside strategy$run(): replica ids",
+#     vapply(strategy$experimental_local_results(replica_ids), function(i) as.integer(i), integer(1)), "\n")
 
 # %% [markdown]
 # ## Exercises
 #
 # 1. Set `num_replicas <- 4L`, restart the kernel and run all cells. What changes in the global
 #    batch, in the split batch and in the number of components of a mirrored variable?
+#
+#    <details><summary>Hint</summary>
+#
+#    The per-replica batch is fixed at 32; the global batch is computed from it.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    The global batch becomes 32 x 4 = 128, the split shows four local batches of 32, every
+#    mirrored variable has four components (all identical), and an epoch has half as many steps.
+#    The step by hand still matches once `shards` has four entries: the sum of four gradients,
+#    each divided by the global batch, is again the mean gradient.
+#
+#    </details>
 # 2. Keep the global batch at 64 with 4 replicas. What per-replica batch do you get, and do the
 #    learning curves change?
+#
+#    <details><summary>Hint</summary>
+#
+#    Set `per_replica_batch_size <- 64L %/% num_replicas`. What does the optimizer see in a step?
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    16 per replica. The curves stay the same up to floating-point rounding: every step still
+#    applies the mean gradient of the same 64 examples, only computed in four pieces (lesson 3
+#    measures how close the runs stay).
+#
+#    </details>
 # 3. Build the model *outside* the strategy scope and compile and fit it as before. Which strategy
 #    does `model$distribute_strategy` report, and how many replicas actually train?
+#
+#    <details><summary>Hint</summary>
+#
+#    Print `` model$distribute_strategy$`__class__`$`__name__` `` and
+#    `model$distribute_strategy$num_replicas_in_sync`.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    The default strategy (`_DefaultDistributionStrategy`) with 1 replica: the variables are plain,
+#    not mirrored, and one device trains on the whole global batch. Nothing fails, which is why
+#    the scope is easy to forget.
+#
+#    </details>
 # 4. Are the optimizer's variables mirrored too? Inspect `model$optimizer$variables`.
-# 5. In a terminal, run `python -m kerasdist train --replicas 2 --epochs 3 --data sample` and
+#
+#    <details><summary>Hint</summary>
+#
+#    Look at `` v$value$`__class__`$`__name__` `` for each optimizer variable `v`.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    Yes: Adam's moments, its iteration counter and its learning rate were created in the scope,
+#    so they are `MirroredVariable`s too, with one component per replica; every replica applies the
+#    same update to them as well.
+#
+#    </details>
+# 5. In "Data parallelism from scratch", replace `global_batch_size` by `per_replica_batch_size`
+#    in `replica_gradients`. Which check fails, and by how much do the weights differ?
+#
+#    <details><summary>Hint</summary>
+#
+#    With plain SGD, the update is proportional to the gradient.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    The summed gradient becomes twice the mean gradient (the predict-then-run cell), so the step
+#    by hand moves every weight twice as far as `MirroredStrategy` does, and the final
+#    `stopifnot(difference < 1e-6)` fails: the difference is about as large as the step itself.
+#
+#    </details>
+# 6. In a terminal, run `python -m kerasdist train --replicas 2 --epochs 3 --data sample` and
 #    compare the test accuracy with the one above.
+#
+#    <details><summary>Hint</summary>
+#
+#    Both train the same model with the same seed, batch and epochs on the sample.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    It prints the per-epoch log and a test accuracy within rounding of `run_training()`'s above
+#    (with `--data sample`; the lesson uses `KERASDIST_DATA`, which may be full MNIST).
+#
+#    </details>
+#
+# Next: [Checkpoints and resume](02_checkpoints_resume_R.ipynb)

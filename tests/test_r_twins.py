@@ -36,6 +36,8 @@ KEY_NUMBERS = {
         ("mirrored variable", r"^(\w+) with (\d+) components$", None, 0),
         ("test accuracy, fit() in the lesson", r"test loss [\d.]+, test accuracy ([\d.]+)", None, 0.005),
         ("test accuracy, run_training()", r"test accuracy ([\d.]+), \d+ samples/s", None, 0.005),
+        ("replicas' summed gradients = mean gradient", r"mean gradient of the global batch: (\w+)", None, 0),
+        ("step by hand vs MirroredStrategy", rf"weights after one step: max \|difference\| {NUMBER}", None, 1e-6),
     ],
     "02_checkpoints_resume": [
         ("devices", r"Number of devices: (\d+)", None, 0),
