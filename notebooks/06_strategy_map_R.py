@@ -156,8 +156,9 @@ import kerasdist
 # For each one we look at what kind of variable the scope created and where it lives, and we
 # compare what `fit()` and `evaluate()` *report* with the validation accuracy we compute ourselves
 # from the model's predictions. A small callback notes when each training step ends, so that we can
-# measure the steady speed of the epoch, leaving out the first steps (the first one traces the
-# training step into a graph).
+# measure the steady speed of training: the global batch over the median time of a step, leaving
+# out the first steps (the first one traces the training step into a graph). The median, unlike
+# the mean, is not thrown off by a step that waited for a busy CPU.
 
 # %% language="R"
 # # A callback that notes when each training step ends.
@@ -165,11 +166,8 @@ import kerasdist
 #   on_train_begin = function(logs) step_ends <<- numeric(),
 #   on_train_batch_end = function(batch, logs) step_ends <<- c(step_ends, as.numeric(Sys.time()))
 # )
-# # Samples per second after the first warmup_steps steps (tracing and warm-up left out).
-# steady_samples_per_second <- function(ends) {
-#   steps <- length(ends) - 1 - warmup_steps
-#   steps * global_batch_size / (ends[length(ends)] - ends[warmup_steps + 1])
-# }
+# # Samples per second of a typical step: the global batch over the median step time after warmup_steps.
+# steady_samples_per_second <- function(ends) global_batch_size / median(diff(ends[-seq_len(warmup_steps)]))
 
 # %% language="R"
 # # The seed MLP and the data, then a function that trains one epoch under a strategy and describes it.
@@ -267,21 +265,20 @@ import kerasdist
 #   experimental; prefer `MirroredStrategy`, and when you switch strategy, check one metric by hand.
 
 # %% [markdown]
-# How fast did each strategy train? The chart shows the steady-state throughput of the epoch, in
-# samples per second, measured from the end of the first few steps (tracing and warm-up left out)
-# to the end of the epoch.
+# How fast did each strategy train? The chart shows the steady-state throughput, in samples per
+# second: the global batch over the median step time, with tracing and warm-up left out.
 
-# %% magic_args="-w 8 -h 3 --units in -r 100" language="R"
+# %% magic_args="-w 8 -h 4 --units in -r 100" language="R"
 # # Steady-state throughput under each strategy, with a note on what the replicas share here.
 # speeds <- vapply(runs, function(run) run$samples_per_second, 0)
-# par(mar = c(5, 9, 3, 2), cex.main = 1)
+# par(mar = c(7, 9, 3, 2), cex.main = 1)
 # bars <- barplot(rev(speeds), horiz = TRUE, las = 1, col = "steelblue", xlim = c(0, max(speeds)) * 6 / 5,
-#                 xlab = "samples/s",
-#                 main = "fit() under each strategy: steady-state throughput (higher is better)")
+#                 xlab = "samples/s", main = "fit() under each strategy: steady-state throughput\n(higher is better)")
 # text(rev(speeds), bars, sprintf("%.0f", rev(speeds)), pos = 4)
-# mtext(sprintf("The %d replicas are virtual CPU devices sharing the same cores: here more replicas cannot be faster.",
-#               num_replicas), side = 1, line = 4, col = "red3")
-# cat(sprintf("steady state (steps %d..%d of the epoch): %s samples/s\n", warmup_steps + 1L, runs$default$steps,
+# mtext(sprintf("The %d replicas are virtual CPU devices sharing the same cores:\nhere more replicas cannot be faster.",
+#               num_replicas), side = 1, line = 5, col = "red3")
+# cat(sprintf("steady state (median step of steps %d..%d of the epoch): %s samples/s\n", warmup_steps + 2L,
+#             runs$default$steps,
 #             paste(names(speeds), sprintf("%.0f", speeds), collapse = ", ")))
 
 # %% [markdown]
@@ -289,9 +286,9 @@ import kerasdist
 # replicas cannot make training faster: they add the cost of splitting batches and all-reducing
 # gradients, with no extra hardware to spend them on. On a machine with N GPUs the same code runs
 # N replicas on N devices: the computation of a step is divided by N, while the all-reduce and the
-# input pipeline are not. Lesson 3's cost model ([03_convergence_R.ipynb](03_convergence_R.ipynb))
-# names those three terms and the parameters behind them, and shows what throughput to expect on
-# real GPUs.
+# input pipeline are not. Lesson 3 ([03_convergence_R.ipynb](03_convergence_R.ipynb)) writes this
+# as a labelled cost model, step time = computation / N + all-reduce + input, with its parameters
+# stated: that is what changes on real GPUs.
 
 # %% [markdown]
 # ## Saving under one strategy, loading under another

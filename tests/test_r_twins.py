@@ -90,7 +90,7 @@ KEY_NUMBERS = {
         ("self-checks that held", r"^(all four strategies trained the same weights, to within 1e-5|"
          r"the file holds one array per variable|every load reproduces the model trained under MirroredStrategy|"
          r"the split model's loss equals the one-device model's, to within 1e-4)$", None, 0),
-        ("steady-state steps", r"steady state \(steps (\d+)\.\.(\d+) of the epoch\)", None, 0),
+        ("steady-state steps", r"steady state \(median step of steps (\d+)\.\.(\d+) of the epoch\)", None, 0),
         ("saved under mirrored: variables, copies in memory, arrays in the file",
          r"in memory: (\d+) variables \(weights and optimizer state\), (\d+) copies; in the file: (\d+) arrays",
          None, 0),
