@@ -148,8 +148,9 @@ for build in (lambda: tf.distribute.experimental.ParameterServerStrategy(),
 # For each one we look at what kind of variable the scope created and where it lives, and we
 # compare what `fit` and `evaluate` *report* with the validation accuracy we compute ourselves from
 # the model's predictions. A small callback notes when each training step ends, so that we can
-# measure the steady speed of the epoch, leaving out the first steps (the first one traces the
-# training step into a graph).
+# measure the steady speed of training: the global batch over the median time of a step, leaving
+# out the first steps (the first one traces the training step into a graph). The median, unlike
+# the mean, is not thrown off by a step that waited for a busy CPU.
 
 # %%
 # A callback that notes when each training step ends.
@@ -162,9 +163,8 @@ class StepEndTimes(keras.callbacks.Callback):
 
 
 def steady_samples_per_second(step_ends):
-    """Samples per second after the first WARMUP_STEPS steps (tracing and warm-up left out)."""
-    steps = len(step_ends) - 1 - WARMUP_STEPS
-    return steps * GLOBAL_BATCH_SIZE / (step_ends[-1] - step_ends[WARMUP_STEPS])
+    """Samples per second of a typical step: the global batch over the median step time after WARMUP_STEPS."""
+    return GLOBAL_BATCH_SIZE / np.median(np.diff(step_ends[WARMUP_STEPS:]))
 
 
 # %%
@@ -243,9 +243,8 @@ print("all four strategies trained the same weights, to within 1e-5")
 #   experimental; prefer `MirroredStrategy`, and when you switch strategy, check one metric by hand.
 
 # %% [markdown]
-# How fast did each strategy train? The chart shows the steady-state throughput of the epoch, in
-# samples per second, measured from the end of the first few steps (tracing and warm-up left out)
-# to the end of the epoch.
+# How fast did each strategy train? The chart shows the steady-state throughput, in samples per
+# second: the global batch over the median step time, with tracing and warm-up left out.
 
 # %%
 # Steady-state throughput under each strategy, with a note on what the replicas share here.
@@ -259,7 +258,7 @@ axis.margins(y=0.15)
 axis.set_xlabel(f"The {NUM_REPLICAS} replicas are virtual CPU devices sharing the same cores: "
                 "here more replicas cannot be faster.", color="tab:red")
 figure.tight_layout()
-print(f"steady state (steps {WARMUP_STEPS + 1}..{runs['default']['steps']} of the epoch): "
+print(f"steady state (median step of steps {WARMUP_STEPS + 2}..{runs['default']['steps']} of the epoch): "
       + ", ".join(f"{name} {run['samples/s']:.0f}" for name, run in runs.items()) + " samples/s")
 
 # %% [markdown]
@@ -267,9 +266,9 @@ print(f"steady state (steps {WARMUP_STEPS + 1}..{runs['default']['steps']} of th
 # replicas cannot make training faster: they add the cost of splitting batches and all-reducing
 # gradients, with no extra hardware to spend them on. On a machine with N GPUs the same code runs
 # N replicas on N devices: the computation of a step is divided by N, while the all-reduce and the
-# input pipeline are not. Lesson 3's cost model ([03_convergence.ipynb](03_convergence.ipynb))
-# names those three terms and the parameters behind them, and shows what throughput to expect on
-# real GPUs.
+# input pipeline are not. Lesson 3 ([03_convergence.ipynb](03_convergence.ipynb)) writes this
+# as a labelled cost model, step time = computation / N + all-reduce + input, with its parameters
+# stated: that is what changes on real GPUs.
 
 # %% [markdown]
 # ## Saving under one strategy, loading under another

@@ -517,7 +517,7 @@ import kerasdist
 # # Numbers stored per device, as bars.
 # stored <- c(setNames(data_parallel, paste0("data parallel\n", names(data_parallel))),
 #             setNames(as.vector(model_parallel), paste0("model parallel\n", names(model_parallel))))
-# par(mar = c(4, 9, 2.5, 4), cex.main = 1)
+# par(mar = c(4, 9, 3, 4), cex.main = 1)
 # bars <- barplot(rev(stored), horiz = TRUE, las = 1, col = rep(c("darkorange", "steelblue"), each = 2),
 #                 xlim = c(0, 1.2 * max(stored)), xlab = "numbers stored", axes = FALSE,
 #                 main = "Memory per device: whole copies vs halves of the model")
