@@ -591,9 +591,9 @@ import kerasdist
 #
 # <details><summary>Hint</summary>
 #
-# Look at what `MirroredStrategy` chose by itself on CPU devices: TensorFlow logs "not using nccl
-# allreduce" when it builds the strategy, and ``mirrored$extended$`_cross_device_ops` `` (a
-# private attribute, fine for a look) names the class.
+# Look at what `MirroredStrategy` chose by itself on these CPU devices (see the performance tips):
+# ``mirrored$extended$`_cross_device_ops` `` names the class (a private attribute, fine for a
+# look).
 #
 # </details>
 #
