@@ -264,7 +264,9 @@ print(f"steady state (median step of steps {WARMUP_STEPS + 2}..{runs['default'][
 # %% [markdown]
 # On this machine the two replicas are virtual devices sharing the same CPU cores, so more
 # replicas cannot make training faster: they add the cost of splitting batches and all-reducing
-# gradients, with no extra hardware to spend them on. On a machine with N GPUs the same code runs
+# gradients, with no extra hardware to spend them on. The same sharing makes the bars jump from
+# run to run when other programs use the CPU: compare them only on an idle machine, and read them
+# as "no faster", not as a ranking. On a machine with N GPUs the same code runs
 # N replicas on N devices: the computation of a step is divided by N, while the all-reduce and the
 # input pipeline are not. Lesson 3 ([03_convergence.ipynb](03_convergence.ipynb)) writes this
 # as a labelled cost model, step time = computation / N + all-reduce + input, with its parameters
