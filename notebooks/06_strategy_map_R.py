@@ -218,7 +218,7 @@ import kerasdist
 # }
 
 # %% language="R"
-# # The same training under four strategies (about twenty seconds).
+# # The same training under four strategies (under half a minute on an idle machine).
 # runs <- list()
 # for (name in c("default", "one_device", "mirrored", "central_storage"))
 #   runs[[name]] <- train_under(kerasdist$make_strategy(name, num_replicas = num_replicas, verbose = FALSE))
