@@ -21,6 +21,8 @@
 #   MultiWorkerMirrored, ParameterServer, TPU): what each does, and which of them run on one machine;
 # - how to switch strategy by changing only the scope the model is built in, and what to check when
 #   you do;
+# - that a saved model does not depend on the strategy it was trained under: save under
+#   `MirroredStrategy`, load under another strategy or none;
 # - model parallelism by device placement (`tf.device`, the TensorFlow 2 way): a model whose two
 #   halves live on two devices, contrasted with data parallelism.
 #
@@ -63,8 +65,10 @@
 # %%
 # Import kerasdist first (it starts TensorFlow quietly), then the libraries this lesson uses.
 import os
+import tempfile
 import time
 
+import h5py
 import kerasdist
 import kerasdist.data
 import kerasdist.model
@@ -78,6 +82,7 @@ from kerasdist import plots
 DATA_SOURCE = os.environ.get("KERASDIST_DATA", "auto")
 NUM_REPLICAS = 2
 GLOBAL_BATCH_SIZE = 64
+WARMUP_STEPS = 5  # steps left out of the throughput: the first one traces the training step
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -142,10 +147,28 @@ for build in (lambda: tf.distribute.experimental.ParameterServerStrategy(),
 # seed, the data and its order are the same in every run, so the four runs should agree.
 # For each one we look at what kind of variable the scope created and where it lives, and we
 # compare what `fit` and `evaluate` *report* with the validation accuracy we compute ourselves from
-# the model's predictions.
+# the model's predictions. A small callback notes when each training step ends, so that we can
+# measure the steady speed of training: the global batch over the median time of a step, leaving
+# out the first steps (the first one traces the training step into a graph). The median, unlike
+# the mean, is not thrown off by a step that waited for a busy CPU.
 
 # %%
-# Train the seed MLP for one epoch in the given strategy's scope, describe it, then time one more epoch.
+# A callback that notes when each training step ends.
+class StepEndTimes(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.ends = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.ends.append(time.perf_counter())
+
+
+def steady_samples_per_second(step_ends):
+    """Samples per second of a typical step: the global batch over the median step time after WARMUP_STEPS."""
+    return GLOBAL_BATCH_SIZE / np.median(np.diff(step_ends[WARMUP_STEPS:]))
+
+
+# %%
+# Train the seed MLP for one epoch in the given strategy's scope, and describe what it made.
 train_batches = kerasdist.data.train_dataset(mnist.x_train, mnist.y_train, GLOBAL_BATCH_SIZE,
                                              seed=0, first_epoch=0, last_epoch=1)
 val_batches = kerasdist.data.eval_dataset(mnist.x_val, mnist.y_val, GLOBAL_BATCH_SIZE)
@@ -155,12 +178,14 @@ def train_under(strategy):
     keras.utils.set_random_seed(0)
     with strategy.scope():
         model = kerasdist.model.build_model()
-    history = model.fit(train_batches, epochs=1, shuffle=False, verbose=0)
+    step_times = StepEndTimes()
+    history = model.fit(train_batches, epochs=1, shuffle=False, verbose=0, callbacks=[step_times])
     reported = model.evaluate(val_batches, verbose=0, return_dict=True)
     logits = model(mnist.x_val, training=False)
     kernel = model.weights[0].value
     copies = getattr(kernel, "values", (kernel,))  # a MirroredVariable has one copy per device
-    run = {
+    return {
+        "model": model,
         "replicas": strategy.num_replicas_in_sync,
         "variable": type(kernel).__name__,
         "lives on": ", ".join(copy.device.split("device:")[-1] for copy in copies),
@@ -168,19 +193,21 @@ def train_under(strategy):
         "reported val acc": reported["sparse_categorical_accuracy"],
         "recomputed val acc": float(np.mean(np.argmax(logits, axis=1) == mnist.y_val)),
         "weights": [weight.numpy() for weight in model.weights],
+        "steps": len(step_times.ends),
+        "samples/s": steady_samples_per_second(step_times.ends),
     }
-    # A second epoch, now that the training step is traced, shows the steady speed.
-    start = time.perf_counter()
-    model.fit(train_batches, epochs=1, shuffle=False, verbose=0)
-    run["seconds"] = time.perf_counter() - start
-    return run
 
 
 # %%
-# The same training under four strategies (about half a minute).
+# The same training under four strategies (under half a minute on an idle machine).
 runs = {}
 for name in ["default", "one_device", "mirrored", "central_storage"]:
     runs[name] = train_under(kerasdist.make_strategy(name, num_replicas=NUM_REPLICAS, verbose=False))
+
+# %% [markdown]
+# **Predict, then run.** Under `MirroredStrategy` each of the two replicas sees only half of every
+# batch. After one epoch, will its weights equal the default strategy's to within 1e-5, or differ
+# visibly? And under `CentralStorageStrategy`? Decide, then run the next two cells.
 
 # %%
 # What each strategy created, and how far its weights are from the default strategy's.
@@ -188,8 +215,15 @@ print(f"{'strategy':16} {'replicas':>8} {'variable':>20} {'lives on':>12} {'max 
       f" {'loss (fit)':>10} {'val acc (evaluate)':>18} {'val acc (ours)':>14}")
 for name, run in runs.items():
     difference = max(float(np.max(np.abs(a - b))) for a, b in zip(run["weights"], runs["default"]["weights"]))
+    run["max |Δw|"] = difference
     print(f"{name:16} {run['replicas']:8} {run['variable']:>20} {run['lives on']:>12} {difference:9.1e}"
           f" {run['reported loss']:10.4f} {run['reported val acc']:18.4f} {run['recomputed val acc']:14.4f}")
+
+# %%
+# Check the prediction: at a fixed global batch, every strategy trains the same weights up to float rounding.
+for name, run in runs.items():
+    assert run["max |Δw|"] < 1e-5, f"{name}: weights differ from the default strategy's by {run['max |Δw|']:.1e}"
+print("all four strategies trained the same weights, to within 1e-5")
 
 # %% [markdown]
 # What the table shows:
@@ -208,15 +242,113 @@ for name, run in runs.items():
 #   strategy (reproduced here with Keras 3.15 and TensorFlow 2.21). It is still marked
 #   experimental; prefer `MirroredStrategy`, and when you switch strategy, check one metric by hand.
 
+# %% [markdown]
+# How fast did each strategy train? The chart shows the steady-state throughput, in samples per
+# second: the global batch over the median step time, with tracing and warm-up left out.
+
 # %%
-# Seconds for the second epoch under each strategy.
-figure = plots.plot_bars(list(runs), [run["seconds"] for run in runs.values()], "seconds per epoch",
-                         "fit() under each strategy, this machine (lower is better)")
+# Steady-state throughput under each strategy, with a note on what the replicas share here.
+figure = plots.plot_bars(list(runs), [run["samples/s"] for run in runs.values()], "samples/s",
+                         "fit() under each strategy: steady-state throughput (higher is better)")
+axis = figure.axes[0]
+for label in list(axis.texts):  # whole samples/s on the bars
+    label.remove()
+axis.bar_label(axis.containers[0], fmt="%.0f")
+axis.margins(y=0.15)
+axis.set_xlabel(f"The {NUM_REPLICAS} replicas are virtual CPU devices sharing the same cores: "
+                "here more replicas cannot be faster.", color="tab:red")
+figure.tight_layout()
+print(f"steady state (median step of steps {WARMUP_STEPS + 2}..{runs['default']['steps']} of the epoch): "
+      + ", ".join(f"{name} {run['samples/s']:.0f}" for name, run in runs.items()) + " samples/s")
 
 # %% [markdown]
-# On this machine the two replicas are virtual devices sharing the same two CPU cores, so more
+# On this machine the two replicas are virtual devices sharing the same CPU cores, so more
 # replicas cannot make training faster: they add the cost of splitting batches and all-reducing
-# gradients. On a machine with N GPUs the same code runs N replicas on N devices.
+# gradients, with no extra hardware to spend them on. The same sharing makes the bars jump from
+# run to run when other programs use the CPU: compare them only on an idle machine, and read them
+# as "no faster", not as a ranking. On a machine with N GPUs the same code runs
+# N replicas on N devices: the computation of a step is divided by N, while the all-reduce and the
+# input pipeline are not. Lesson 3 ([03_convergence.ipynb](03_convergence.ipynb)) writes this
+# as a labelled cost model, step time = computation / N + all-reduce + input, with its parameters
+# stated: that is what changes on real GPUs.
+
+# %% [markdown]
+# ## Saving under one strategy, loading under another
+#
+# A saved model does not record the strategy it was trained under. A `MirroredVariable` holds one
+# copy per replica, but the copies are equal (every replica applies the same all-reduced update),
+# so saving writes one plain value per variable, as for an ordinary variable. Loading then creates
+# whatever variables the *current* scope makes: plain ones with no strategy, mirrored ones under
+# `MirroredStrategy`, an aggregating one under `CentralStorageStrategy`. That is how you train on
+# several GPUs and predict on one CPU, or resume on a machine with another number of devices. The
+# same holds for `tf.train.Checkpoint` (lesson 2).
+#
+# **Predict, then run.** The model trained under `MirroredStrategy` above keeps two copies of
+# each weight and of each optimizer variable. How many arrays per variable will its saved file
+# hold: one, or one per replica? Decide, then run.
+
+# %%
+# Save the model trained under MirroredStrategy: whole (.keras), and its weights alone (.weights.h5).
+mirrored_model = runs["mirrored"]["model"]
+save_dir = tempfile.mkdtemp(prefix="strategy_map_")
+model_file = os.path.join(save_dir, "mirrored.keras")
+weights_file = os.path.join(save_dir, "mirrored.weights.h5")
+mirrored_model.save(model_file)
+mirrored_model.save_weights(weights_file)
+
+# Count the copies in memory and the arrays in the weights file.
+saved_variables = mirrored_model.weights + mirrored_model.optimizer.variables
+copies_in_memory = sum(len(getattr(variable.value, "values", (variable.value,))) for variable in saved_variables)
+arrays_in_file = []
+with h5py.File(weights_file, "r") as saved:
+    saved.visititems(lambda name, item: arrays_in_file.append(name) if isinstance(item, h5py.Dataset) else None)
+print(f"in memory: {len(saved_variables)} variables (weights and optimizer state), {copies_in_memory} copies; "
+      f"in the file: {len(arrays_in_file)} arrays")
+
+# %%
+# Check the prediction: one array per variable, however many replicas held a copy.
+assert len(arrays_in_file) == len(saved_variables) < copies_in_memory
+print("the file holds one array per variable")
+
+# %% [markdown]
+# Now load the file with no strategy, under `OneDeviceStrategy` and under `CentralStorageStrategy`,
+# and load the weights alone into a model built under `OneDeviceStrategy`. Each must predict what
+# the mirrored model predicts and carry on from the same optimizer step. (Keras builds a model's
+# optimizer state at the first training step; build it before `load_weights`, so that the file's
+# optimizer variables have somewhere to go.)
+
+# %%
+# Load under another strategy, or none, and compare weights, predictions and optimizer step with the original.
+reference_logits = mirrored_model(mnist.x_val, training=False).numpy()
+loaded = {"no strategy": keras.saving.load_model(model_file)}
+for name in ["one_device", "central_storage"]:
+    with kerasdist.make_strategy(name, num_replicas=NUM_REPLICAS, verbose=False).scope():
+        loaded[name] = keras.saving.load_model(model_file)
+with kerasdist.make_strategy("one_device", num_replicas=NUM_REPLICAS, verbose=False).scope():
+    from_weights = kerasdist.model.build_model()
+    from_weights.optimizer.build(from_weights.trainable_variables)
+from_weights.load_weights(weights_file)
+loaded["one_device, weights only"] = from_weights
+
+print(f"saved under mirrored: optimizer step {int(mirrored_model.optimizer.iterations.numpy())}")
+loads = {}
+for name, model in loaded.items():
+    loads[name] = {
+        "variable": type(model.weights[0].value).__name__,
+        "same weights": all(np.array_equal(a.numpy(), b.numpy())
+                            for a, b in zip(model.weights, mirrored_model.weights)),
+        "max |Δlogit|": float(np.max(np.abs(model(mnist.x_val, training=False).numpy() - reference_logits))),
+        "step": int(model.optimizer.iterations.numpy()),
+    }
+    print(f"loaded with {name:25} {loads[name]['variable']:>20}: same weights {loads[name]['same weights']}, "
+          f"max |Δlogit| {loads[name]['max |Δlogit|']:.1e}, optimizer step {loads[name]['step']}")
+
+# %%
+# The loaded models are the trained model: equal weights, equal predictions, the same optimizer step.
+for name, load in loads.items():
+    assert load["same weights"] and load["max |Δlogit|"] < 1e-5, name
+    assert load["step"] == int(mirrored_model.optimizer.iterations.numpy()), name
+print("every load reproduces the model trained under MirroredStrategy")
 
 # %% [markdown]
 # ## Model parallelism by device placement
@@ -225,6 +357,8 @@ figure = plots.plot_bars(list(runs), [run["seconds"] for run in runs.values()], 
 # parallelism splits the *model*: each device holds some of the layers, and the whole batch flows
 # through the devices one after the other. It is what you do when a model does not fit on one
 # device.
+#
+# ![Data parallelism: every device holds the whole model and gets a share of the batch; model parallelism: each device holds some of the layers and the whole batch passes through them in turn](figures/data_vs_model_parallelism.svg)
 #
 # In TensorFlow 2 you place variables and operations with `tf.device`. Below, the first hidden
 # layer (784 x 256, most of the weights) lives on the first device, the second hidden layer and
@@ -297,18 +431,29 @@ with tf.device(replica_devices[1]):
 print(f"hidden {tuple(hidden.shape)} on {hidden.device.split('device:')[-1]}, "
       f"logits {tuple(logits.shape)} on {logits.device.split('device:')[-1]}")
 
+# %% [markdown]
+# **Predict, then run.** The split model has the seed MLP's layers, initialised with the same seed,
+# and trains on the same batches. Will its loss after one epoch equal the default strategy's loss
+# in the table above (to within 1e-4), or differ? Decide, then run the next two cells.
+
 # %%
-# Train it like any Keras model: one epoch on the same batches.
-start = time.perf_counter()
-history = split_model.fit(train_batches, epochs=1, shuffle=False, verbose=0)
-model_parallel_seconds = time.perf_counter() - start
+# Train it like any Keras model: one epoch on the same batches, timing the steady state as before.
+step_times = StepEndTimes()
+history = split_model.fit(train_batches, epochs=1, shuffle=False, verbose=0, callbacks=[step_times])
+model_parallel_loss = history.history["loss"][0]
 logits = split_model(mnist.x_val, training=False)
-print(f"model parallel: {model_parallel_seconds:.1f} s, loss {history.history['loss'][0]:.4f}, "
+print(f"model parallel: {steady_samples_per_second(step_times.ends):.0f} samples/s in the steady state "
+      f"(default strategy: {runs['default']['samples/s']:.0f}), loss {model_parallel_loss:.4f}, "
       f"val acc {np.mean(np.argmax(logits, axis=1) == mnist.y_val):.4f}")
 
+# %%
+# Check the prediction: placing the layers on two devices does not change what the model computes.
+assert abs(model_parallel_loss - runs["default"]["reported loss"]) < 1e-4
+print("the split model's loss equals the one-device model's, to within 1e-4")
+
 # %% [markdown]
-# Same architecture, same seed, same batches: the split model computes exactly what the one-device
-# model computes (compare its loss and accuracy with the table above). What differs is what each
+# Same architecture, same seed, same batches: the split model computes what the one-device
+# model computes (compare its accuracy with the table above, too). What differs is what each
 # device has to store. Count the numbers each device holds (weights plus Adam's two
 # moments per weight) in the two kinds of parallelism.
 
@@ -348,6 +493,14 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 # | devices idle | rarely (all compute at once) | while waiting for the previous part, unless the batch is pipelined in micro-batches |
 # | when to use it | the model fits on one device; you want more throughput | the model does not fit on one device |
 #
+# Two claims you may meet elsewhere are wrong for the strategies of this lesson. Data parallelism
+# is not asynchronous by nature: `MirroredStrategy`, `MultiWorkerMirroredStrategy` and
+# `TPUStrategy` update synchronously, and only `ParameterServerStrategy` lets workers update
+# without waiting for each other. Nor is it the answer to a *data set* that does not fit in memory:
+# every replica still holds the whole model, and a large data set is streamed from disk by
+# `tf.data` (lesson 4) with one device or many. Data parallelism buys throughput; model
+# parallelism buys room for a model that is too large for one device.
+#
 # Large models combine both: model parallelism inside a group of devices, data parallelism across
 # groups. Keras 3's own `keras.distribution` API (`DataParallel`, `ModelParallel` with a
 # `LayoutMap` that shards each weight across a device mesh) expresses both without `tf.device`;
@@ -360,9 +513,14 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 #   global batch (lesson 4).
 # - **Several machines**: `MultiWorkerMirroredStrategy` with a custom loop today (lesson 5), since
 #   Keras 3 `fit()` fails under it (keras-team/keras#20585).
-# - **Choose how gradients are summed** when the default is slow: `MirroredStrategy` takes
-#   `cross_device_ops=` (`NcclAllReduce` on NVIDIA GPUs, `HierarchicalCopyAllReduce` where NCCL is
-#   unavailable, `ReductionToOneDevice` as a fallback).
+# - **How gradients are summed** is `MirroredStrategy`'s `cross_device_ops=` argument, and its
+#   default is usually right: `NcclAllReduce` when all its devices are GPUs and TensorFlow has
+#   NCCL, `ReductionToOneDevice` otherwise (on CPU devices, as here, on virtual GPUs, or without
+#   NCCL). Where NCCL is missing, keep `ReductionToOneDevice`. `HierarchicalCopyAllReduce` is not a
+#   general substitute: TensorFlow's documentation says it "is a reduction created for Nvidia DGX-1
+#   which assumes GPUs connects like that on DGX-1 machine. If you have different GPU
+#   inter-connections, it is likely that it would be slower than `tf.distribute.ReductionToOneDevice`."
+#   Measure steady-state throughput before and after any change.
 # - **Model parallelism** pays for copying activations at every cut: cut where the activations are
 #   small, balance the work between devices, and feed micro-batches so that devices do not wait
 #   for each other.
@@ -376,6 +534,8 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 # - Switching strategy means building and compiling the model in another `strategy.scope()`; the
 #   variables change kind (`MirroredVariable`, `AggregatingVariable`), the training does not.
 # - With Keras 3, `CentralStorageStrategy` trains correctly but reports wrong metrics; verify.
+# - A saved model or checkpoint is independent of the strategy: mirrored variables are saved as one
+#   value each, and loading under another strategy (or none) gives the same weights and predictions.
 # - Model parallelism places parts of the model on different devices with `tf.device`; each device
 #   stores less, but activations cross devices at every step and devices wait for each other.
 
@@ -384,10 +544,136 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 #
 # 1. Pass `cross_device_ops=tf.distribute.ReductionToOneDevice()` to
 #    `tf.distribute.MirroredStrategy(devices=replica_devices, ...)` and train under it with
-#    `train_under`. Do the weights still match the default strategy's?
+#    `train_under`. Do the weights still match the default strategy's? Is it faster or slower than
+#    the `mirrored` run above, and why?
+#
+# <details><summary>Hint</summary>
+#
+# Look at what `MirroredStrategy` chose by itself on these CPU devices (see the performance tips):
+# `type(mirrored.extended._cross_device_ops).__name__` names the class (a private attribute, fine
+# for a look).
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# strategy = tf.distribute.MirroredStrategy(devices=replica_devices,
+#                                           cross_device_ops=tf.distribute.ReductionToOneDevice())
+# run = train_under(strategy)
+# print(max(float(np.max(np.abs(a - b))) for a, b in zip(run["weights"], runs["default"]["weights"])),
+#       run["samples/s"], runs["mirrored"]["samples/s"])
+# ```
+#
+# The weights match to float rounding, exactly as the `mirrored` run's do: how the gradients are
+# summed changes where the sum is computed, not its value. The speed is the same up to noise,
+# because on CPU devices `MirroredStrategy` already uses `ReductionToOneDevice`.
+#
+# </details>
+#
 # 2. Under `central_storage`, print the loss tracker's variables after `fit`
-#    (`model.metrics[0].variables`). What do you see, and how would you compute the training loss
-#    yourself?
+#    (`runs["central_storage"]["model"].metrics[0].variables`). What do you see, and how would you
+#    compute the training loss yourself?
+#
+# <details><summary>Hint</summary>
+#
+# The loss tracker is a `Mean`: a `total` and a `count`. For one epoch the count should be the
+# number of steps. A loss function called on a batch returns that batch's mean loss.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# model = runs["central_storage"]["model"]
+# for variable in model.metrics[0].variables:
+#     print(variable.path, type(variable.value).__name__, variable.numpy())
+# loss_function = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+# print(np.mean([float(loss_function(y, model(x, training=False))) for x, y in train_batches]))
+# ```
+#
+# Both are `AggregatingVariable`s with absurd values (far more than the number of steps in the
+# count), so their ratio is meaningless. Your own loss, a mean over the training batches of the
+# trained model, is close to the other strategies' and shows the model itself is fine. (It is the
+# loss *after* the epoch, so it is lower than `fit`'s running mean over the epoch.)
+#
+# </details>
+#
 # 3. Move `dense_2` to the first device in `TwoDeviceMLP`. How do the numbers stored per device
 #    change? Where would you cut a model whose layers all have the same size?
+#
+# <details><summary>Hint</summary>
+#
+# Change the device in both `build` and `call`, rebuild and recompile, train one step so that Adam
+# creates its moments, then call `stored_per_device` again.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# In `build`, build `dense_2` under `tf.device(self.first_device)`, and in `call` compute
+# `self.dense_2(hidden)` there too; only `logits` stays on the second device. Then the first device
+# holds almost everything (both hidden layers, their weights and two Adam moments each) and the
+# second device only the output layer's 2,570 weights and their moments. The cut should balance
+# what the devices store and compute, and cross where the activations are small: with layers of
+# equal size, cut in the middle, so each device holds half the layers.
+#
+# </details>
+#
 # 4. Remove `ColocatedAdam` (use `keras.optimizers.Adam`). Where do the moment variables end up?
+#
+# <details><summary>Hint</summary>
+#
+# Compile `split_model`'s twin with the plain optimizer, `fit` it for a few steps
+# (`train_batches.take(3)`), then print `variable.value.device` for each of
+# `model.optimizer.variables`.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# keras.utils.set_random_seed(0)
+# plain = TwoDeviceMLP(replica_devices[0], replica_devices[1])
+# plain.build((None, 784))
+# plain.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-3),
+#               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+# plain.fit(train_batches.take(3), verbose=0)
+# for variable in plain.optimizer.variables:
+#     print(variable.path, variable.value.device.split("device:")[-1])
+# ```
+#
+# With `fit`, every moment lands on the first device, the second half's too: the memory is no
+# longer split as the layers are, and every update of the second half's weights reads and writes
+# its moments across devices.
+#
+# </details>
+#
+# 5. Save the model trained under the *default* strategy (`runs["default"]["model"]`) and load it
+#    under `MirroredStrategy`. What kind of variable does the loaded model have, and does it predict
+#    what the saved model predicts?
+#
+# <details><summary>Hint</summary>
+#
+# Loading is done with `keras.saving.load_model` inside `mirrored.scope()`; compare
+# `model(mnist.x_val, training=False)` of both models.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# one_device_file = os.path.join(save_dir, "default.keras")
+# runs["default"]["model"].save(one_device_file)
+# with kerasdist.make_strategy("mirrored", num_replicas=NUM_REPLICAS, verbose=False).scope():
+#     mirrored_copy = keras.saving.load_model(one_device_file)
+# print(type(mirrored_copy.weights[0].value).__name__,
+#       np.max(np.abs(mirrored_copy(mnist.x_val, training=False) - runs["default"]["model"](mnist.x_val, training=False))))
+# ```
+#
+# A `MirroredVariable`, one copy per replica, filled from the one value in the file; the
+# predictions are the same. Checkpoints go both ways between strategies.
+#
+# </details>
+#
+# Next: back to the [course map](../README.md#lessons).

@@ -26,6 +26,8 @@
 #   MultiWorkerMirrored, ParameterServer, TPU): what each does, and which of them run on one machine;
 # - how to switch strategy by changing only the scope the model is built in, and what to check when
 #   you do;
+# - that a saved model does not depend on the strategy it was trained under: save under
+#   `MirroredStrategy`, load under another strategy or none;
 # - model parallelism by device placement (`tf$device()`, the TensorFlow 2 way): a model whose two
 #   halves live on two devices, contrasted with data parallelism.
 #
@@ -79,6 +81,7 @@ import kerasdist
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # num_replicas <- 2L
 # global_batch_size <- 64L
+# warmup_steps <- 5L  # steps left out of the throughput: the first one traces the training step
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -152,7 +155,19 @@ import kerasdist
 # seed, the data and its order are the same in every run, so the four runs should agree.
 # For each one we look at what kind of variable the scope created and where it lives, and we
 # compare what `fit()` and `evaluate()` *report* with the validation accuracy we compute ourselves
-# from the model's predictions.
+# from the model's predictions. A small callback notes when each training step ends, so that we can
+# measure the steady speed of training: the global batch over the median time of a step, leaving
+# out the first steps (the first one traces the training step into a graph). The median, unlike
+# the mean, is not thrown off by a step that waited for a busy CPU.
+
+# %% language="R"
+# # A callback that notes when each training step ends.
+# step_end_times <- callback_lambda(
+#   on_train_begin = function(logs) step_ends <<- numeric(),
+#   on_train_batch_end = function(batch, logs) step_ends <<- c(step_ends, as.numeric(Sys.time()))
+# )
+# # Samples per second of a typical step: the global batch over the median step time after warmup_steps.
+# steady_samples_per_second <- function(ends) global_batch_size / median(diff(ends[-seq_len(warmup_steps)]))
 
 # %% language="R"
 # # The seed MLP and the data, then a function that trains one epoch under a strategy and describes it.
@@ -182,32 +197,36 @@ import kerasdist
 # train_under <- function(strategy) {
 #   set_random_seed(0)
 #   with(strategy$scope(), model <- build_model())
-#   history <- model |> fit(train_batches, epochs = 1, shuffle = FALSE, verbose = 0)
+#   history <- model |> fit(train_batches, epochs = 1, shuffle = FALSE, verbose = 0,
+#                           callbacks = list(step_end_times))
 #   reported <- model |> evaluate(val_batches, verbose = 0)
 #   logits <- as.array(model(val_images, training = FALSE))
 #   kernel <- model$weights[[1]]$value
 #   copies <- if (py_has_attr(kernel, "values")) kernel$values else list(kernel)  # one per device if mirrored
-#   run <- list(
+#   list(
+#     model = model,
 #     replicas = strategy$num_replicas_in_sync,
 #     variable = kernel$`__class__`$`__name__`,
 #     lives_on = paste(vapply(copies, function(copy) sub(".*device:", "", copy$device), ""), collapse = ", "),
 #     reported_loss = history$metrics$loss[1],
 #     reported_val_acc = reported$sparse_categorical_accuracy,
 #     recomputed_val_acc = mean(max.col(logits, ties.method = "first") - 1L == y_val),
-#     weights = get_weights(model)
+#     weights = get_weights(model),
+#     steps = length(step_ends),
+#     samples_per_second = steady_samples_per_second(step_ends)
 #   )
-#   # A second epoch, now that the training step is traced, shows the steady speed.
-#   started <- Sys.time()
-#   model |> fit(train_batches, epochs = 1, shuffle = FALSE, verbose = 0)
-#   run$seconds <- as.numeric(difftime(Sys.time(), started, units = "secs"))
-#   run
 # }
 
 # %% language="R"
-# # The same training under four strategies (about half a minute).
+# # The same training under four strategies (under half a minute on an idle machine).
 # runs <- list()
 # for (name in c("default", "one_device", "mirrored", "central_storage"))
 #   runs[[name]] <- train_under(kerasdist$make_strategy(name, num_replicas = num_replicas, verbose = FALSE))
+
+# %% [markdown]
+# **Predict, then run.** Under `MirroredStrategy` each of the two replicas sees only half of every
+# batch. After one epoch, will its weights equal the default strategy's to within 1e-5, or differ
+# visibly? And under `CentralStorageStrategy`? Decide, then run the next two cells.
 
 # %% language="R"
 # # What each strategy created, and how far its weights are from the default strategy's.
@@ -216,9 +235,17 @@ import kerasdist
 # for (name in names(runs)) {
 #   run <- runs[[name]]
 #   difference <- max(mapply(function(a, b) max(abs(a - b)), run$weights, runs$default$weights))
+#   runs[[name]]$max_dw <- difference
 #   cat(sprintf("%-16s %8d %20s %12s %9.1e %10.4f %18.4f %14.4f\n", name, run$replicas, run$variable,
 #               run$lives_on, difference, run$reported_loss, run$reported_val_acc, run$recomputed_val_acc))
 # }
+
+# %% language="R"
+# # Check the prediction: at a fixed global batch, every strategy trains the same weights up to float rounding.
+# for (name in names(runs))
+#   if (runs[[name]]$max_dw >= 1e-5)
+#     stop(sprintf("%s: weights differ from the default strategy's by %.1e", name, runs[[name]]$max_dw))
+# cat("all four strategies trained the same weights, to within 1e-5\n")
 
 # %% [markdown]
 # What the table shows:
@@ -237,18 +264,122 @@ import kerasdist
 #   under this strategy (reproduced with Keras 3.15 and TensorFlow 2.21). It is still marked
 #   experimental; prefer `MirroredStrategy`, and when you switch strategy, check one metric by hand.
 
-# %% magic_args="-w 8 -h 2.8 --units in -r 100" language="R"
-# # Seconds for the second epoch under each strategy.
-# seconds <- vapply(runs, function(run) run$seconds, 0)
-# par(mar = c(4, 9, 2.5, 2), cex.main = 1)
-# bars <- barplot(rev(seconds), horiz = TRUE, las = 1, col = "steelblue", xlim = c(0, 1.15 * max(seconds)),
-#                 xlab = "seconds per epoch", main = "fit() under each strategy, this machine (lower is better)")
-# text(rev(seconds), bars, sprintf("%.2f", rev(seconds)), pos = 4, cex = 0.8)
+# %% [markdown]
+# How fast did each strategy train? The chart shows the steady-state throughput, in samples per
+# second: the global batch over the median step time, with tracing and warm-up left out.
+
+# %% magic_args="-w 8 -h 4 --units in -r 100" language="R"
+# # Steady-state throughput under each strategy, with a note on what the replicas share here.
+# speeds <- vapply(runs, function(run) run$samples_per_second, 0)
+# par(mar = c(7, 9, 3, 2), cex.main = 1)
+# bars <- barplot(rev(speeds), horiz = TRUE, las = 1, col = "steelblue", xlim = c(0, max(speeds)) * 6 / 5,
+#                 xlab = "samples/s", main = "fit() under each strategy: steady-state throughput\n(higher is better)")
+# text(rev(speeds), bars, sprintf("%.0f", rev(speeds)), pos = 4)
+# mtext(sprintf("The %d replicas are virtual CPU devices sharing the same cores:\nhere more replicas cannot be faster.",
+#               num_replicas), side = 1, line = 5, col = "red3")
+# cat(sprintf("steady state (median step of steps %d..%d of the epoch): %s samples/s\n", warmup_steps + 2L,
+#             runs$default$steps,
+#             paste(names(speeds), sprintf("%.0f", speeds), collapse = ", ")))
 
 # %% [markdown]
-# On this machine the two replicas are virtual devices sharing the same two CPU cores, so more
+# On this machine the two replicas are virtual devices sharing the same CPU cores, so more
 # replicas cannot make training faster: they add the cost of splitting batches and all-reducing
-# gradients. On a machine with N GPUs the same code runs N replicas on N devices.
+# gradients, with no extra hardware to spend them on. The same sharing makes the bars jump from
+# run to run when other programs use the CPU: compare them only on an idle machine, and read them
+# as "no faster", not as a ranking. On a machine with N GPUs the same code runs
+# N replicas on N devices: the computation of a step is divided by N, while the all-reduce and the
+# input pipeline are not. Lesson 3 ([03_convergence_R.ipynb](03_convergence_R.ipynb)) writes this
+# as a labelled cost model, step time = computation / N + all-reduce + input, with its parameters
+# stated: that is what changes on real GPUs.
+
+# %% [markdown]
+# ## Saving under one strategy, loading under another
+#
+# A saved model does not record the strategy it was trained under. A `MirroredVariable` holds one
+# copy per replica, but the copies are equal (every replica applies the same all-reduced update),
+# so saving writes one plain value per variable, as for an ordinary variable. Loading then creates
+# whatever variables the *current* scope makes: plain ones with no strategy, mirrored ones under
+# `MirroredStrategy`, an aggregating one under `CentralStorageStrategy`. That is how you train on
+# several GPUs and predict on one CPU, or resume on a machine with another number of devices. The
+# same holds for `tf$train$Checkpoint` (lesson 2).
+#
+# **Predict, then run.** The model trained under `MirroredStrategy` above keeps two copies of
+# each weight and of each optimizer variable. How many arrays per variable will its saved file
+# hold: one, or one per replica? Decide, then run.
+
+# %% language="R"
+# # Save the model trained under MirroredStrategy: whole (.keras), and its weights alone (.weights.h5).
+# mirrored_model <- runs$mirrored$model
+# save_dir <- tempfile("strategy_map_")
+# dir.create(save_dir)
+# model_file <- file.path(save_dir, "mirrored.keras")
+# weights_file <- file.path(save_dir, "mirrored.weights.h5")
+# save_model(mirrored_model, model_file)
+# save_model_weights(mirrored_model, weights_file)
+#
+# # Count the copies in memory and the arrays in the weights file.
+# saved_variables <- c(mirrored_model$weights, mirrored_model$optimizer$variables)
+# copies_in_memory <- sum(vapply(saved_variables, function(variable) {
+#   if (py_has_attr(variable$value, "values")) length(variable$value$values) else 1L
+# }, 0L))
+# arrays_in_file <- character()
+# h5py <- import("h5py")
+# saved <- h5py$File(weights_file, "r")
+# saved$visititems(function(name, item) {
+#   if (inherits(item, "h5py._hl.dataset.Dataset")) arrays_in_file <<- c(arrays_in_file, name)
+#   NULL
+# })
+# saved$close()
+# cat(sprintf("in memory: %d variables (weights and optimizer state), %d copies; in the file: %d arrays\n",
+#             length(saved_variables), copies_in_memory, length(arrays_in_file)))
+
+# %% language="R"
+# # Check the prediction: one array per variable, however many replicas held a copy.
+# stopifnot(length(arrays_in_file) == length(saved_variables), length(saved_variables) < copies_in_memory)
+# cat("the file holds one array per variable\n")
+
+# %% [markdown]
+# Now load the file with no strategy, under `OneDeviceStrategy` and under `CentralStorageStrategy`,
+# and load the weights alone into a model built under `OneDeviceStrategy`. Each must predict what
+# the mirrored model predicts and carry on from the same optimizer step. (Keras builds a model's
+# optimizer state at the first training step; build it before `load_model_weights()`, so that the
+# file's optimizer variables have somewhere to go.)
+
+# %% language="R"
+# # Load under another strategy, or none, and compare weights, predictions and optimizer step with the original.
+# reference_logits <- as.array(mirrored_model(val_images, training = FALSE))
+# saved_step <- as.integer(mirrored_model$optimizer$iterations$numpy())
+# loaded <- list(`no strategy` = load_model(model_file))
+# for (name in c("one_device", "central_storage"))
+#   with(kerasdist$make_strategy(name, num_replicas = num_replicas, verbose = FALSE)$scope(),
+#        loaded[[name]] <- load_model(model_file))
+# with(kerasdist$make_strategy("one_device", num_replicas = num_replicas, verbose = FALSE)$scope(), {
+#   from_weights <- build_model()
+#   from_weights$optimizer$build(from_weights$trainable_variables)
+# })
+# load_model_weights(from_weights, weights_file)
+# loaded[["one_device, weights only"]] <- from_weights
+#
+# cat(sprintf("saved under mirrored: optimizer step %d\n", saved_step))
+# loads <- list()
+# for (name in names(loaded)) {
+#   model <- loaded[[name]]
+#   loads[[name]] <- list(
+#     variable = model$weights[[1]]$value$`__class__`$`__name__`,
+#     same_weights = all(mapply(identical, get_weights(model), get_weights(mirrored_model))),
+#     max_dlogit = max(abs(as.array(model(val_images, training = FALSE)) - reference_logits)),
+#     step = as.integer(model$optimizer$iterations$numpy())
+#   )
+#   with(loads[[name]], cat(sprintf("loaded with %-25s %20s: same weights %s, max |dlogit| %.1e, optimizer step %d\n",
+#                                   name, variable, same_weights, max_dlogit, step)))
+# }
+
+# %% language="R"
+# # The loaded models are the trained model: equal weights, equal predictions, the same optimizer step.
+# for (name in names(loads))
+#   with(loads[[name]], if (!same_weights || max_dlogit >= 1e-5 || step != saved_step)
+#     stop(sprintf("%s does not reproduce the model trained under MirroredStrategy", name)))
+# cat("every load reproduces the model trained under MirroredStrategy\n")
 
 # %% [markdown]
 # ## Model parallelism by device placement
@@ -257,6 +388,8 @@ import kerasdist
 # parallelism splits the *model*: each device holds some of the layers, and the whole batch flows
 # through the devices one after the other. It is what you do when a model does not fit on one
 # device.
+#
+# ![Data parallelism: every device holds the whole model and gets a share of the batch; model parallelism: each device holds some of the layers and the whole batch passes through them in turn](figures/data_vs_model_parallelism.svg)
 #
 # In TensorFlow 2 you place variables and operations with `tf$device()`. Below, the first hidden
 # layer (784 x 256, most of the weights) lives on the first device, the second hidden layer and
@@ -336,18 +469,29 @@ import kerasdist
 #             paste(unlist(hidden$shape$as_list()), collapse = ", "), sub(".*device:", "", hidden$device),
 #             paste(unlist(logits$shape$as_list()), collapse = ", "), sub(".*device:", "", logits$device)))
 
+# %% [markdown]
+# **Predict, then run.** The split model has the seed MLP's layers, initialised with the same seed,
+# and trains on the same batches. Will its loss after one epoch equal the default strategy's loss
+# in the table above (to within 1e-4), or differ? Decide, then run the next two cells.
+
 # %% language="R"
-# # Train it like any Keras model: one epoch on the same batches.
-# started <- Sys.time()
-# history <- split_model |> fit(train_batches, epochs = 1, shuffle = FALSE, verbose = 0)
-# seconds <- as.numeric(difftime(Sys.time(), started, units = "secs"))
+# # Train it like any Keras model: one epoch on the same batches, timing the steady state as before.
+# history <- split_model |> fit(train_batches, epochs = 1, shuffle = FALSE, verbose = 0,
+#                               callbacks = list(step_end_times))
+# model_parallel_loss <- history$metrics$loss[1]
 # logits <- as.array(split_model(val_images, training = FALSE))
-# cat(sprintf("model parallel: %.1f s, loss %.4f, val acc %.4f\n", seconds, history$metrics$loss[1],
+# cat(sprintf("model parallel: %.0f samples/s in the steady state (default strategy: %.0f), loss %.4f, val acc %.4f\n",
+#             steady_samples_per_second(step_ends), runs$default$samples_per_second, model_parallel_loss,
 #             mean(max.col(logits, ties.method = "first") - 1L == y_val)))
 
+# %% language="R"
+# # Check the prediction: placing the layers on two devices does not change what the model computes.
+# stopifnot(abs(model_parallel_loss - runs$default$reported_loss) < 1e-4)
+# cat("the split model's loss equals the one-device model's, to within 1e-4\n")
+
 # %% [markdown]
-# Same architecture, same seed, same batches: the split model computes exactly what the one-device
-# model computes (compare its loss and accuracy with the table above). What differs is what each
+# Same architecture, same seed, same batches: the split model computes what the one-device
+# model computes (compare its accuracy with the table above, too). What differs is what each
 # device has to store. Count the numbers each device holds (weights plus Adam's two moments per
 # weight) in the two kinds of parallelism.
 
@@ -375,7 +519,7 @@ import kerasdist
 # # Numbers stored per device, as bars.
 # stored <- c(setNames(data_parallel, paste0("data parallel\n", names(data_parallel))),
 #             setNames(as.vector(model_parallel), paste0("model parallel\n", names(model_parallel))))
-# par(mar = c(4, 9, 2.5, 4), cex.main = 1)
+# par(mar = c(4, 9, 3, 4), cex.main = 1)
 # bars <- barplot(rev(stored), horiz = TRUE, las = 1, col = rep(c("darkorange", "steelblue"), each = 2),
 #                 xlim = c(0, 1.2 * max(stored)), xlab = "numbers stored", axes = FALSE,
 #                 main = "Memory per device: whole copies vs halves of the model")
@@ -392,6 +536,14 @@ import kerasdist
 # | devices idle | rarely (all compute at once) | while waiting for the previous part, unless the batch is pipelined in micro-batches |
 # | when to use it | the model fits on one device; you want more throughput | the model does not fit on one device |
 #
+# Two claims you may meet elsewhere are wrong for the strategies of this lesson. Data parallelism
+# is not asynchronous by nature: `MirroredStrategy`, `MultiWorkerMirroredStrategy` and
+# `TPUStrategy` update synchronously, and only `ParameterServerStrategy` lets workers update
+# without waiting for each other. Nor is it the answer to a *data set* that does not fit in memory:
+# every replica still holds the whole model, and a large data set is streamed from disk by
+# tfdatasets (lesson 4) with one device or many. Data parallelism buys throughput; model
+# parallelism buys room for a model that is too large for one device.
+#
 # Large models combine both: model parallelism inside a group of devices, data parallelism across
 # groups. Keras 3's own distribution API (`layout_map()`, `DataParallel`, `ModelParallel`, which
 # shard each weight across a device mesh) expresses both without `tf$device()`; today it is
@@ -404,10 +556,15 @@ import kerasdist
 #   global batch (lesson 4).
 # - **Several machines**: `MultiWorkerMirroredStrategy` with a custom loop today (lesson 5), since
 #   Keras 3 `fit()` fails under it (keras-team/keras#20585).
-# - **Choose how gradients are summed** when the default is slow: `MirroredStrategy` takes
-#   `cross_device_ops =` (`tf$distribute$NcclAllReduce()` on NVIDIA GPUs,
-#   `tf$distribute$HierarchicalCopyAllReduce()` where NCCL is unavailable,
-#   `tf$distribute$ReductionToOneDevice()` as a fallback).
+# - **How gradients are summed** is `MirroredStrategy`'s `cross_device_ops =` argument, and its
+#   default is usually right: `tf$distribute$NcclAllReduce()` when all its devices are GPUs and
+#   TensorFlow has NCCL, `tf$distribute$ReductionToOneDevice()` otherwise (on CPU devices, as here,
+#   on virtual GPUs, or without NCCL). Where NCCL is missing, keep `ReductionToOneDevice()`.
+#   `tf$distribute$HierarchicalCopyAllReduce()` is not a general substitute: TensorFlow's
+#   documentation says it "is a reduction created for Nvidia DGX-1 which assumes GPUs connects like
+#   that on DGX-1 machine. If you have different GPU inter-connections, it is likely that it would
+#   be slower than `tf.distribute.ReductionToOneDevice`." Measure steady-state throughput before
+#   and after any change.
 # - **Model parallelism** pays for copying activations at every cut: cut where the activations are
 #   small, balance the work between devices, and feed micro-batches so that devices do not wait
 #   for each other.
@@ -421,6 +578,8 @@ import kerasdist
 # - Switching strategy means building and compiling the model in another `strategy$scope()`; the
 #   variables change kind (`MirroredVariable`, `AggregatingVariable`), the training does not.
 # - With Keras 3, `CentralStorageStrategy` trains correctly but reports wrong metrics; verify.
+# - A saved model or checkpoint is independent of the strategy: mirrored variables are saved as one
+#   value each, and loading under another strategy (or none) gives the same weights and predictions.
 # - Model parallelism places parts of the model on different devices with `tf$device()`; each
 #   device stores less, but activations cross devices at every step and devices wait for each other.
 
@@ -429,11 +588,142 @@ import kerasdist
 #
 # 1. Pass `cross_device_ops = tf$distribute$ReductionToOneDevice()` to
 #    `tf$distribute$MirroredStrategy(devices = as.list(devices), ...)` and train under it with
-#    `train_under()`. Do the weights still match the default strategy's?
+#    `train_under()`. Do the weights still match the default strategy's? Is it faster or slower
+#    than the `mirrored` run above, and why?
+#
+# <details><summary>Hint</summary>
+#
+# Look at what `MirroredStrategy` chose by itself on these CPU devices (see the performance tips):
+# ``mirrored$extended$`_cross_device_ops` `` names the class (a private attribute, fine for a
+# look).
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# strategy <- tf$distribute$MirroredStrategy(devices = as.list(devices),
+#                                            cross_device_ops = tf$distribute$ReductionToOneDevice())
+# run <- train_under(strategy)
+# cat(max(mapply(function(a, b) max(abs(a - b)), run$weights, runs$default$weights)),
+#     run$samples_per_second, runs$mirrored$samples_per_second, "\n")
+# ```
+#
+# The weights match to float rounding, exactly as the `mirrored` run's do: how the gradients are
+# summed changes where the sum is computed, not its value. The speed is the same up to noise,
+# because on CPU devices `MirroredStrategy` already uses `ReductionToOneDevice`.
+#
+# </details>
+#
 # 2. Under `central_storage`, print the loss tracker's variables after `fit()`
-#    (`model$metrics[[1]]$variables`). What do you see, and how would you compute the training loss
-#    yourself?
+#    (`runs$central_storage$model$metrics[[1]]$variables`). What do you see, and how would you
+#    compute the training loss yourself?
+#
+# <details><summary>Hint</summary>
+#
+# The loss tracker is a `Mean`: a `total` and a `count`. For one epoch the count should be the
+# number of steps. A loss function called on a batch returns that batch's mean loss.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# model <- runs$central_storage$model
+# for (variable in model$metrics[[1]]$variables)
+#   cat(variable$path, variable$value$`__class__`$`__name__`, as.numeric(variable$numpy()), "\n")
+# loss_function <- loss_sparse_categorical_crossentropy(from_logits = TRUE)
+# batch_losses <- numeric()
+# iterator <- as_iterator(train_batches)
+# while (!is.null(batch <- iter_next(iterator)))
+#   batch_losses <- c(batch_losses, as.numeric(loss_function(batch[[2]], model(batch[[1]], training = FALSE))))
+# mean(batch_losses)
+# ```
+#
+# Both are `AggregatingVariable`s with absurd values (far more than the number of steps in the
+# count), so their ratio is meaningless. Your own loss, a mean over the training batches of the
+# trained model, is close to the other strategies' and shows the model itself is fine. (It is the
+# loss *after* the epoch, so it is lower than `fit()`'s running mean over the epoch.)
+#
+# </details>
+#
 # 3. Move `dense_2` to the first device in `TwoDeviceMLP`. How do the numbers stored per device
 #    change? Where would you cut a model whose layers all have the same size?
+#
+# <details><summary>Hint</summary>
+#
+# Change the device in both `build` and `call`, rebuild and recompile, train one step so that Adam
+# creates its moments, then call `stored_per_device()` again.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# In `build`, build `dense_2` inside `with(tf$device(self$first_device), ...)`, and in `call`
+# compute `self$dense_2(hidden)` there too; only `logits` stays on the second device. Then the first
+# device holds almost everything (both hidden layers, their weights and two Adam moments each) and
+# the second device only the output layer's 2,570 weights and their moments. The cut should
+# balance what the devices store and compute, and cross where the activations are small: with
+# layers of equal size, cut in the middle, so each device holds half the layers.
+#
+# </details>
+#
 # 4. Compile with `optimizer_adam()` instead of `ColocatedAdam`. Where do the moment variables end
 #    up?
+#
+# <details><summary>Hint</summary>
+#
+# Compile a new `TwoDeviceMLP` with the plain optimizer, `fit()` it for a few steps
+# (`dataset_take(train_batches, 3)`), then print `variable$value$device` for each of
+# `model$optimizer$variables`.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# set_random_seed(0)
+# plain <- TwoDeviceMLP(devices[[1]], devices[[2]])
+# plain$build(list(NULL, 784L))
+# plain |> compile(optimizer = optimizer_adam(learning_rate = 1e-3),
+#                  loss = loss_sparse_categorical_crossentropy(from_logits = TRUE), jit_compile = FALSE)
+# plain |> fit(dataset_take(train_batches, 3), verbose = 0)
+# for (variable in plain$optimizer$variables)
+#   cat(variable$path, sub(".*device:", "", variable$value$device), "\n")
+# ```
+#
+# With `fit()`, every moment lands on the first device, the second half's too: the memory is no
+# longer split as the layers are, and every update of the second half's weights reads and writes
+# its moments across devices.
+#
+# </details>
+#
+# 5. Save the model trained under the *default* strategy (`runs$default$model`) and load it under
+#    `MirroredStrategy`. What kind of variable does the loaded model have, and does it predict what
+#    the saved model predicts?
+#
+# <details><summary>Hint</summary>
+#
+# Load with `load_model()` inside `with(mirrored$scope(), ...)`; compare
+# `model(val_images, training = FALSE)` of both models.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# one_device_file <- file.path(save_dir, "default.keras")
+# save_model(runs$default$model, one_device_file)
+# with(kerasdist$make_strategy("mirrored", num_replicas = num_replicas, verbose = FALSE)$scope(),
+#      mirrored_copy <- load_model(one_device_file))
+# cat(mirrored_copy$weights[[1]]$value$`__class__`$`__name__`,
+#     max(abs(as.array(mirrored_copy(val_images, training = FALSE)) -
+#             as.array(runs$default$model(val_images, training = FALSE)))), "\n")
+# ```
+#
+# A `MirroredVariable`, one copy per replica, filled from the one value in the file; the
+# predictions are the same. Checkpoints go both ways between strategies.
+#
+# </details>
+#
+# Next: back to the [course map](../README.md#lessons).

@@ -89,8 +89,20 @@ KEY_NUMBERS = {
          STRATEGY_ROW + rf"(\d+)\s+(\w+)\s+.*?\s{NUMBER}\s+[\d.]+\s+[\d.]+\s+[\d.]+$", None, 1e-5),
         ("strategy table: fit loss, val acc by evaluate() and by hand",
          STRATEGY_ROW + r".*\s([\d.]+)\s+([\d.]+)\s+([\d.]+)$", None, 0.002),
+        ("self-checks that held", r"^(all four strategies trained the same weights, to within 1e-5|"
+         r"the file holds one array per variable|every load reproduces the model trained under MirroredStrategy|"
+         r"the split model's loss equals the one-device model's, to within 1e-4)$", None, 0),
+        ("steady-state steps", r"steady state \(median step of steps (\d+)\.\.(\d+) of the epoch\)", None, 0),
+        ("saved under mirrored: variables, copies in memory, arrays in the file",
+         r"in memory: (\d+) variables \(weights and optimizer state\), (\d+) copies; in the file: (\d+) arrays",
+         None, 0),
+        ("optimizer step saved", r"saved under mirrored: optimizer step (\d+)", None, 0),
+        ("loaded under another strategy: variable, same weights, max |dlogit|, optimizer step",
+         rf"loaded with (.+?)\s+(\w+): same weights (\w+), max \|(?:Δ|d)logit\| {NUMBER}, optimizer step (\d+)",
+         None, 1e-5),
         ("model parallel: loss, val acc",
-         r"model parallel: [\d.]+ s, loss ([\d.]+), val acc ([\d.]+)", None, 0.002),
+         r"model parallel: [\d.]+ samples/s in the steady state \(default strategy: [\d.]+\), "
+         r"loss ([\d.]+), val acc ([\d.]+)", None, 0.002),
         ("numbers stored per device",
          r"^((?:data|model) parallel):\s+\{?'?CPU:0'?(?::| =) (\d+), '?CPU:1'?(?::| =) (\d+)", None, 0),
     ],
