@@ -294,8 +294,9 @@ for name, path in (("by ctime", by_ctime), ("by epoch", by_epoch)):
 #
 # - it counts batches **across epoch boundaries** (the count does not restart with an epoch), so its
 #   saves fall at other batch numbers in every epoch, and it writes nothing at an epoch's end;
-# - `{epoch}` and `{batch}` in the name are filled in 1-based; a name without `{batch}` is overwritten
-#   at every save, and it never deletes a file (there is no `max_to_keep`);
+# - `{epoch}` and `{batch}` in the name are filled in 1-based; a save overwrites a file of the same
+#   name (a name without `{batch}` keeps one file per epoch), and it never deletes a file (there is no
+#   `max_to_keep`);
 # - each file is a whole model at a batch, optimizer state included, but `fit()` cannot continue from
 #   there: `initial_epoch` counts whole epochs, and every epoch starts at its first batch. Resuming
 #   from a batch checkpoint trains the batches already in it a second time (or skips the rest of its
@@ -319,7 +320,8 @@ newest_epoch, newest_batch = batch_position(batch_files[-1])
 print(f"{len(batch_files)} file(s) from {batch_files[0].name} to {batch_files[-1].name}")
 # Self-check: the last multiple of SAVE_EVERY_STEPS batches before the crash, counted across epochs.
 trained_before_crash = STEPS_PER_EPOCH + CRASH_BATCH
-assert (newest_epoch - 1) * STEPS_PER_EPOCH + newest_batch == trained_before_crash // SAVE_EVERY_STEPS * SAVE_EVERY_STEPS
+last_save = trained_before_crash // SAVE_EVERY_STEPS * SAVE_EVERY_STEPS
+assert (newest_epoch - 1) * STEPS_PER_EPOCH + newest_batch == last_save
 with strategy.scope():
     at_batch = keras.models.load_model(str(batch_files[-1]))
 print(f"{batch_files[-1].name} holds optimizer step {int(at_batch.optimizer.iterations.numpy())} "
@@ -456,7 +458,8 @@ steps["step_loss"] = interval_loss(steps, resumed_from)
 killed = pd.DataFrame([r for r in killed_log if r["kind"] == "step"])
 killed["step_loss"] = interval_loss(killed)
 # The steps the kill lost were trained again from the checkpoint, on the same batches: compare their losses.
-again = killed.merge(steps, on="global_step", suffixes=("_killed", "_rerun")).query("global_step > @resumed_from")
+again = killed.merge(steps, on="global_step", suffixes=("_killed", "_rerun"))
+again = again[again["global_step"] > resumed_from]
 print(f"{len(again)} lost steps trained again: max |loss difference| between the two runs "
       f"{(again['step_loss_killed'] - again['step_loss_rerun']).abs().max():.1e}")
 
@@ -503,11 +506,12 @@ class BatchCounter(keras.callbacks.Callback):
 # NBVAL_CHECK_OUTPUT
 # First run, 2 epochs: back up every 20 batches, crash in epoch 2, and read what the backup recorded.
 BACKUP_DIR = RUN_DIR / "backup_and_restore"
+EPOCHS_BACKUP = 2
 keras.utils.set_random_seed(0)
 with strategy.scope():
     model = build_model()
 try:
-    model.fit(train_dataset, epochs=2, shuffle=False, verbose=0,
+    model.fit(train_dataset, epochs=EPOCHS_BACKUP, shuffle=False, verbose=0,
               callbacks=[keras.callbacks.BackupAndRestore(str(BACKUP_DIR), save_freq=SAVE_EVERY_STEPS),
                          CrashAt(epoch=2, batch=SAVE_EVERY_STEPS + LOST_STEPS)])
 except RuntimeError as error:
@@ -534,12 +538,15 @@ print(f"the backup holds epoch {backup_epoch} up to its batch {backup_batches}")
 with strategy.scope():
     model = build_model()
 counter = BatchCounter()
-model.fit(train_dataset, epochs=2, shuffle=False, verbose=0,
+model.fit(train_dataset, epochs=EPOCHS_BACKUP, shuffle=False, verbose=0,
           callbacks=[keras.callbacks.BackupAndRestore(str(BACKUP_DIR), save_freq=SAVE_EVERY_STEPS), counter])
 print("batches trained per epoch after the restore:", counter.batches)
 print("backup left after success:", BACKUP_DIR.exists())
 replayed = counter.batches[backup_epoch] - (STEPS_PER_EPOCH - backup_batches)
 print(f"BackupAndRestore trained {replayed} batches of epoch 2 twice (already in the restored weights)")
+optimizer_steps = int(model.optimizer.iterations.numpy())
+print(f"optimizer steps in all: {optimizer_steps}, "
+      f"for {EPOCHS_BACKUP * STEPS_PER_EPOCH} batches in {EPOCHS_BACKUP} epochs")
 kerasdist_batches = STEPS_PER_EPOCH - resumed_from % STEPS_PER_EPOCH
 print(f"kerasdist trained {kerasdist_batches} batches of epoch 2 after its restore, none of them twice")
 # Self-check: the whole epoch again, so every batch of the backup was replayed.
@@ -547,7 +554,7 @@ assert counter.batches[backup_epoch] == STEPS_PER_EPOCH and replayed == backup_b
 
 # %% [markdown]
 # `BackupAndRestore` restored the epoch but not the batch: it trained the whole of epoch 2 again, so
-# the batches of epoch 2 in its backup were trained twice (the line above counts them), on top of the
+# the batches of epoch 2 in its backup were trained twice (the lines above count them), on top of the
 # batches between the backup and the crash, which any method loses. kerasdist trained only the
 # batches that were missing. `BackupAndRestore` also deleted its backup once training succeeded (the
 # default, `delete_checkpoint=True`), so it is a crash guard, not a record of the run.
