@@ -359,7 +359,7 @@ print(f"checkpoints to expect: ckpt-{STEPS_PER_EPOCH} (end of epoch 1), ckpt-{fi
       f"(epoch 2, step {SAVE_EVERY_STEPS}); SIGKILL once step {kill_after_step} is logged")
 
 # %%
-# Start it, and kill it once its metrics log reaches kill_after_step (10 minutes at most).
+# Start it, and kill it once its metrics log reaches kill_after_step (ten minutes at most).
 metrics_file = CLI_DIR / "metrics.jsonl"
 killed_log_file = RUN_DIR / "killed_run.log"
 
@@ -389,6 +389,9 @@ try:
     returncode = process.wait(timeout=30)  # reaps the child: no zombie left behind
 except subprocess.TimeoutExpired:
     raise TimeoutError(f"the killed training process (pid {process.pid}) did not end within 30 s") from None
+if returncode != -signal.SIGKILL:
+    raise RuntimeError(f"the training process ended by itself (status {returncode}) before the kill; "
+                       f"see {killed_log_file}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -417,7 +420,7 @@ print(f"... it had logged up to global step {killed_at} when it was killed")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Rerun the same command (10 minutes at most) and read the result record it prints as JSON on its last line.
+# Rerun the same command (ten minutes at most) and read the result record it prints as JSON on its last line.
 finished = subprocess.run(command + ["--json"], capture_output=True, text=True, check=True, timeout=600)
 record = json.loads(finished.stdout.strip().splitlines()[-1])
 print(next(line for line in finished.stdout.splitlines() if line.startswith("Resuming")))
