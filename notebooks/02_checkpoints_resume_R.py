@@ -26,15 +26,18 @@
 #   killed with `SIGKILL`;
 # - how to resume so that the epoch numbering continues and the metrics log stays one curve;
 # - why "the newest file by ctime" is the wrong way to find the latest checkpoint;
+# - what `callback_model_checkpoint(save_freq = N)` saves every N batches, and why `fit()` cannot
+#   continue from it;
 # - mid-epoch backups: kerasdist resumes at the next batch, `callback_backup_and_restore()` replays
-#   the whole epoch.
+#   the epoch.
 #
 # **What you need**: lesson 1, R with keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute and a half on a 2-core CPU. The lesson writes into `results/02_checkpoints_R/` next
 # to this notebook and empties that folder first. The data is full MNIST when Keras has it cached or
-# can download it, otherwise a 5,000-digit sample of real MNIST digits (offline). The stored outputs
-# come from a run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
+# can download it, otherwise a sample of real MNIST digits (offline). The stored outputs come from a
+# run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again. Every count,
+# step and checkpoint name in the text is printed by the run, so the lesson reads the same on either.
 
 # %% [markdown]
 # ## Introduction
@@ -59,7 +62,7 @@
 import kerasdist
 
 # %% language="R"
-# # Attach keras3, tfdatasets and tensorflow; settings; an empty folder for this lesson's files.
+# # Attach keras3, tfdatasets and tensorflow; settings (checkpoint interval too); an empty folder for this lesson.
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
@@ -67,13 +70,15 @@ import kerasdist
 # num_replicas <- 2L
 # global_batch_size <- 64L
 # epochs <- 3L
+# save_every_steps <- 20L  # mid-epoch checkpoints: every 20 batches
+# lost_steps <- 4L  # the mid-epoch crashes land 4 batches after the first mid-epoch checkpoint of epoch 2
 # run_dir <- file.path("results", "02_checkpoints_R")
 # unlink(run_dir, recursive = TRUE)
 # dir.create(run_dir, recursive = TRUE)
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Replicas, strategy and data, as in lesson 1.
+# # Replicas, strategy and data, as in lesson 1; every step chosen below is derived from the steps per epoch.
 # kerasdist <- reticulate::import("kerasdist")
 # devices <- kerasdist$configure_replicas(num_replicas)
 # strategy <- tf$distribute$MirroredStrategy(devices = as.list(devices))
@@ -82,7 +87,12 @@ import kerasdist
 # x_train <- data$x_train
 # y_train <- data$y_train
 # steps_per_epoch <- nrow(x_train) %/% global_batch_size
-# cat(steps_per_epoch, "steps per epoch\n")
+# cat(sprintf("%d steps per epoch: %s training samples in batches of %d, the last %d dropped\n", steps_per_epoch,
+#             format(nrow(x_train), big.mark = ","), global_batch_size, nrow(x_train) %% global_batch_size))
+# if (steps_per_epoch <= save_every_steps + lost_steps)
+#   stop(sprintf(paste("this lesson needs more than %d steps per epoch. Received: %d;",
+#                      "use more training data or a smaller batch"),
+#                save_every_steps + lost_steps, steps_per_epoch))
 
 # %% language="R"
 # # Input pipelines and the lesson-1 model, built by a function so that we can build it again.
@@ -140,22 +150,29 @@ import kerasdist
 # Plain keras3 first. `callback_model_checkpoint()` writes the whole model (weights and optimizer
 # state) to `ckpt-01.keras`, `ckpt-02.keras`, ... at the end of every epoch;
 # `callback_csv_logger()` appends one line of metrics per epoch. The crash callback calls `stop()`
-# in the middle of epoch 2; the error travels through Python's `fit()` and back to R.
+# in the middle of epoch 2; the error travels through Python's `fit()` and back to R. A second
+# `callback_model_checkpoint()`, with `save_freq = 20`, also saves every 20 batches into another
+# folder; a later section looks at its files.
 
 # %% language="R"
-# # Train towards 3 epochs with per-epoch checkpoints and a CSV log, and crash in epoch 2.
+# # Train towards 3 epochs with per-epoch checkpoints and a CSV log, and crash in the middle of epoch 2.
 # keras_dir <- file.path(run_dir, "keras")
 # dir.create(keras_dir)
 # csv_log <- file.path(run_dir, "keras_log.csv")
+# every_n_dir <- file.path(run_dir, "keras_every_n_batches")
+# crash_batch <- steps_per_epoch %/% 2L
 # keras_callbacks <- function() list(
 #   callback_model_checkpoint(file.path(keras_dir, "ckpt-{epoch:02d}.keras")),
 #   callback_csv_logger(csv_log, append = TRUE)
 # )
+# every_n_batches <- callback_model_checkpoint(file.path(every_n_dir, "ckpt-e{epoch:02d}-b{batch:03d}.keras"),
+#                                              save_freq = save_every_steps)
 # set_random_seed(0)
 # with(strategy$scope(), model <- build_model())
 # tryCatch(
 #   model |> fit(train_dataset, epochs = epochs, validation_data = val_dataset, shuffle = FALSE, verbose = 2,
-#                callbacks = c(keras_callbacks(), list(callback_crash_at(epoch = 2, batch = 20)))),
+#                callbacks = c(keras_callbacks(), list(every_n_batches,
+#                                                      callback_crash_at(epoch = 2, batch = crash_batch)))),
 #   error = function(e) cat("Training stopped:", crash_message(e), "\n")
 # )
 
@@ -206,15 +223,15 @@ import kerasdist
 # par(mfrow = c(1, 2), mar = c(4, 4.5, 2.5, 1), las = 1, cex.main = 1)
 # matplot(log_epochs, keras_log[, c("loss", "val_loss")], type = "o", pch = 19, lty = 1,
 #         col = c("steelblue", "darkorange"), xaxt = "n", xlab = "epoch", ylab = "loss",
-#         main = "Loss (one CSV log across two runs)")
+#         main = "Loss per epoch (one CSV log across two runs)")
 # axis(1, at = log_epochs)
-# abline(v = 1.5, col = "gray40", lty = 2)
+# abline(v = epochs_done + 0.5, col = "gray40", lty = 2)
 # legend("topright", c("training", "validation", "crash + resume"), col = c("steelblue", "darkorange", "gray40"),
 #        lty = c(1, 1, 2), pch = c(19, 19, NA), bty = "n")
 # plot(log_epochs, keras_log$val_sparse_categorical_accuracy, type = "o", pch = 19, col = "darkorange",
 #      xaxt = "n", xlab = "epoch", ylab = "accuracy", main = "Validation accuracy")
 # axis(1, at = log_epochs)
-# abline(v = 1.5, col = "gray40", lty = 2)
+# abline(v = epochs_done + 0.5, col = "gray40", lty = 2)
 
 # %% [markdown]
 # There is a catch: the resumed epoch 2 does not see the data in the order an uninterrupted epoch 2
@@ -226,9 +243,12 @@ import kerasdist
 # %% [markdown]
 # ## The ctime trap
 #
-# A widespread recipe (the original TensorFlow multi-worker guide among them) picks the latest
-# checkpoint as the newest file by ctime. A file's *ctime* changes whenever the file is written,
-# copied in or restored, and no copy tool can preserve it. Restore `ckpt-01.keras` from a backup,
+# A widespread recipe picks the latest checkpoint as the newest file by ctime. It comes from the
+# fault-tolerance part of the Keras guide
+# [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/)
+# (its `make_or_restore_model()` takes `max(checkpoints, key=os.path.getctime)`), and it is copied
+# widely. A file's *ctime* changes whenever the file is written, copied in or restored, and no copy
+# tool can preserve it. Restore `ckpt-01.keras` from a backup,
 # sync the folder from another machine, or just copy a file aside and back, and "newest" no longer
 # means "latest epoch". Even `file.copy(copy.date = TRUE)`, which keeps the modification time,
 # produces a brand-new ctime.
@@ -264,33 +284,88 @@ import kerasdist
 # and skips a checkpoint that fails to load.
 
 # %% [markdown]
+# ## Save every N batches with ModelCheckpoint
+#
+# When an epoch takes hours, a checkpoint per epoch is too rare. `callback_model_checkpoint(save_freq
+# = N)`, with an integer N, saves every N batches instead of at the end of every epoch. The crashed run
+# above had one with `save_freq = 20` and the file name `ckpt-e{epoch:02d}-b{batch:03d}.keras`. Three
+# things to know, all visible in the files it left:
+#
+# - it counts batches **across epoch boundaries** (the count does not restart with an epoch), so its
+#   saves fall at other batch numbers in every epoch, and it writes nothing at an epoch's end;
+# - `{epoch}` and `{batch}` in the name are filled in 1-based; a save overwrites a file of the same
+#   name (a name without `{batch}` keeps one file per epoch), and it never deletes a file (there is no
+#   `max_to_keep`);
+# - each file is a whole model at a batch, optimizer state included, but `fit()` cannot continue from
+#   there: `initial_epoch` counts whole epochs, and every epoch starts at its first batch. Resuming
+#   from a batch checkpoint trains the batches already in it a second time (or skips the rest of its
+#   epoch). Continuing at the next batch is what kerasdist adds, in the next two sections.
+#
+# **Predict, then run.** The crashed run trained all of epoch 1 and stopped in the middle of epoch 2
+# (its last message says after which batch). Which epoch and batch does the newest file's name show?
+# Decide, then run.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The batch checkpoints of the crashed run, and what the newest one holds.
+# batch_files <- list.files(every_n_dir, pattern = "^ckpt-e[0-9]+-b[0-9]+\\.keras$", full.names = TRUE)
+# file_epoch <- as.integer(sub("^ckpt-e([0-9]+)-b.*$", "\\1", basename(batch_files)))
+# file_batch <- as.integer(sub("^.*-b([0-9]+)\\.keras$", "\\1", basename(batch_files)))
+# ordered <- order(file_epoch, file_batch)
+# batch_files <- batch_files[ordered]
+# newest_epoch <- tail(file_epoch[ordered], 1)
+# newest_batch <- tail(file_batch[ordered], 1)
+# cat(sprintf("%d file(s) from %s to %s\n", length(batch_files), basename(batch_files[1]),
+#             basename(tail(batch_files, 1))))
+# # Self-check: the last multiple of save_every_steps batches before the crash, counted across epochs.
+# trained_before_crash <- steps_per_epoch + crash_batch
+# stopifnot((newest_epoch - 1L) * steps_per_epoch + newest_batch ==
+#           trained_before_crash %/% save_every_steps * save_every_steps)
+# with(strategy$scope(), at_batch <- load_model(tail(batch_files, 1)))
+# cat(sprintf("%s holds optimizer step %d = %d epoch(s) x %d batches + %d batches\n",
+#             basename(tail(batch_files, 1)), as.integer(at_batch$optimizer$iterations$numpy()),
+#             newest_epoch - 1L, steps_per_epoch, newest_batch))
+# cat(sprintf(paste("fit(initial_epoch = %d) would start epoch %d at batch 1:",
+#                   "its first %d batches would be trained a second time\n"),
+#             newest_epoch, newest_epoch, newest_batch))
+
+# %% [markdown]
 # ## Kill a training process with SIGKILL
 #
 # An error is a polite failure. Now the real thing: the kerasdist command line trains in a child
-# process, with a checkpoint at every epoch end and every 20 steps (`--save-every-steps 20`).
-# kerasdist names checkpoints by global step, so epoch 1 ends with `ckpt-52` and the first
-# checkpoint inside epoch 2 is `ckpt-72`. A few steps after that one we send `SIGKILL` with
-# `tools::pskill()`: no callback, no `finally`, no flush runs. We watch the child through the files
-# it writes: TensorFlow's checkpoint index and kerasdist's metrics log (`metrics.jsonl`, one JSON
-# line per logged step).
+# process, with a checkpoint at every epoch end and every 20 steps inside an epoch
+# (`--save-every-steps 20`; kerasdist counts them from the start of each epoch). kerasdist names its
+# checkpoints by global step, the batches trained in all: epoch 1 ends with `ckpt-` and the steps per
+# epoch, and the first checkpoint inside epoch 2 comes 20 steps later (the next cell prints both).
+# `lost_steps` steps after that one we send `SIGKILL`: no callback, no `finally`, no flush runs. We
+# watch the child through the files it writes: TensorFlow's checkpoint index and kerasdist's metrics
+# log (`metrics.jsonl`, one JSON line per logged step).
+#
+# The child is a `processx` process. Every wait has a deadline, and we ask `processx` whether the
+# child is alive: it collects the exit status of a child that ended, so a dead child never looks
+# alive. (`tools::pskill(pid, 0)`, "can I signal it?", is TRUE for a zombie, a dead child whose
+# status nobody collected: a loop waiting on it would spin forever.)
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # The command: train towards 2 epochs, checkpointing every epoch and every 20 steps.
 # cli_dir <- file.path(run_dir, "kerasdist")
 # cli_epochs <- 2L
-# save_every_steps <- 20L
 # python <- reticulate::py_exe()
 # cli_args <- c("-m", "kerasdist", "train", "--replicas", num_replicas, "--epochs", cli_epochs,
 #               "--global-batch-size", global_batch_size, "--data", data_source,
 #               "--checkpoint-dir", cli_dir, "--save-every-steps", save_every_steps)
 # cat("python", cli_args, "\n")
+# first_in_epoch_2 <- steps_per_epoch + save_every_steps
+# kill_after_step <- first_in_epoch_2 + lost_steps
+# cat(sprintf(paste("checkpoints to expect: ckpt-%d (end of epoch 1), ckpt-%d (epoch 2, step %d);",
+#                   "SIGKILL once step %d is logged\n"), steps_per_epoch, first_in_epoch_2, save_every_steps,
+#             kill_after_step))
 
 # %% language="R"
-# # NBVAL_CHECK_OUTPUT
-# # Start it, and kill it 4 steps after the first checkpoint inside epoch 2 (global step 72).
-# kill_after_step <- steps_per_epoch + save_every_steps + 4L
+# # Start it, and kill it once its metrics log reaches kill_after_step (ten minutes at most).
 # metrics_file <- file.path(cli_dir, "metrics.jsonl")
+# log_file <- file.path(run_dir, "killed_run.log")
 # json <- reticulate::import("json")
 # metrics_records <- function() {
 #   lines <- if (file.exists(metrics_file)) readLines(metrics_file, warn = FALSE) else character()
@@ -300,89 +375,132 @@ import kerasdist
 #   records <- metrics_records()
 #   if (length(records)) records[[length(records)]]$global_step else 0L
 # }
-# pid_file <- file.path(run_dir, "killed_run.pid")
-# log_file <- file.path(run_dir, "killed_run.log")
-# # The shell writes its process id, then `exec` replaces it by Python under the same id.
-# shell_command <- sprintf("echo $$ > %s; exec %s %s > %s 2>&1", shQuote(pid_file), shQuote(python),
-#                          paste(shQuote(cli_args), collapse = " "), shQuote(log_file))
-# system2("sh", c("-c", shQuote(shell_command)), wait = FALSE)
-# # Every wait is bounded: a child that never starts, trains or dies must not hang the notebook.
-# wait_for <- function(done, seconds, what) {
-#   deadline <- Sys.time() + seconds
-#   while (!done()) {
-#     if (Sys.time() > deadline) stop("timed out waiting for ", what, "; see ", log_file)
-#     Sys.sleep(0.02)
-#   }
-# }
-# wait_for(function() file.exists(pid_file) && length(readLines(pid_file, warn = FALSE)) > 0, 60,
-#          "the training process to start")
-# pid <- as.integer(readLines(pid_file, warn = FALSE))
-# alive <- function() tools::pskill(pid, 0L)  # signal 0 only asks whether the process exists
+# child <- processx::process$new(python, as.character(cli_args), stdout = log_file, stderr = "2>&1")
 # deadline <- Sys.time() + 600
-# repeat {
-#   if (!alive()) stop("the training process ended by itself; see ", log_file)
-#   if (last_logged_step() >= kill_after_step) break
-#   if (Sys.time() > deadline) stop("timed out waiting for the training process")
+# while (last_logged_step() < kill_after_step) {
+#   if (!child$is_alive())
+#     stop(sprintf("the training process ended by itself (status %d) before step %d; see %s",
+#                  child$get_exit_status(), kill_after_step, log_file))
+#   if (Sys.time() > deadline) {
+#     child$kill()
+#     stop(sprintf("timed out after 600 s waiting for the training process to log step %d; see %s",
+#                  kill_after_step, log_file))
+#   }
 #   Sys.sleep(0.02)
 # }
-# invisible(tools::pskill(pid, tools::SIGKILL))
-# wait_for(function() !alive(), 30, "the killed process to end")
-# latest <- tf$train$latest_checkpoint(cli_dir)  # reads TensorFlow's checkpoint index file
-# cat("killed by SIGKILL; latest complete checkpoint:", basename(latest), "\n")
+# invisible(child$signal(tools::SIGKILL))
+# child$wait(timeout = 30000)  # milliseconds
+# if (child$is_alive())
+#   stop(sprintf("the killed training process (pid %d) did not end within 30 s", child$get_pid()))
+# if (!isTRUE(child$get_exit_status() == -tools::SIGKILL))
+#   stop(sprintf("the training process ended by itself (status %d) before the kill; see %s",
+#                child$get_exit_status(), log_file))
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # How it ended, and the newest checkpoint that TensorFlow's index file lists.
+# latest <- tf$train$latest_checkpoint(cli_dir)
+# cat(sprintf("exit status %d (killed by SIGKILL); latest complete checkpoint: %s\n",
+#             child$get_exit_status(), basename(latest)))
 
 # %% language="R"
 # # How far the killed process got: its output, and the last step in its metrics log.
 # cat(readLines(log_file, warn = FALSE), sep = "\n")
 # killed_records <- Filter(function(record) record$kind == "step", metrics_records())
-# cat(sprintf("... it had logged up to global step %d when it was killed\n", last_logged_step()))
+# killed_at <- last_logged_step()
+# cat(sprintf("... it had logged up to global step %d when it was killed\n", killed_at))
 
 # %% [markdown]
 # ## Resume mid-epoch at the next batch
 #
 # Rerun the **same** command. `--epochs 2` is the target, not "2 more", so a rerun resumes. kerasdist
-# restores weights, optimizer state and position from `ckpt-72` (epoch 2, batch 20), rebuilds epoch
-# 2's data order from (seed, epoch), skips the 20 batches already trained, and continues with batch
-# 21. The few steps the killed process trained after `ckpt-72` are lost and trained again; the
-# metrics log is cut back to step 72 so that they do not appear twice.
+# restores weights, optimizer state and position from its newest checkpoint (epoch 2, step 20),
+# rebuilds epoch 2's data order from (seed, epoch), skips the batches already trained, and continues
+# with the next one. The few steps the killed process trained after that checkpoint are lost and
+# trained again; the metrics log is cut back to the checkpoint's step so that they do not appear twice.
+#
+# **Predict, then run.** After which global step will the rerun continue: the last step the killed
+# process logged, or an earlier one? Which one exactly? Decide, then run the next two cells.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Rerun the same command (for at most 10 minutes) and read the result record it prints as JSON on its last line.
-# output <- system2(python, shQuote(c(cli_args, "--json")), stdout = TRUE, stderr = FALSE, timeout = 600)
+# # Rerun the same command (ten minutes at most: processx stops it and raises an error after that) and
+# # read the result record it prints as JSON on its last line.
+# finished <- processx::run(python, as.character(c(cli_args, "--json")), timeout = 600)
+# output <- strsplit(trimws(finished$stdout), "\n")[[1]]
 # record <- json$loads(output[length(output)])
 # cat(grep("^Resuming", output, value = TRUE), "\n")
 # cat(sprintf("initial_epoch (0-based) %d, resumed after global step %d\n",
 #             record$initial_epoch, record$resumed_from_step))
 # cat("epochs in the history:", length(record$history$loss), "\n")
 
+# %% language="R"
+# # Self-check: the rerun continued after the newest checkpoint the killed process completed, which is
+# # the last multiple of save_every_steps steps (counted inside epoch 2) before the kill.
+# resumed_from <- record$resumed_from_step
+# cat(sprintf("steps lost to the kill and trained again: %d\n", killed_at - resumed_from))
+# stopifnot(resumed_from == as.integer(sub("^ckpt-", "", basename(latest))), resumed_from < killed_at,
+#           resumed_from == steps_per_epoch +
+#             (killed_at - steps_per_epoch) %/% save_every_steps * save_every_steps)
+
+# %% [markdown]
+# The metrics log stores what Keras reports after each batch: the **mean** loss of the epoch so far
+# (of the current `fit()` call, after a resume). Plotted as it is, that running mean drops at every
+# epoch boundary, which reads like sudden learning but is only its reset. The loss of the batches
+# between two logged steps, after batches n and m of the mean, is (n × mean after n − m × mean after m)
+# / (n − m): per step when every step is logged, as here on the sample (full MNIST logs every few steps).
+
+# %% language="R"
+# # Undo the running mean: the mean loss of the batches since the previous logged step, per step here.
+# interval_loss <- function(steps, resumed_from = 0) {
+#   resumed_epoch <- steps$epoch == resumed_from %/% steps_per_epoch & steps$global_step > resumed_from
+#   start <- ifelse(resumed_epoch, resumed_from %% steps_per_epoch, 0)  # batch the mean started after
+#   count <- steps$step - start
+#   total <- count * steps$loss
+#   segment <- paste(steps$epoch, start)
+#   previous <- function(x) ave(x, segment, FUN = function(v) c(0, head(v, -1)))
+#   (total - previous(total)) / (count - previous(count))
+# }
+# as_steps <- function(records) data.frame(
+#   epoch = vapply(records, function(r) r$epoch, numeric(1)),
+#   step = vapply(records, function(r) r$step, numeric(1)),
+#   global_step = vapply(records, function(r) r$global_step, numeric(1)),
+#   loss = vapply(records, function(r) r$loss, numeric(1)))
+# killed_steps <- as_steps(killed_records)
+# killed_steps$step_loss <- interval_loss(killed_steps)
+# final_steps <- data.frame(epoch = unlist(record$steps$epoch), step = unlist(record$steps$step),
+#                           global_step = unlist(record$steps$global_step), loss = unlist(record$steps$loss))
+# final_steps$step_loss <- interval_loss(final_steps, resumed_from)
+# # The steps the kill lost were trained again from the checkpoint, on the same batches: compare their losses.
+# again <- merge(killed_steps, final_steps, by = "global_step", suffixes = c("_killed", "_rerun"))
+# again <- again[again$global_step > resumed_from, ]
+# cat(sprintf("%d lost steps trained again: max |loss difference| between the two runs %.1e\n",
+#             nrow(again), max(abs(again$step_loss_killed - again$step_loss_rerun))))
+
 # %% magic_args="-w 9 -h 3.6 --units in -r 100" language="R"
 # # Plot the per-step loss: the killed run, the steps it lost, and the resumed run, on one axis.
-# killed_steps <- data.frame(global_step = vapply(killed_records, function(r) r$global_step, numeric(1)),
-#                            loss = vapply(killed_records, function(r) r$loss, numeric(1)))
-# final_steps <- data.frame(global_step = unlist(record$steps$global_step), loss = unlist(record$steps$loss))
-# resumed_after <- record$resumed_from_step
 # par(mar = c(4, 4.5, 2.5, 1), las = 1, cex.main = 1)
-# plot(killed_steps, type = "l", lwd = 6, col = adjustcolor("firebrick", alpha.f = 0.35),
+# plot(killed_steps$global_step, killed_steps$step_loss, type = "l", lwd = 6,
+#      col = adjustcolor("firebrick", alpha.f = 0.35),
 #      xlim = range(killed_steps$global_step, final_steps$global_step),
-#      ylim = range(killed_steps$loss, final_steps$loss), xlab = "global step",
-#      ylab = "training loss (running epoch mean)",
-#      main = "One continuous log across a SIGKILL (thin line: end of epoch 1)")
-# lines(final_steps, col = "steelblue")
-# abline(v = resumed_after, col = "gray40", lty = 2)
+#      ylim = range(killed_steps$step_loss, final_steps$step_loss), xlab = "global step",
+#      ylab = "training loss of the step",
+#      main = "Per-step loss, one continuous log across a SIGKILL (thin line: end of epoch 1)")
+# lines(final_steps$global_step, final_steps$step_loss, col = "steelblue")
+# abline(v = resumed_from, col = "gray40", lty = 2)
 # abline(v = steps_per_epoch, lwd = 0.5)
 # legend("topright", bty = "n", lty = c(1, 1, 2), lwd = c(6, 1, 1),
 #        col = c(adjustcolor("firebrick", alpha.f = 0.35), "steelblue", "gray40"),
 #        legend = c("killed run (its steps after the checkpoint are lost)", "final metrics log",
-#                   sprintf("resumed after step %d", resumed_after)))
+#                   sprintf("resumed after step %d", resumed_from)))
 
 # %% [markdown]
 # ## Keras BackupAndRestore replays the epoch
 #
 # keras3 has its own fault-tolerance callback, `callback_backup_and_restore()`. With `save_freq = 20`
-# it also backs up every 20 batches, and it restores weights, optimizer state and the epoch number.
-# But it does not record the batch position: after a crash in the middle of epoch 2 it starts epoch
-# 2 again from its first batch, with weights that have already seen 20 of them. We count the
-# batches of the resumed epoch to see it.
+# it backs up every 20 batches (counted across epochs, like `callback_model_checkpoint()`) into two
+# files: `latest.weights.h5` (weights and optimizer state) and `training_metadata.json`. The crash
+# below lands where the SIGKILL did: epoch 2, 4 batches after step 20 of it.
 
 # %% language="R"
 # # A callback that notes the epoch of every batch it sees.
@@ -400,35 +518,63 @@ import kerasdist
 # )
 
 # %% language="R"
-# # First run, 2 epochs: back up every 20 batches and crash in epoch 2 after batch 30.
+# # NBVAL_CHECK_OUTPUT
+# # First run, 2 epochs: back up every 20 batches, crash in epoch 2, and read what the backup recorded.
 # backup_dir <- file.path(run_dir, "backup_and_restore")
+# epochs_backup <- 2L
 # set_random_seed(0)
 # with(strategy$scope(), model <- build_model())
 # tryCatch(
-#   model |> fit(train_dataset, epochs = 2L, shuffle = FALSE, verbose = 0,
-#                callbacks = list(callback_backup_and_restore(backup_dir, save_freq = 20L),
-#                                 callback_crash_at(epoch = 2, batch = 30))),
+#   model |> fit(train_dataset, epochs = epochs_backup, shuffle = FALSE, verbose = 0,
+#                callbacks = list(callback_backup_and_restore(backup_dir, save_freq = save_every_steps),
+#                                 callback_crash_at(epoch = 2, batch = save_every_steps + lost_steps))),
 #   error = function(e) cat("Training stopped:", crash_message(e), "\n")
 # )
+# metadata_file <- file.path(backup_dir, "training_metadata.json")
+# metadata <- json$loads(paste(readLines(metadata_file, warn = FALSE), collapse = ""))
+# cat(sprintf("Keras %s backup: %s, training_metadata.json = %s\n", reticulate::import("keras")$`__version__`,
+#             paste(sort(list.files(backup_dir)), collapse = ", "),
+#             paste(readLines(metadata_file, warn = FALSE), collapse = "")))
+# backup_epoch <- metadata$epoch + 1L    # 1-based epoch of the backup
+# backup_batches <- metadata$batch + 1L  # batches of that epoch done (the file stores a 0-based batch)
+# cat(sprintf("the backup holds epoch %d up to its batch %d\n", backup_epoch, backup_batches))
+
+# %% [markdown]
+# The metadata records the epochs finished **and** the batch (0-based) of the backup. But when the
+# next `fit()` starts, the callback's `on_train_begin` loads the weights and reads only the epoch (it
+# becomes `fit()`'s initial epoch); the batch is written and never read (Keras 3.15's
+# `keras/src/callbacks/backup_and_restore.py`, which keras3 calls). So the interrupted epoch starts
+# again at its first batch, with weights that already contain the batches before the backup.
+#
+# **Predict, then run.** How many batches of epoch 2 will the restored run train: only those after
+# the backup, or all of them? Decide, then run.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Second run: a fresh model and the same callback; count what each epoch trains.
 # with(strategy$scope(), model <- build_model())
-# model |> fit(train_dataset, epochs = 2L, shuffle = FALSE, verbose = 0,
-#              callbacks = list(callback_backup_and_restore(backup_dir, save_freq = 20L),
+# model |> fit(train_dataset, epochs = epochs_backup, shuffle = FALSE, verbose = 0,
+#              callbacks = list(callback_backup_and_restore(backup_dir, save_freq = save_every_steps),
 #                               callback_batch_counter))
 # cat("batches trained per epoch after the restore:\n")
 # print(table(epoch = trained_epochs))
 # cat("backup left after success:", dir.exists(backup_dir), "\n")
-# cat(sprintf("kerasdist trained %d batches of epoch 2 after its restore\n",
-#             steps_per_epoch - record$resumed_from_step %% steps_per_epoch))
+# replayed <- sum(trained_epochs == backup_epoch) - (steps_per_epoch - backup_batches)
+# cat(sprintf("BackupAndRestore trained %d batches of epoch 2 twice (already in the restored weights)\n",
+#             replayed))
+# cat(sprintf("optimizer steps in all: %d, for %d batches in %d epochs\n",
+#             as.integer(model$optimizer$iterations$numpy()), epochs_backup * steps_per_epoch, epochs_backup))
+# cat(sprintf("kerasdist trained %d batches of epoch 2 after its restore, none of them twice\n",
+#             steps_per_epoch - resumed_from %% steps_per_epoch))
+# # Self-check: the whole epoch again, so every batch of the backup was replayed.
+# stopifnot(sum(trained_epochs == backup_epoch) == steps_per_epoch, replayed == backup_batches)
 
 # %% [markdown]
-# `callback_backup_and_restore()` restarted at epoch 2 (it did restore the epoch) but trained all 52
-# batches of it, after a backup taken at batch 20: 20 batches of epoch 2 were trained twice.
-# kerasdist trained only the 32 that were missing. It also deleted its backup once training
-# succeeded (the default), so it is a crash guard, not a record of the run.
+# `callback_backup_and_restore()` restored the epoch but not the batch: it trained the whole of epoch
+# 2 again, so the batches of epoch 2 in its backup were trained twice (the lines above count them), on
+# top of the batches between the backup and the crash, which any method loses. kerasdist trained only
+# the batches that were missing. The callback also deleted its backup once training succeeded (the
+# default, `delete_checkpoint = TRUE`), so it is a crash guard, not a record of the run.
 
 # %% [markdown]
 # ## Fault-tolerance tips
@@ -443,9 +589,13 @@ import kerasdist
 #   epochs take hours.
 # - **Write atomically and keep a few.** A crash during a write must leave the previous checkpoint
 #   usable; TensorFlow's `CheckpointManager` writes data first and its index last, and keeps the
-#   newest `max_to_keep`.
+#   newest `max_to_keep`. `callback_model_checkpoint(save_freq = N)` keeps every file it names
+#   differently.
 # - **Make the data order reproducible.** Seed each epoch's shuffle with (seed, epoch) so a resumed
 #   epoch sees the same batches; otherwise the run continues, but it is a different run.
+# - **Wait with a deadline, and reap.** A parent that watches a training process polls with a time
+#   limit and collects the child's exit status (`processx`'s `$is_alive()` and `$wait(timeout)`); a
+#   dead child nobody reaps is a zombie, and `tools::pskill(pid, 0)` stays TRUE for it.
 # - **Several workers**: all of them must restore the same checkpoint, and only one (the chief)
 #   should write it. Lesson 5 covers multi-worker training.
 
@@ -458,18 +608,101 @@ import kerasdist
 # - An error and a `SIGKILL` are different failures; only complete checkpoints on disk survive a
 #   kill.
 # - "Newest file by ctime" breaks as soon as a file is copied or restored; pick by epoch or step.
+# - `callback_model_checkpoint(save_freq = N)` saves a whole model every N batches (counted across
+#   epochs), but `fit()` can only start at an epoch boundary.
 # - kerasdist resumes a mid-epoch checkpoint at the next batch with the same data order;
-#   `callback_backup_and_restore()` restarts the interrupted epoch from its first batch.
+#   `callback_backup_and_restore()` writes the batch of its backup but restores only the epoch, and
+#   replays the interrupted epoch from its first batch.
+# - Keras reports a running epoch mean as "loss"; recover the per-step loss before plotting steps.
 
 # %% [markdown]
 # ## Exercises
 #
 # 1. Remove `initial_epoch = epochs_done + 1L` from the resume cell and run the lesson again. What
 #    does Keras print, which checkpoint files are overwritten, and how many epochs are trained in all?
+#
+#    <details><summary>Hint</summary>
+#
+#    `initial_epoch` defaults to 1 in keras3 (0 in Python), and the checkpoint callback fills
+#    `{epoch}` from the epoch `fit()` is in.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    Keras prints "Epoch 1/3" to "Epoch 3/3" again: three more epochs on top of the one already in
+#    the checkpoint, four in all. `ckpt-01.keras` is overwritten with the weights after two epochs
+#    (its name now lies), then `ckpt-02` and `ckpt-03` hold three and four epochs; the CSV log shows
+#    epoch 0 twice.
+#
+#    </details>
+#
 # 2. Set `cli_epochs <- 3L` and kill the kerasdist run in the middle of epoch 3
-#    (`kill_after_step <- 130L`). From which epoch and batch does the rerun resume, and how many steps
-#    were lost?
+#    (`kill_after_step <- 2L * steps_per_epoch + save_every_steps + lost_steps`). From which epoch and
+#    batch does the rerun resume, and how many steps were lost?
+#
+#    <details><summary>Hint</summary>
+#
+#    kerasdist saves at every epoch end and every `save_every_steps` steps counted inside each epoch,
+#    and names a checkpoint by its global step.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    The newest complete checkpoint is `ckpt-` followed by `2 * steps_per_epoch + save_every_steps`:
+#    the rerun prints "epoch 3, step 20" and continues with the batch after it. The steps lost are
+#    `killed_at - record$resumed_from_step`: `lost_steps` or a few more, as the kill lands a little
+#    after the step the cell waits for.
+#
+#    </details>
+#
 # 3. Rerun the kerasdist command a third time. What does it print, and why does it train nothing?
+#
+#    <details><summary>Hint</summary>
+#
+#    `--epochs` is the target number of epochs, and the newest checkpoint records how many are done.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    "Already trained 2/2 epochs in ...; nothing to do (raise epochs to train more)." The newest
+#    checkpoint is the end of epoch 2, which already reaches the target; it still evaluates the test
+#    set and prints the record. Raise `--epochs` to 3 and it trains exactly one more epoch.
+#
+#    </details>
+#
 # 4. Corrupt the newest kerasdist checkpoint (truncate its `.data-*` file) and rerun: which
 #    checkpoint does it use, and what does it warn?
+#
+#    <details><summary>Hint</summary>
+#
+#    `tf$train$latest_checkpoint()` still names the corrupted one; kerasdist tries the checkpoints it
+#    keeps from newest to oldest.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    Truncate it from R with `con <- file(path, "r+b"); truncate(con); close(con)` (on
+#    `ckpt-N.data-00000-of-00001`). kerasdist warns that it skips the checkpoint that fails to load
+#    and restores the one before it (the previous mid-epoch or epoch-end checkpoint), so it resumes a
+#    little earlier and trains those steps again.
+#
+#    </details>
+#
 # 5. Time one epoch with and without `--save-every-steps 5`. How much does a checkpoint cost here?
+#
+#    <details><summary>Hint</summary>
+#
+#    Use `--epochs 1`, a fresh `--checkpoint-dir` for each run, and `--json`: the record has
+#    `wall_time_s`.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    Divide the difference of the two `wall_time_s` by the number of extra checkpoints,
+#    `(steps_per_epoch - 1) %/% 5`. For this small MLP a checkpoint costs milliseconds to tens of
+#    milliseconds, small next to a step on a loaded CPU; repeat each run to see how noisy the
+#    difference is.
+#
+#    </details>
+#
+# Next: [Convergence](03_convergence_R.ipynb)
