@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite"
+DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite r-cran-processx"
 STAMP=.venv/.installed
 
 purpose=demo
