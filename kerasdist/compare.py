@@ -41,6 +41,7 @@ class ComparisonResult:
         return {
             "max_abs_loss_difference": self.max_abs_loss_difference,
             "files": self.files,
+            "virtual_cpus": on_virtual_cpus(),
             "runs": [{"mode": mode, **result.to_dict(), "steady_samples_per_s": steady_samples_per_s(result)}
                      for mode, result in self.runs],
         }
@@ -192,6 +193,13 @@ def check_creatable_directory(directory):
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
         validation.fail("out_dir", "a folder that can be written", "out_dir", directory,
                         f"{existing} is not writable; choose another --out")
+
+
+def on_virtual_cpus():
+    """True when TensorFlow sees no GPU: replicas are then virtual devices sharing the same CPU cores."""
+    import tensorflow as tf
+
+    return not tf.config.list_logical_devices("GPU")
 
 
 def steady_samples_per_s(result):

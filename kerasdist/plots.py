@@ -24,7 +24,7 @@ def plot_convergence(comparison):
     Example:
         >>> figure = plot_convergence(run_comparison((1, 2), epochs=2, data="sample"))  # doctest: +SKIP
     """
-    from kerasdist.compare import steady_samples_per_s
+    from kerasdist.compare import on_virtual_cpus, steady_samples_per_s
 
     figure, (loss_axis, accuracy_axis, speed_axis) = plt.subplots(1, 3, figsize=(16, 4.2))
     labels, speeds = [], []
@@ -55,7 +55,7 @@ def plot_convergence(comparison):
     speed_axis.invert_yaxis()
     speed_axis.set(title="Steady-state throughput (after epoch 1), this machine", xlabel="samples/s")
     speed_axis.title.set_fontsize(9)
-    if _on_virtual_cpus():
+    if on_virtual_cpus():
         speed_axis.text(0.98, 0.02, CPU_REPLICAS_NOTE, transform=speed_axis.transAxes, ha="right", va="bottom",
                         fontsize=8, color="tab:red", bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
     for axis in (loss_axis, accuracy_axis):
@@ -64,13 +64,6 @@ def plot_convergence(comparison):
         axis.legend(fontsize=8)
     figure.tight_layout()
     return figure
-
-
-def _on_virtual_cpus():
-    """True when TensorFlow sees no GPU, so replicas are virtual devices of one CPU."""
-    import tensorflow as tf
-
-    return not tf.config.list_logical_devices("GPU")
 
 
 def step_time_model(replicas, compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s):
