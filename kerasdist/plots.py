@@ -1,6 +1,7 @@
-"""Matplotlib figures: convergence curves of a comparison, and bar charts of throughput."""
+"""Matplotlib figures: convergence curves of a comparison, bar charts, and a step-time cost model."""
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 
 
 CPU_REPLICAS_NOTE = ("virtual CPU replicas share the same cores:\n"
@@ -134,15 +135,16 @@ def plot_step_time_model(global_batch_size, compute_s, gradient_bytes, bandwidth
     speed_axis.set(title="MODEL: samples/s at a fixed global batch", xlabel="devices N", ylabel="samples/s",
                    xticks=list(replicas))
     speed_axis.legend(fontsize=8, loc="upper left")
-    parameters = (f"step time = compute/N + all-reduce(N) + input\n"
-                  f"global batch {global_batch_size}, compute {1e3 * compute_s:g} ms on 1 device\n"
-                  f"gradients {gradient_bytes / 1e6:.2f} MB, link {bandwidth_bytes_per_s / 1e9:g} GB/s, "
-                  f"hop latency {1e6 * latency_s:g} µs\ninput {1e3 * input_s:g} ms per step (not overlapped)")
-    speed_axis.text(0.98, 0.03, parameters, transform=speed_axis.transAxes, ha="right", va="bottom", fontsize=7,
-                    bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "lightgray"})
+    speed_axis.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+    parameters = (f"Cost model, assumed parameters: step time = compute/N + all-reduce(N) + input; "
+                  f"global batch {global_batch_size}, compute {1e3 * compute_s:g} ms on 1 device, "
+                  f"gradients {gradient_bytes / 1e6:.2f} MB,\nring all-reduce over links of "
+                  f"{bandwidth_bytes_per_s / 1e9:g} GB/s with {1e6 * latency_s:g} µs per hop, "
+                  f"input {1e3 * input_s:g} ms per step not overlapped with compute. No GPU was measured.")
     for axis in (time_axis, speed_axis):
         axis.grid(alpha=0.3)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.1, 1, 1))
+    figure.text(0.5, 0.01, parameters, ha="center", va="bottom", fontsize=8)
     return figure
 
 
