@@ -8,6 +8,11 @@ import keras
 class MetricsRecorder(keras.callbacks.Callback):
     """Append per-step and per-epoch metrics (with wall time and samples/s) to a ``MetricsLog``.
 
+    A step record's ``loss`` is what Keras reports after a batch: the running
+    mean over the epoch so far. Its ``batch_loss`` is the loss of that batch
+    alone: with equal batches (the last partial batch is dropped), the k-th
+    batch's loss is ``k * mean_k - (k - 1) * mean_(k-1)``.
+
     Args:
         log: the ``MetricsLog`` to append to.
         steps_per_epoch: batches in a full epoch (to number steps globally).
@@ -27,22 +32,27 @@ class MetricsRecorder(keras.callbacks.Callback):
         self.step_offset = 0  # batches of the first epoch done before this fit (mid-epoch resume)
         self._epoch = 0
         self._epoch_start = 0.0
+        self._previous_mean = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
         self._epoch_start = time.perf_counter()
+        self._previous_mean = 0.0
 
     def on_train_batch_end(self, batch, logs=None):
+        logs = {name: float(value) for name, value in (logs or {}).items()}
+        # Keras' metrics restart with each fit() call, so its batch index (not step) counts the running mean.
+        mean = logs.get("loss")
+        batch_loss = None if mean is None else (batch + 1) * mean - batch * self._previous_mean
+        self._previous_mean = mean
         step = self.step_offset + batch + 1
         if step % self.log_every_steps and step != self.steps_per_epoch:
             return
-        self.log.append({
-            "kind": "step",
-            "epoch": self._epoch,
-            "step": step,
-            "global_step": self._epoch * self.steps_per_epoch + step,
-            **{name: float(value) for name, value in (logs or {}).items()},
-        })
+        record = {"kind": "step", "epoch": self._epoch, "step": step,
+                  "global_step": self._epoch * self.steps_per_epoch + step, **logs}
+        if batch_loss is not None:
+            record["batch_loss"] = batch_loss
+        self.log.append(record)
 
     def on_epoch_end(self, epoch, logs=None):
         seconds = time.perf_counter() - self._epoch_start

@@ -266,6 +266,7 @@ def _train_one_epoch(context, steps, iterator, validation, epoch, first_step):
                     "step": step,
                     "global_step": epoch * steps_per_epoch + step,
                     **_means(totals),
+                    "batch_loss": float(loss_sum / examples),
                 })
         if context.verbose == 1:
             progress.update(step, list(_means(totals).items()))

@@ -12,7 +12,9 @@ class MetricsLog:
     """Per-step and per-epoch records, in memory and (optionally) in a JSON-lines file.
 
     Each record is a dict with ``kind`` ("step" or "epoch"), ``epoch``
-    (0-based) and ``global_step`` plus metric values. On resume the log is cut
+    (0-based) and ``global_step`` plus metric values. In a step record,
+    ``loss`` is the running mean over the epoch so far (as Keras reports it)
+    and ``batch_loss`` the loss of that step's batch alone. On resume the log is cut
     back to the restored checkpoint's step, so records of work that was lost
     in a crash are dropped and then written again when that work is redone.
 

@@ -10,47 +10,69 @@ ACCURACY_METRIC = "sparse_categorical_accuracy"
 
 @keras.saving.register_keras_serializable(package="kerasdist")
 class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
-    """Ramp the learning rate linearly from ``peak / warmup_steps`` to ``peak``, then hold it.
+    """Ramp the learning rate linearly from ``initial`` to ``peak`` over ``warmup_steps`` steps, then hold it.
 
-    The warm-up of Goyal et al. (2017), used with the linear scaling rule when
-    the global batch grows with the number of replicas.
+    The gradual warm-up of Goyal et al. (2017, section 2.2): with the linear
+    scaling rule the global batch grows k times and the rate goes from the
+    base rate η at step 0 to kη at step ``warmup_steps``, by the same amount
+    each step, then stays at kη. Without ``initial_learning_rate`` the ramp
+    starts at ``peak / warmup_steps`` (a warm-up from near zero, for a rate
+    that is not scaled).
+
+    Args:
+        peak_learning_rate: the rate reached at ``warmup_steps`` and held after (kη).
+        warmup_steps: steps of the ramp.
+        initial_learning_rate: the rate at step 0 (η); None for ``peak / warmup_steps``.
 
     Example:
-        >>> schedule = LinearWarmup(peak_learning_rate=0.002, warmup_steps=100)
-        >>> float(schedule(49))
-        0.001
+        >>> schedule = LinearWarmup(peak_learning_rate=0.002, warmup_steps=100, initial_learning_rate=0.001)
+        >>> [round(float(schedule(step)), 6) for step in (0, 50, 100, 500)]
+        [0.001, 0.0015, 0.002, 0.002]
     """
 
-    def __init__(self, peak_learning_rate, warmup_steps):
+    def __init__(self, peak_learning_rate, warmup_steps, initial_learning_rate=None):
         self.peak_learning_rate = float(peak_learning_rate)
-        self.warmup_steps = int(warmup_steps)
+        self.warmup_steps = max(1, int(warmup_steps))
+        self.initial_learning_rate = float(
+            self.peak_learning_rate / self.warmup_steps if initial_learning_rate is None else initial_learning_rate
+        )
 
     def __call__(self, step):
-        step = keras.ops.cast(step, "float32") + 1.0
-        fraction = keras.ops.minimum(1.0, step / max(1, self.warmup_steps))
-        return self.peak_learning_rate * fraction
+        fraction = keras.ops.minimum(1.0, keras.ops.cast(step, "float32") / self.warmup_steps)
+        return self.initial_learning_rate + (self.peak_learning_rate - self.initial_learning_rate) * fraction
 
     def get_config(self):
-        return {"peak_learning_rate": self.peak_learning_rate, "warmup_steps": self.warmup_steps}
+        return {"peak_learning_rate": self.peak_learning_rate, "warmup_steps": self.warmup_steps,
+                "initial_learning_rate": self.initial_learning_rate}
 
 
 def learning_rate_for(base_learning_rate, num_replicas, scale_with_replicas=False, warmup_steps=0):
     """The learning rate (or schedule) for a run.
 
     Args:
-        base_learning_rate: the rate for one replica.
-        num_replicas: replicas in sync.
+        base_learning_rate: the rate for one replica (η).
+        num_replicas: replicas in sync (k).
         scale_with_replicas: apply the linear scaling rule (rate x replicas),
             for when the per-replica batch is fixed and the global batch grows.
-        warmup_steps: steps of linear warm-up to the (scaled) rate; 0 for none.
+        warmup_steps: steps of linear warm-up; 0 for none. With scaling, the
+            ramp goes from η to kη (Goyal et al., 2017); without, from
+            ``η / warmup_steps`` to η.
 
     Returns:
         A float, or a ``LinearWarmup`` schedule when ``warmup_steps > 0``.
+
+    Example:
+        >>> schedule = learning_rate_for(0.001, 2, scale_with_replicas=True, warmup_steps=10)
+        >>> round(float(schedule(0)), 6), round(float(schedule(10)), 6)
+        (0.001, 0.002)
     """
     if base_learning_rate <= 0:
         raise KerasdistError(f"learning_rate must be > 0. Received: learning_rate={base_learning_rate}")
-    peak = base_learning_rate * (num_replicas if scale_with_replicas else 1)
-    return LinearWarmup(peak, warmup_steps) if warmup_steps > 0 else peak
+    scale = num_replicas if scale_with_replicas else 1
+    peak = base_learning_rate * scale
+    if warmup_steps <= 0:
+        return peak
+    return LinearWarmup(peak, warmup_steps, initial_learning_rate=base_learning_rate if scale > 1 else None)
 
 
 def build_model(learning_rate=1e-3, jit_compile=False):

@@ -1,10 +1,20 @@
-"""Matplotlib figures: convergence curves of a comparison, and bar charts of throughput."""
+"""Matplotlib figures: convergence curves of a comparison, bar charts, and a step-time cost model."""
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker
+
+
+CPU_REPLICAS_NOTE = ("virtual CPU replicas share the same cores:\n"
+                     "more replicas cannot be faster here,\nthey add the all-reduce")
 
 
 def plot_convergence(comparison):
-    """Training loss per step, validation accuracy per epoch and samples/s of every run.
+    """Loss of each step's batch, validation accuracy per epoch and steady-state samples/s of every run.
+
+    The loss panel shows each logged step's own batch loss (``batch_loss``),
+    not Keras' running epoch mean, which drops at every epoch boundary. The
+    throughput panel leaves out the first epoch (tracing) and, when the
+    replicas are virtual CPU devices, says that they share the same cores.
 
     Args:
         comparison: a ``ComparisonResult``.
@@ -15,6 +25,8 @@ def plot_convergence(comparison):
     Example:
         >>> figure = plot_convergence(run_comparison((1, 2), epochs=2, data="sample"))  # doctest: +SKIP
     """
+    from kerasdist.compare import on_virtual_cpus, steady_samples_per_s
+
     figure, (loss_axis, accuracy_axis, speed_axis) = plt.subplots(1, 3, figsize=(16, 4.2))
     labels, speeds = [], []
     for mode, result in comparison.runs:
@@ -26,28 +38,113 @@ def plot_convergence(comparison):
         epochs_elapsed = [e + s / per_epoch for e, s in zip(steps.get("epoch", []), steps.get("step", []))]
         # Dashed lines for N replicas, so a curve lying exactly on the 1-replica one stays visible.
         style = "-" if result.replicas == 1 else "--"
-        loss_axis.plot(epochs_elapsed, steps.get("loss", []), style, label=label, alpha=0.8)
+        loss_axis.plot(epochs_elapsed, steps.get("batch_loss", steps.get("loss", [])), style, label=label,
+                       alpha=0.8, linewidth=1)
         epochs = [e + 1 for e in result.history.get("epoch", [])]
         accuracy_axis.plot(epochs, result.history.get("val_sparse_categorical_accuracy", []), style,
                            marker="o", label=label)
         labels.append(label)
-        speeds.append(result.samples_per_s or 0.0)
+        speeds.append(steady_samples_per_s(result) or 0.0)
     fixed = comparison.max_abs_loss_difference.get("fixed_global")
     gap = f" — fixed global batch: max |Δ| vs 1 replica {fixed['step']:.2g}" if fixed else ""
-    loss_axis.set(title=f"Training loss{gap}",
-                  xlabel="epoch", ylabel="loss (running epoch mean)")
+    loss_axis.set(title=f"Training loss per step{gap}", xlabel="epoch", ylabel="loss of each step's batch")
     loss_axis.title.set_fontsize(9)
     accuracy_axis.set(title="Validation accuracy", xlabel="epoch", ylabel="accuracy")
     bars = speed_axis.barh(range(len(speeds)), speeds, color="tab:gray")
     speed_axis.bar_label(bars, fmt="%.0f", fontsize=8)
     speed_axis.set_yticks(range(len(speeds)), labels, fontsize=8)
     speed_axis.invert_yaxis()
-    speed_axis.set(title="Throughput (this machine)", xlabel="samples/s")
+    speed_axis.set(title="Steady-state throughput (after epoch 1), this machine", xlabel="samples/s")
+    speed_axis.title.set_fontsize(9)
+    if on_virtual_cpus():
+        speed_axis.text(0.98, 0.02, CPU_REPLICAS_NOTE, transform=speed_axis.transAxes, ha="right", va="bottom",
+                        fontsize=8, color="tab:red", bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
     for axis in (loss_axis, accuracy_axis):
         axis.xaxis.get_major_locator().set_params(integer=True)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
     figure.tight_layout()
+    return figure
+
+
+def step_time_model(replicas, compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s):
+    """Modelled seconds per step at a fixed global batch: compute/N + ring all-reduce(N) + input.
+
+    A ring all-reduce of ``gradient_bytes`` over N devices sends
+    ``2 (N - 1) / N`` times the gradient through each link and waits
+    ``2 (N - 1)`` hop latencies; one device needs none.
+
+    Args:
+        replicas: N, the number of devices.
+        compute_s: forward and backward pass of the whole global batch on one device.
+        gradient_bytes: size of the gradients (4 bytes per float32 weight).
+        bandwidth_bytes_per_s: bandwidth of one link between devices.
+        latency_s: latency of one hop.
+        input_s: time to prepare one global batch, if not overlapped with compute.
+
+    Returns:
+        ``(compute, all_reduce, input)`` seconds.
+
+    Example:
+        >>> compute, all_reduce, _ = step_time_model(2, 2e-3, 1e6, 1e10, 1e-5, 0.0)
+        >>> compute, round(all_reduce, 6)
+        (0.001, 0.00012)
+    """
+    all_reduce = 0.0
+    if replicas > 1:
+        all_reduce = 2 * (replicas - 1) / replicas * gradient_bytes / bandwidth_bytes_per_s
+        all_reduce += 2 * (replicas - 1) * latency_s
+    return compute_s / replicas, all_reduce, input_s
+
+
+def plot_step_time_model(global_batch_size, compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s,
+                         input_s, replicas=(1, 2, 4, 8)):
+    """Stacked bars of modelled step time, and the samples/s it implies, for N real devices.
+
+    A labelled cost model, not a measurement: ``step_time_model`` with the
+    parameters written on the chart.
+
+    Args:
+        global_batch_size: samples per step (fixed as N grows).
+        compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s: see ``step_time_model``.
+        replicas: the device counts to draw.
+
+    Returns:
+        A matplotlib ``Figure``.
+
+    Example:
+        >>> figure = plot_step_time_model(1024, 4e-3, 1.1e6, 1e10, 1e-5, 2e-4)
+    """
+    parts = [step_time_model(n, compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s)
+             for n in replicas]
+    figure, (time_axis, speed_axis) = plt.subplots(1, 2, figsize=(11, 3.8))
+    positions = range(len(replicas))
+    bottom = [0.0] * len(replicas)
+    for index, (name, color) in enumerate((("compute / N", "tab:blue"), ("all-reduce (ring)", "tab:orange"),
+                                           ("input", "tab:gray"))):
+        heights = [1e3 * part[index] for part in parts]
+        time_axis.bar(positions, heights, bottom=bottom, label=name, color=color)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    time_axis.set_xticks(list(positions), [str(n) for n in replicas])
+    time_axis.set(title="MODEL, not a measurement: time per step", xlabel="devices N", ylabel="ms per step")
+    time_axis.legend(fontsize=8)
+    speeds = [global_batch_size / sum(part) for part in parts]
+    speed_axis.plot(list(replicas), speeds, "o-", label="model")
+    speed_axis.plot(list(replicas), [speeds[0] * n / replicas[0] for n in replicas], ":", color="gray",
+                    label="perfect scaling")
+    speed_axis.set(title="MODEL: samples/s at a fixed global batch", xlabel="devices N", ylabel="samples/s",
+                   xticks=list(replicas))
+    speed_axis.legend(fontsize=8, loc="upper left")
+    speed_axis.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+    parameters = (f"Cost model, assumed parameters: step time = compute/N + all-reduce(N) + input; "
+                  f"global batch {global_batch_size}, compute {1e3 * compute_s:g} ms on 1 device, "
+                  f"gradients {gradient_bytes / 1e6:.2f} MB,\nring all-reduce over links of "
+                  f"{bandwidth_bytes_per_s / 1e9:g} GB/s with {1e6 * latency_s:g} µs per hop, "
+                  f"input {1e3 * input_s:g} ms per step not overlapped with compute. No GPU was measured.")
+    for axis in (time_axis, speed_axis):
+        axis.grid(alpha=0.3)
+    figure.tight_layout(rect=(0, 0.1, 1, 1))
+    figure.text(0.5, 0.01, parameters, ha="center", va="bottom", fontsize=8)
     return figure
 
 

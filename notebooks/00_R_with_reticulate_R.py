@@ -51,7 +51,11 @@
 #
 # The Python side only loads rpy2's `%%R` magic. The first R cell adds the project's R library to
 # the search path (when it exists; otherwise kerasdist must be installed in R's default library)
-# and attaches the package. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full
+# and attaches the package. Two things keep the output quiet at the source. rpy2 asks R to print a
+# warning whenever reticulate loads, about a crash under rpy2 that reticulate fixed in version 1.25;
+# with a newer reticulate the warning does not apply, so the cell removes that hook. And R warns
+# about every library folder that holds no packages when it attaches one, so the cell searches only
+# folders that hold packages. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full
 # MNIST when available; the test suite sets it to `sample`.
 
 # %%
@@ -59,10 +63,16 @@
 # %load_ext rpy2.ipython
 
 # %% language="R"
-# # Add the project's R library (.Rlib) to the search path if it exists, then attach kerasdist.
+# # Search the project's R library (.Rlib) first, if it exists, and only folders that hold packages.
 # project_library <- Filter(dir.exists, c(".Rlib", file.path("..", ".Rlib")))
-# .libPaths(c(normalizePath(project_library), .libPaths()))
-# suppressPackageStartupMessages(library(kerasdist))
+# libraries <- Filter(function(path) length(list.files(path)) > 0L,
+#                     unique(c(normalizePath(project_library), .libPaths())))
+# .libPaths(libraries)
+# # rpy2's warning for reticulate < 1.25 does not apply to a newer one: remove it, then attach kerasdist.
+# if (packageVersion("reticulate", lib.loc = libraries) >= "1.25") {
+#   setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")
+# }
+# suppressPackageStartupMessages(library(kerasdist, lib.loc = libraries))
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # checkpoint_dir <- file.path("results", "00_R_checkpoints")
 # unlink(checkpoint_dir, recursive = TRUE)  # start afresh each time the notebook runs
@@ -182,9 +192,21 @@ resumed_history.set_index("epoch").round(4)
 
 # %% [markdown]
 # `kd_plot_convergence()` draws the curves with base R graphics (or ggplot2 when it is installed):
-# training loss per logged step, validation accuracy per epoch, and throughput. The 2-replica curve
-# is dashed so that it stays visible where it lies exactly on the 1-replica one. With
-# `file = "convergence.png"` it writes a PNG instead of drawing on the current device.
+# the loss of each logged step's own batch, validation accuracy per epoch, and the steady-state
+# throughput (the first epoch, which also traces the training step, left out). Keras itself reports
+# after each batch the running mean over the epoch so far, which drops at every epoch boundary
+# whether or not the model learns; kerasdist logs each batch's own loss as `batch_loss` next to it.
+# The 2-replica curve is dashed so that it stays visible where it lies exactly on the 1-replica
+# one. With `file = "convergence.png"` it writes a PNG instead of drawing on the current device.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The step-level metrics: Keras' running mean ("loss") and each batch's own loss ("batch_loss").
+# step_rows <- comparison[comparison$level == "step" & comparison$replicas == 1L, ]
+# cat("step metrics:", sort(unique(step_rows$metric)), "\n")
+# wiggle <- function(metric) mean(abs(diff(step_rows$value[step_rows$metric == metric])))
+# cat("each batch's loss moves more from step to step than the running mean:",
+#     wiggle("batch_loss") > wiggle("loss"), "\n")
 
 # %% magic_args="-w 1500 -h 480 -r 110" language="R"
 # # Plot the comparison: one device (solid) and two replicas (dashed).
@@ -199,7 +221,8 @@ resumed_history.set_index("epoch").round(4)
 # - **Copy into R only what you plot.** Results come back as small data frames; the model stays in
 #   Python (`attr(x, "model")`).
 # - **More replicas on virtual CPUs are slower, not faster**: they share the same cores and add the
-#   all-reduce. The speed-up comes with real GPUs or several machines.
+#   all-reduce; the plot says so under its throughput panel. The speed-up comes with real GPUs or
+#   several machines (lesson 3 has a cost model of it).
 # - **Outside a notebook**, in R or RStudio, the same code works after `library(kerasdist)`: R then
 #   starts Python itself, choosing it as `?kd_python` describes (for example the project's `.venv`).
 
@@ -218,9 +241,81 @@ resumed_history.set_index("epoch").round(4)
 #
 # 1. Call `kd_train()` once more with `epochs = 3` and the same `checkpoint_dir`. What does
 #    `attr(x, "epochs_run")` say, and why?
+#
+# <details><summary>Hint</summary>
+#
+# `epochs` is the total to reach, not the number to add. How many epochs does the checkpoint
+# directory already hold?
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# again <- kd_train(replicas = 2, epochs = 3, data = data_source, checkpoint_dir = checkpoint_dir, verbose = 0)
+# attr(again, "epochs_run")  # 0: the target of 3 epochs is already reached; kerasdist says so and trains nothing
+# ```
+# </details>
+#
 # 2. Run `kd_compare(replicas = c(1, 2), epochs = 2, data = data_source, modes = "fixed_per_replica")`.
 #    How far apart are the curves now, and why?
+#
+# <details><summary>Hint</summary>
+#
+# In this mode each replica keeps 64 samples, so the 2-replica run has a global batch of 128 and
+# half as many steps per epoch. Look at `attr(x, "max_abs_loss_difference")` and `attr(x, "runs")`.
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# per_replica <- kd_compare(replicas = c(1, 2), epochs = 2, data = data_source, modes = "fixed_per_replica",
+#                           verbose = 0)
+# attr(per_replica, "max_abs_loss_difference")$fixed_per_replica  # step: NULL (not comparable); epoch: ~1e-2
+# attr(per_replica, "runs")[, c("run", "global_batch_size", "learning_rate")]
+# ```
+# The curves part: another global batch is another optimization (with the rate scaled by the linear
+# rule and warmed up), not float rounding.
+# </details>
+#
 # 3. Use `kd_strategy("central_storage", replicas = 2)` and look at `strategy$num_replicas_in_sync`.
 #    Then try `kd_strategy("parameter_server")`: what does the error say?
+#
+# <details><summary>Hint</summary>
+#
+# `kd_strategy()` returns the Python strategy object; errors come back as one R condition of class
+# `kerasdist_error`. Wrap the second call in `tryCatch()` to read the message.
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# strategy <- kd_strategy("central_storage", replicas = 2)
+# strategy$num_replicas_in_sync  # 2
+# tryCatch(kd_strategy("parameter_server"), kerasdist_error = function(e) conditionMessage(e))
+# # "parameter_server needs a cluster: separate 'ps', 'worker' and 'chief' tasks ..."
+# ```
+# </details>
+#
 # 4. Save the convergence plot to a file with `kd_plot_convergence(comparison, file = ...)`, and
 #    read `comparison` into Python with `%%R -o comparison` to plot it with matplotlib.
+#
+# <details><summary>Hint</summary>
+#
+# The file's folder must exist. On the Python side `comparison` is a pandas DataFrame in the long
+# format: filter `level == "step"` and `metric == "batch_loss"`, then plot one line per `run`.
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# %%R -o comparison
+# kd_plot_convergence(comparison, file = file.path(tempdir(), "convergence.png"), backend = "base")
+# ```
+# ```python
+# steps = comparison[(comparison.level == "step") & (comparison.metric == "batch_loss")]
+# steps.pivot(index="index", columns="run", values="value").plot(ylabel="loss of each step's batch")
+# ```
+# </details>
+
+# %% [markdown]
+# Next: [Quickstart (R)](01_quickstart_R.ipynb)

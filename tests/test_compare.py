@@ -7,7 +7,10 @@ import pytest
 
 from helpers import last_json_line, run_cli
 from kerasdist import run_comparison
+from kerasdist.compare import steady_samples_per_s
 from kerasdist.errors import KerasdistError
+from kerasdist.model import learning_rate_for
+from kerasdist.plots import step_time_model
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,44 @@ def test_results_files_are_written(comparison):
     assert set(rows[0]) == {"run", "mode", "replicas", "global_batch_size", "level", "index", "metric", "value"}
     epoch_rows = [r for r in rows if r["level"] == "epoch" and r["metric"] == "val_sparse_categorical_accuracy"]
     assert len(epoch_rows) == 4 * 2
+
+
+def test_step_records_hold_each_batch_loss_whose_mean_is_the_epoch_loss(comparison, sample_data):
+    for _, run in comparison.runs:
+        steps = run.steps
+        per_epoch = len(sample_data.y_train) // run.global_batch_size
+        assert steps["step"] == list(range(1, per_epoch + 1)) * 2  # every step logged on the sample
+        for epoch, epoch_loss in enumerate(run.history["loss"]):
+            batch_losses = [b for e, b in zip(steps["epoch"], steps["batch_loss"]) if e == epoch]
+            assert sum(batch_losses) / len(batch_losses) == pytest.approx(epoch_loss, rel=1e-4)
+        # The running mean smooths; the batch losses do not: they jump around it.
+        assert steps["batch_loss"] != pytest.approx(steps["loss"], abs=1e-3)
+
+
+def test_steady_throughput_leaves_out_the_first_epoch(comparison):
+    for _, run in comparison.runs:
+        second = run.history["samples_per_s"][1]
+        assert steady_samples_per_s(run) == pytest.approx(second)
+    assert all("steady_samples_per_s" in run for run in comparison.to_dict()["runs"])
+
+
+def test_warmup_ramps_from_the_base_rate_to_k_times_it_as_goyal_et_al():
+    schedule = learning_rate_for(1e-3, 4, scale_with_replicas=True, warmup_steps=10)
+    rates = [float(schedule(step)) for step in range(15)]
+    assert rates[0] == pytest.approx(1e-3) and rates[10:] == pytest.approx([4e-3] * 5)
+    steps_up = [b - a for a, b in zip(rates[:10], rates[1:11])]
+    assert steps_up == pytest.approx([3e-4] * 10, rel=1e-5)  # the same increment every step
+    unscaled = learning_rate_for(1e-3, 4, warmup_steps=10)  # no scaling: a ramp from near zero to the rate
+    assert float(unscaled(0)) == pytest.approx(1e-4) and float(unscaled(10)) == pytest.approx(1e-3)
+    assert learning_rate_for(1e-3, 4, scale_with_replicas=True) == pytest.approx(4e-3)
+
+
+def test_step_time_model_splits_compute_and_pays_for_the_all_reduce():
+    one = step_time_model(1, 4e-3, 1e6, 1e10, 1e-5, 1e-4)
+    four = step_time_model(4, 4e-3, 1e6, 1e10, 1e-5, 1e-4)
+    assert one == pytest.approx((4e-3, 0.0, 1e-4))
+    assert four[0] == pytest.approx(1e-3)
+    assert four[1] == pytest.approx(1.5 * 1e6 / 1e10 + 6 * 1e-5)
 
 
 def test_unknown_mode_is_refused():

@@ -34,6 +34,9 @@ def _assert_same_curves(result, reference):
     for table, reference_table in ((result.steps, reference.steps), (result.history, reference.history)):
         for metric in ("loss", "sparse_categorical_accuracy"):
             assert np.abs(np.subtract(table[metric], reference_table[metric])).max() <= TOLERANCE, metric
+    # Each step's own batch loss: the loop sums it directly; fit's is derived from Keras' running means,
+    # whose float32 rounding it multiplies by the step's position in the epoch.
+    assert np.abs(np.subtract(result.steps["batch_loss"], reference.steps["batch_loss"])).max() <= 1e-4
     for metric in ("val_loss", "val_sparse_categorical_accuracy"):
         assert result.history[metric] == pytest.approx(reference.history[metric], abs=TOLERANCE), metric
     assert result.test == pytest.approx(reference.test, abs=TOLERANCE)

@@ -72,10 +72,16 @@ KEY_NUMBERS = {
     "03_convergence": [
         ("max |loss difference| per step, per epoch",
          rf"max \|loss difference\|: {NUMBER} over all logged steps, {NUMBER} over epochs",
-         rf"max \|loss difference\|: {NUMBER} over all steps, {NUMBER} over epochs", 1e-6),
+         rf"max \|loss difference\|: {NUMBER} over all steps, {NUMBER} over epochs", 5e-5),
+        ("the same loss at every step", r"^the same loss at every step: (\w+)", None, 0),
+        ("left-over digits", r"(\d+) training digits: (\d+) batches of (\d+) and (\d+) left over", None, 0),
         ("uneven split of 5 losses", r"mean of (?:5|\(3\) and \(2\)):\s+([\d.]+)", None, 0),
         ("gradient gap of an uneven batch, %", r"differs from the 1-device one by (\d+)%", None, 1),
+        ("cost model", r"model: gradients of ([\d.]+) MB; 8 devices would be ([\d.]+)x as fast", None, 0),
         ("steps per epoch", r"global batch (\d+): (\d+) steps per epoch", None, 0),
+        ("warm-up from the base rate", r"step 0: ([\d.e-]+) \(the base rate\); end of the warm-up and after: "
+         r"([\d.e-]+)", None, 0),
+        ("warm-up steps", r"peak learning rate ([\d.e-]+), reached after (\d+) warm-up steps", None, 0),
     ],
     "04_input_pipelines": [
         ("global batch split",

@@ -29,12 +29,15 @@
 #'   index and metric, with columns `run` (e.g. `"fixed_global/2"`), `mode`,
 #'   `replicas`, `global_batch_size`, `level` (`"step"` or `"epoch"`),
 #'   `index` (the global step, or the 1-based epoch), `metric` (a Keras
-#'   metric name such as `"loss"` or `"val_sparse_categorical_accuracy"`) and
-#'   `value`. Attributes: `runs` (a data.frame with one row per run: wall
-#'   time, samples/s, test loss and accuracy), `max_abs_loss_difference` (per
-#'   mode, the largest |training loss difference| to the 1-replica run, per
-#'   `step` and per `epoch`), `files` (paths written to `out_dir`) and
-#'   `record` (the full result record as a list).
+#'   metric name such as `"loss"` (at step level: the running epoch mean),
+#'   `"batch_loss"` (each step's own batch) or
+#'   `"val_sparse_categorical_accuracy"`) and `value`. Attributes: `runs` (a
+#'   data.frame with one row per run: wall time, samples/s, steady-state
+#'   samples/s after the first epoch, test loss and accuracy),
+#'   `max_abs_loss_difference` (per mode, the largest |training loss
+#'   difference| to the 1-replica run, per `step` and per `epoch`), `files`
+#'   (paths written to `out_dir`), `virtual_cpus` (`TRUE` when the replicas
+#'   are virtual CPU devices) and `record` (the full result record as a list).
 #' @family training
 #' @export
 #' @examples
@@ -99,6 +102,7 @@ comparison_frame <- function(rows, record) {
     epochs = vapply(runs, function(r) as.integer(r$epochs), 0L),
     wall_time_s = vapply(runs, function(r) as.numeric(r$wall_time_s), 0),
     samples_per_s = vapply(runs, function(r) as.numeric(r$samples_per_s %||% NA_real_), 0),
+    steady_samples_per_s = vapply(runs, function(r) as.numeric(r$steady_samples_per_s %||% NA_real_), 0),
     test_loss = vapply(runs, function(r) as.numeric(r$test$loss), 0),
     test_accuracy = vapply(runs, function(r) as.numeric(r$test$accuracy), 0),
     stringsAsFactors = FALSE
@@ -109,6 +113,7 @@ comparison_frame <- function(rows, record) {
     runs = summary,
     max_abs_loss_difference = record$max_abs_loss_difference,
     files = unlist(record$files) %||% character(0),
+    virtual_cpus = isTRUE(record$virtual_cpus),
     record = record
   )
 }

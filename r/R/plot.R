@@ -2,10 +2,12 @@
 
 #' Plot training curves of a comparison or of one training run
 #'
-#' For a [kd_compare()] result: training loss per logged step (x axis in
-#' epochs), validation accuracy per epoch, one line per run (dashed for N > 1
-#' replicas, so a curve lying exactly on the 1-replica one stays visible),
-#' and, with base graphics, samples per second of each run. For a
+#' For a [kd_compare()] result: the loss of each logged step's own batch
+#' (not Keras' running epoch mean; x axis in epochs), validation accuracy per
+#' epoch, one line per run (dashed for N > 1 replicas, so a curve lying
+#' exactly on the 1-replica one stays visible), and, with base graphics, the
+#' steady-state samples per second of each run (first epoch left out), with a
+#' note when the replicas are virtual CPU devices sharing the same cores. For a
 #' [kd_train()] result: training and validation loss and accuracy per
 #' epoch.
 #'
@@ -88,6 +90,7 @@ convergence_panels <- function(x) {
 
 comparison_panels <- function(x) {
   runs <- unique(x$run)
+  labels <- run_labels(x, runs)
   dashed <- vapply(runs, function(run) any(x$replicas[x$run == run] > 1L), logical(1))
   series <- function(level, metric, as_epochs) {
     parts <- lapply(runs, function(run) {
@@ -98,25 +101,57 @@ comparison_panels <- function(x) {
         epochs <- max(c(1L, x$index[x$run == run & x$level == "epoch"]))
         position <- rows$index * epochs / max(rows$index)
       }
-      data.frame(series = rep(run, nrow(rows)), x = position, y = rows$value,
+      data.frame(series = rep(labels[[run]], nrow(rows)), x = position, y = rows$value,
                  dashed = rep(dashed[[run]], nrow(rows)), stringsAsFactors = FALSE)
     })
     do.call(rbind, parts)
   }
-  loss_level <- if (any(x$level == "step" & x$metric == "loss")) "step" else "epoch"
+  # Each step's own batch loss when logged (not Keras' running epoch mean, which drops at every
+  # epoch boundary); older records have only the running mean.
+  step_metric <- if (any(x$level == "step" & x$metric == "batch_loss")) "batch_loss" else "loss"
+  loss_level <- if (any(x$level == "step" & x$metric == step_metric)) "step" else "epoch"
+  loss_label <- if (loss_level == "step" && step_metric == "batch_loss") {
+    "loss of each step's batch"
+  } else if (loss_level == "step") {
+    "loss (running epoch mean)"
+  } else {
+    "loss (epoch mean)"
+  }
   panels <- list(
-    list(title = "Training loss", xlab = "epoch", ylab = "loss",
-         points = series(loss_level, "loss", loss_level == "step"), markers = FALSE),
+    list(title = "Training loss per step", xlab = "epoch", ylab = loss_label,
+         points = series(loss_level, if (loss_level == "step") step_metric else "loss", loss_level == "step"),
+         markers = FALSE),
     list(title = "Validation accuracy", xlab = "epoch", ylab = "accuracy",
          points = series("epoch", "val_sparse_categorical_accuracy", FALSE), markers = TRUE,
          legend = "bottomright")
   )
   runs_summary <- attr(x, "runs")
-  if (!is.null(runs_summary) && any(!is.na(runs_summary$samples_per_s))) {
-    panels[[3]] <- list(title = "Throughput (this machine)", xlab = "samples/s", ylab = "",
-                        bars = stats_named(runs_summary$samples_per_s, runs_summary$run))
+  speed <- runs_summary$steady_samples_per_s %||% runs_summary$samples_per_s
+  if (!is.null(speed) && any(!is.na(speed))) {
+    steady <- !is.null(runs_summary$steady_samples_per_s)
+    panels[[3]] <- list(title = if (steady) "Steady-state throughput (after epoch 1)" else "Throughput",
+                        xlab = "samples/s", ylab = "",
+                        bars = stats_named(speed, unname(labels[runs_summary$run])),
+                        note = if (isTRUE(attr(x, "virtual_cpus"))) cpu_replicas_note else NULL)
   }
   panels
+}
+
+cpu_replicas_note <- "virtual CPU replicas share the same cores:\nmore replicas cannot be faster here"
+
+# Legend labels such as "2 replicas, batch 64" (with the mode when a comparison has several).
+run_labels <- function(x, runs) {
+  several_modes <- length(unique(x$mode %||% "")) > 1L
+  labels <- vapply(runs, function(run) {
+    rows <- x[x$run == run, , drop = FALSE]
+    replicas <- rows$replicas[1]
+    label <- sprintf("%d replica%s", replicas, if (replicas > 1L) "s" else "")
+    if (!is.null(rows$global_batch_size)) {
+      label <- sprintf("%s, batch %d", label, rows$global_batch_size[1])
+    }
+    if (several_modes) paste0(rows$mode[1], ": ", label) else label
+  }, character(1))
+  stats_named(labels, runs)
 }
 
 training_panels <- function(x) {
@@ -153,6 +188,9 @@ convergence_base <- function(panels) {
       centres <- graphics::barplot(bars, horiz = TRUE, las = 1, col = "grey60", main = panel$title,
                                    xlab = panel$xlab, cex.names = 0.8, xlim = c(0, 1.15 * max(bars, na.rm = TRUE)))
       graphics::text(bars, centres, labels = sprintf("%.0f", bars), pos = 4L, cex = 0.8)
+      if (!is.null(panel$note)) {
+        graphics::mtext(panel$note, side = 1L, line = 3.2, adj = 1, cex = 0.6, col = "firebrick")
+      }
       graphics::par(old_mar)
       next
     }

@@ -38,3 +38,19 @@ test_that("plotting something else, or into a missing folder, is a clear error",
     expect_error(kd_plot_convergence(fake_comparison(), backend = "ggplot2"), "needs the ggplot2 package")
   }
 })
+
+test_that("the loss panel plots each step's batch loss, labelled by replicas and batch", {
+  comparison <- fake_comparison()
+  batch <- comparison[comparison$metric == "loss", ]
+  batch$metric <- "batch_loss"
+  batch$value <- batch$value + 0.1
+  with_batch <- rbind(comparison, batch)
+  attributes(with_batch)[c("runs", "virtual_cpus")] <- list(attr(comparison, "runs"), TRUE)
+  panels <- convergence_panels(with_batch)
+  expect_identical(panels[[1]]$ylab, "loss of each step's batch")
+  expect_equal(panels[[1]]$points$y, batch$value)
+  expect_setequal(unique(panels[[1]]$points$series), c("1 replica, batch 64", "2 replicas, batch 64"))
+  expect_match(panels[[3]]$note, "share the same cores")
+  # Without batch losses (an older record), the running mean is plotted and said so.
+  expect_identical(convergence_panels(comparison)[[1]]$ylab, "loss (running epoch mean)")
+})
