@@ -98,8 +98,8 @@ comparison = kerasdist.run_comparison(
 )
 one_device, two_replicas = (run for _, run in comparison.runs)
 figure = plots.plot_convergence(comparison)
-os.makedirs("figures", exist_ok=True)
-figure.savefig("figures/03_convergence_fixed_global_batch.png", dpi=100, bbox_inches="tight")
+os.makedirs("results/figures", exist_ok=True)  # beside the checkpoints, outside version control
+figure.savefig("results/figures/03_convergence_fixed_global_batch.png", dpi=100, bbox_inches="tight")
 
 # %% [markdown]
 # **Predict, then run.** At a fixed global batch, do 1 device and 2 replicas compute the same loss
@@ -175,7 +175,7 @@ MODEL_INPUT_S = 0.1e-3             # input time per step not overlapped with com
 gradient_bytes = 4 * model.build_model(BASE_LEARNING_RATE).count_params()  # float32 gradients of the MLP
 figure = plots.plot_step_time_model(MODEL_GLOBAL_BATCH, MODEL_COMPUTE_S, gradient_bytes,
                                     MODEL_BANDWIDTH_BYTES_PER_S, MODEL_LATENCY_S, MODEL_INPUT_S)
-figure.savefig("figures/03_step_time_cost_model.png", dpi=100, bbox_inches="tight")
+figure.savefig("results/figures/03_step_time_cost_model.png", dpi=100, bbox_inches="tight")
 modelled = {n: sum(plots.step_time_model(n, MODEL_COMPUTE_S, gradient_bytes, MODEL_BANDWIDTH_BYTES_PER_S,
                                          MODEL_LATENCY_S, MODEL_INPUT_S)) for n in (1, 8)}
 print(f"model: gradients of {gradient_bytes / 1e6:.2f} MB; 8 devices would be "
@@ -324,7 +324,7 @@ axis.set(title="Learning rate (warm-up from η to kη, Goyal et al.)", xlabel="e
 axis.grid(alpha=0.3)
 axis.legend(fontsize=8)
 figure.tight_layout()
-figure.savefig("figures/03_learning_rate_warmup.png", dpi=100, bbox_inches="tight")
+figure.savefig("results/figures/03_learning_rate_warmup.png", dpi=100, bbox_inches="tight")
 
 # %%
 # Compare the three runs: each step's batch loss against epochs, validation accuracy, and throughput.
@@ -333,7 +333,7 @@ runs = compare.ComparisonResult(
     max_abs_loss_difference={}, files={},
 )
 figure = plots.plot_convergence(runs)
-figure.savefig("figures/03_convergence_fixed_per_replica_batch.png", dpi=100, bbox_inches="tight")
+figure.savefig("results/figures/03_convergence_fixed_per_replica_batch.png", dpi=100, bbox_inches="tight")
 
 # %%
 # NBVAL_CHECK_OUTPUT
