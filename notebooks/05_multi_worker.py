@@ -586,9 +586,9 @@ print("accelerators per worker here:", accelerators or "none (each worker trains
 #
 # - **One worker per machine**, each with all of its GPUs: `MultiWorkerMirroredStrategy` uses every
 #   local GPU of a worker as a replica. Each gradient all-reduce is one *collective* operation over
-#   all the replicas of all the workers (in TensorFlow's source, one group of devices per worker x
-#   workers); TensorFlow does not document it as a reduction inside each machine first and then
-#   across machines, so do not count on one.
+#   all the replicas of all the workers (in TensorFlow's source, `CollectiveAllReduce` with a group
+#   size of local devices times workers); TensorFlow does not document it as a reduction inside
+#   each machine first and then across machines, so do not count on one.
 # - **Choose the all-reduce implementation** with
 #   `tf.distribute.experimental.CommunicationOptions(implementation=...)`: `RING` is TensorFlow's
 #   own ring algorithms (over gRPC between workers); `NCCL` is NVIDIA's library, used only for
