@@ -455,7 +455,7 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # )
 # par(mfrow = c(1, 2), mar = c(4, 4.5, 2.5, 1), oma = c(0, 0, 1.5, 0), las = 1, cex.main = 1)
 # plot(steps$epoch + steps$step / steps_per_epoch, steps$step_loss, type = "l", lwd = 0.8, col = "steelblue",
-#      xlab = "epoch", ylab = "loss", main = "Training loss per step (between log records)")
+#      xlab = "epoch", ylab = "loss", main = "Training loss per step")
 # plot(history$epoch, history$val_accuracy, type = "o", pch = 19, col = "steelblue", xaxt = "n",
 #      ylim = range(history$val_accuracy, evaluations$val_accuracy) + c(-0.01, 0.01), xlab = "epoch", ylab = "accuracy",
 #      main = "Validation accuracy")
