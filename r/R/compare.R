@@ -64,9 +64,12 @@ kd_compare <- function(replicas = c(1, 2), epochs = 3, global_batch_size = 64, d
     engine = as_string(engine, "engine"),
     verbose = as_verbose(verbose)
   )
-  kd <- kd_module()
-  comparison <- kd_call(do.call(kd$run_comparison, args))
-  comparison_frame(comparison$tidy(), comparison$to_dict())
+  collect_python_garbage()
+  comparison <- kd_call(do.call(kd_module()$run_comparison, args))
+  frame <- comparison_frame(comparison$tidy(), comparison$to_dict())
+  rm(comparison)
+  collect_python_garbage()
+  frame
 }
 
 # Tidy rows (a list of dicts) and the record as the kd_comparison data.frame.

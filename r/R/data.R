@@ -37,6 +37,7 @@ kd_mnist <- function(source = "auto", seed = 0, verbose = TRUE, convert = TRUE) 
   seed <- as_count(seed, "seed")
   verbose <- as_flag(verbose, "verbose")
   convert <- as_flag(convert, "convert")
+  collect_python_garbage()
   kd <- kd_module()
   data <- kd_call(kd$load_mnist(source, seed = seed, verbose = verbose))
   if (!convert) {

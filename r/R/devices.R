@@ -25,6 +25,7 @@ kd_simulate_devices <- function(n, device_type = "auto", gpu_memory_mb = 2048) {
   n <- as_count(n, "n")
   device_type <- as_string(device_type, "device_type")
   gpu_memory_mb <- as_count(gpu_memory_mb, "gpu_memory_mb")
+  collect_python_garbage()
   kd <- kd_module()
   devices <- kd_call(kd$configure_replicas(n, device_type = device_type, gpu_memory_mb = gpu_memory_mb))
   invisible(as.character(unlist(devices)))
@@ -47,6 +48,7 @@ kd_simulate_devices <- function(n, device_type = "auto", gpu_memory_mb = 2048) {
 #' if (kd_available()) kd_devices()
 #' }
 kd_devices <- function() {
+  collect_python_garbage()
   kd <- kd_module()
   described <- kd_call(kd$describe_devices())
   rows <- function(devices, kind) {
@@ -92,6 +94,7 @@ kd_strategy <- function(name = "mirrored", replicas = 1, collective_timeout_s = 
   replicas <- as_count(replicas, "replicas")
   timeout <- if (is.null(collective_timeout_s)) NULL else as_number(collective_timeout_s, "collective_timeout_s")
   verbose <- as_flag(verbose, "verbose")
+  collect_python_garbage()
   kd <- kd_module()
   kd_call(kd$make_strategy(name, num_replicas = replicas, collective_timeout_s = timeout, verbose = verbose))
 }

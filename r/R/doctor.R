@@ -36,6 +36,7 @@ kd_doctor <- function(probes = TRUE) {
                          stringsAsFactors = FALSE)
     return(structure(rbind(python, doctor_r_rows()), engines = NULL, class = c("kd_doctor", "data.frame")))
   }
+  collect_python_garbage()
   doctor <- reticulate::import("kerasdist.doctor")
   report <- kd_call(doctor$diagnose(run_probes = probes))
   column <- function(name) vapply(report$checks, function(check) as.character(check[[name]]), "")

@@ -35,8 +35,8 @@
 kd_plot_convergence <- function(x, file = NULL, backend = c("auto", "base", "ggplot2"),
                                 width = 1500, height = 480, res = 110) {
   backend <- match.arg(backend)
-  panels <- convergence_panels(x)
   collect_python_garbage()
+  panels <- convergence_panels(x)
   if (!is.null(file)) {
     file <- as_path(file, "file")
     if (!dir.exists(dirname(file))) {

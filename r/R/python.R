@@ -297,9 +297,11 @@ python_error_text <- function(message) {
 }
 
 # reticulate < 1.38 inside rpy2 finalizes Python objects without Python's GIL when R's garbage
-# collector runs in plain R code, which aborts the whole Python process. Before R code that
-# allocates a lot (plots), collect from inside a Python call instead: Python holds the GIL while
-# it calls back into R. The callback is kept in package state, so it is never garbage itself.
+# collector runs in plain R code, which aborts the whole Python process. So every function that
+# calls Python collects first (what earlier R code dropped) and the ones that hold many Python
+# objects collect again after dropping them, before R code that allocates a lot (plots): from
+# inside a Python call, where Python holds the GIL while it calls back into R. The callback is
+# kept in package state, so it is never garbage itself.
 collect_python_garbage <- function() {
   if (utils::packageVersion("reticulate") >= "1.38" || !reticulate::py_available()) {
     return(invisible())

@@ -90,9 +90,12 @@ kd_train <- function(replicas = 1, epochs = 3, global_batch_size = 64, checkpoin
     deterministic = as_flag(deterministic, "deterministic"),
     verbose = as_verbose(verbose)
   )
-  kd <- kd_module()
-  result <- kd_call(do.call(kd$run_training, args))
-  training_frame(result$to_dict(), model = result$model)
+  collect_python_garbage()
+  result <- kd_call(do.call(kd_module()$run_training, args))
+  frame <- training_frame(result$to_dict(), model = result$model)
+  rm(result)
+  collect_python_garbage()
+  frame
 }
 
 # The result record (a list) as the kd_training data.frame.
