@@ -217,38 +217,39 @@ for name, pipeline in pipelines.items():
 # when the data is already in memory? That is the time a pipeline has to prepare the next batch.
 #
 # Timings vary from run to run on a shared machine: compare the numbers of one run with each other,
-# never with another run's. Every timing is the **best of a few epochs after the first** (steady
-# state): the first epoch also traces the training step and fills caches, and the fastest of the
-# rest is the one least disturbed by other programs.
+# never with another run's. Every timing is the **best of a few epochs after a warm-up epoch**
+# (steady state): the first epoch also traces the training step and fills caches, and the fastest
+# of the rest is the one least disturbed by other programs. What we compare is timed in turns,
+# round after round, so that a burst of load from other programs slows all of it alike.
 
 # %%
-# Time the epochs of model.fit with a callback.
-class EpochTimer(keras.callbacks.Callback):
-    def on_train_begin(self, logs=None):
-        self.seconds = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.seconds.append(time.perf_counter() - self.start)
+# Time training: every run gets a fresh model, an untimed warm-up epoch (tracing, filling caches),
+# then the runs train one epoch each in turn, for a few rounds; each keeps its fastest epoch.
+ROUNDS = 3
 
 
-def seconds_per_epoch_training(dataset, epochs=4, on=strategy):
-    """Fit a fresh model under a strategy; return the fastest epoch after the first."""
-    keras.utils.set_random_seed(0)
-    with on.scope():
-        model = kerasdist.model.build_model()
-    timer = EpochTimer()
-    model.fit(dataset, epochs=epochs, callbacks=[timer], shuffle=False, verbose=0)
-    return min(timer.seconds[1:])
+def seconds_per_epoch_training(runs, rounds=ROUNDS):
+    """Steady-state seconds per epoch of each run, given as {label: (strategy, dataset)}."""
+    models = {}
+    for label, (on, dataset) in runs.items():
+        keras.utils.set_random_seed(0)
+        with on.scope():
+            models[label] = kerasdist.model.build_model()
+        models[label].fit(dataset, epochs=1, shuffle=False, verbose=0)
+    best = {label: float("inf") for label in runs}
+    for _ in range(rounds):
+        for label, (_, dataset) in runs.items():
+            start = time.perf_counter()
+            models[label].fit(dataset, epochs=1, shuffle=False, verbose=0)
+            best[label] = min(best[label], time.perf_counter() - start)
+    return best
 
 
 # %%
 # The model fed from memory: kerasdist's own pipeline (cache, shuffle, batch, prefetch).
 from_memory = kerasdist.data.train_dataset(mnist.x_train[:num_records], mnist.y_train[:num_records],
                                            GLOBAL_BATCH_SIZE, seed=0, first_epoch=0, last_epoch=1)
-memory_epoch_s = seconds_per_epoch_training(from_memory)
+memory_epoch_s = seconds_per_epoch_training({"from memory": (strategy, from_memory)})["from memory"]
 step_s = memory_epoch_s / batches_per_epoch
 print(f"from memory: {memory_epoch_s:.2f} s/epoch, {step_s * 1e3:.0f} ms per training step")
 
@@ -260,9 +261,6 @@ print(f"from memory: {memory_epoch_s:.2f} s/epoch, {step_s * 1e3:.0f} ms per tra
 #
 # 1. **alone**: iterate it with nothing consuming the batches (how fast can it deliver?);
 # 2. **with a training step**: wait `step_s` after each batch, as a training step would.
-#
-# The pipelines are timed in turns, round after round, so that a burst of load from other programs
-# slows them all alike instead of one of them; each keeps its best epoch.
 
 # %%
 # Time one epoch of a pipeline, with an optional stand-in training step after each batch.
@@ -276,7 +274,6 @@ def seconds_per_epoch(dataset, step_seconds=0.0):
 # %%
 # Measure the five pipelines both ways (about half a minute): a warm-up epoch each (it also fills
 # the cache), then rounds that time every pipeline in turn; each keeps its best epoch.
-ROUNDS = 3
 for pipeline in pipelines.values():
     seconds_per_epoch(pipeline)
 alone = {name: float("inf") for name in pipelines}
@@ -341,7 +338,7 @@ print(f"fastest with a training step: {fastest_with_step!r}, "
 
 # %%
 # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
-trained = {name: seconds_per_epoch_training(pipelines[name]) for name in ("read", "+ cache")}
+trained = seconds_per_epoch_training({name: (strategy, pipelines[name]) for name in ("read", "+ cache")})
 for name, seconds in trained.items():
     print(f"{name:15} {seconds:5.2f} s/epoch")
 faster, slower = sorted(trained, key=trained.get)
@@ -444,22 +441,23 @@ for replicas in (1, 2, 4, 8):
 # here, at steady state (best of the epochs after the first, tracing excluded), with 1 and with 2
 # replicas, the model fed from memory. But here the **virtual CPU replicas share the same CPU
 # cores**: two replicas do the same arithmetic on the same cores, plus the all-reduce, so more
-# replicas are not faster on this machine. For what changes on real GPUs (compute / N +
+# replicas add no compute on this machine: expect no speed-up (a difference either way is the
+# all-reduce, or noise from other programs). For what changes on real GPUs (compute / N +
 # all-reduce + input time), see the labelled cost model of lesson 3
 # ([03_convergence.ipynb](03_convergence.ipynb)).
 
 # %%
 # Steady-state seconds per epoch with 1 and with 2 replicas, the same global batch, fed from memory.
 one_replica = kerasdist.make_strategy("mirrored", num_replicas=1, verbose=False)
-# Measured one right after the other, so that both see the same load on the machine.
-replica_epoch_s = {"1 replica": seconds_per_epoch_training(from_memory, on=one_replica),
-                   f"{NUM_REPLICAS} replicas": seconds_per_epoch_training(from_memory)}
+# Timed in turns, so that both see the same load on the machine.
+replica_epoch_s = seconds_per_epoch_training({"1 replica": (one_replica, from_memory),
+                                              f"{NUM_REPLICAS} replicas": (strategy, from_memory)})
 for label, seconds in replica_epoch_s.items():
     print(f"{label:10} {seconds:5.2f} s/epoch, {batches_per_epoch * GLOBAL_BATCH_SIZE / seconds:6.0f} samples/s")
 figure = plots.plot_grouped_bars(
     list(replica_epoch_s), {"seconds per epoch, steady state": list(replica_epoch_s.values())},
     "seconds per epoch (lower is better)", f"Same global batch ({GLOBAL_BATCH_SIZE}), 1 vs {NUM_REPLICAS} replicas",
-    note="Virtual CPU replicas share the same CPU cores: more replicas are not faster here.\n"
+    note="Virtual CPU replicas share the same CPU cores: expect no speed-up here.\n"
          "On real GPUs: see lesson 3's cost model (compute / N + all-reduce + input time).")
 figure.savefig("figures/04_input_pipelines_replicas_steady_state.png", dpi=100)
 

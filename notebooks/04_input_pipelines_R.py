@@ -220,9 +220,10 @@ import kerasdist
 # when the data is already in memory? That is the time a pipeline has to prepare the next batch.
 #
 # Timings vary from run to run on a shared machine: compare the numbers of one run with each other,
-# never with another run's. Every timing is the **best of a few epochs after the first** (steady
-# state): the first epoch also traces the training step and fills caches, and the fastest of the
-# rest is the one least disturbed by other programs.
+# never with another run's. Every timing is the **best of a few epochs after a warm-up epoch**
+# (steady state): the first epoch also traces the training step and fills caches, and the fastest
+# of the rest is the one least disturbed by other programs. What we compare is timed in turns,
+# round after round, so that a burst of load from other programs slows all of it alike.
 
 # %% language="R"
 # # The seed MLP, built and compiled (call it inside a strategy scope).
@@ -241,19 +242,26 @@ import kerasdist
 #   model
 # }
 #
-# # Fit a fresh model under a strategy, timing each epoch; return the fastest epoch after the first.
-# seconds_per_epoch_training <- function(dataset, epochs = 4L, on = strategy) {
-#   set_random_seed(0)
-#   with(on$scope(), model <- build_model())
-#   seconds <- numeric()
-#   started <- NULL
-#   timer <- callback_lambda(
-#     on_epoch_begin = function(epoch, logs = NULL) started <<- Sys.time(),
-#     on_epoch_end = function(epoch, logs = NULL)
-#       seconds <<- c(seconds, as.numeric(difftime(Sys.time(), started, units = "secs")))
-#   )
-#   model |> fit(dataset, epochs = epochs, callbacks = list(timer), shuffle = FALSE, verbose = 0)
-#   min(seconds[-1])
+# # Time training: every run gets a fresh model, an untimed warm-up epoch (tracing, filling caches),
+# # then the runs train one epoch each in turn, for a few rounds; each keeps its fastest epoch.
+# # runs: a named list of list(on = strategy, dataset = dataset).
+# rounds <- 3L
+# seconds_per_epoch_training <- function(runs, rounds_to_time = rounds) {
+#   models <- lapply(runs, function(run) {
+#     set_random_seed(0)
+#     with(run$on$scope(), model <- build_model())
+#     model |> fit(run$dataset, epochs = 1L, shuffle = FALSE, verbose = 0)
+#     model
+#   })
+#   best <- setNames(rep(Inf, length(runs)), names(runs))
+#   for (round in seq_len(rounds_to_time)) {
+#     for (label in names(runs)) {
+#       started <- Sys.time()
+#       models[[label]] |> fit(runs[[label]]$dataset, epochs = 1L, shuffle = FALSE, verbose = 0)
+#       best[[label]] <- min(best[[label]], as.numeric(difftime(Sys.time(), started, units = "secs")))
+#     }
+#   }
+#   best
 # }
 
 # %% language="R"
@@ -264,7 +272,7 @@ import kerasdist
 #   dataset_shuffle(num_records, seed = 0L) |>
 #   dataset_batch(global_batch_size, drop_remainder = TRUE) |>
 #   dataset_prefetch(autotune)
-# memory_epoch_s <- seconds_per_epoch_training(from_memory)
+# memory_epoch_s <- seconds_per_epoch_training(list("from memory" = list(on = strategy, dataset = from_memory)))[[1]]
 # step_s <- memory_epoch_s / batches_per_epoch
 # cat(sprintf("from memory: %.2f s/epoch, %.0f ms per training step\n", memory_epoch_s, step_s * 1e3))
 
@@ -276,9 +284,6 @@ import kerasdist
 #
 # 1. **alone**: iterate it with nothing consuming the batches (how fast can it deliver?);
 # 2. **with a training step**: wait `step_s` after each batch, as a training step would.
-#
-# The pipelines are timed in turns, round after round, so that a burst of load from other programs
-# slows them all alike instead of one of them; each keeps its best epoch.
 
 # %% language="R"
 # # Time one epoch of a pipeline, with an optional stand-in training step after each batch.
@@ -291,7 +296,6 @@ import kerasdist
 # %% language="R"
 # # Measure the five pipelines both ways (about half a minute): a warm-up epoch each (it also fills
 # # the cache), then rounds that time every pipeline in turn; each keeps its best epoch.
-# rounds <- 3L
 # for (pipeline in pipelines) seconds_per_epoch(pipeline)
 # timings <- data.frame(pipeline = names(pipelines), alone = Inf, with_step = Inf)
 # for (round in seq_len(rounds)) {
@@ -380,7 +384,8 @@ import kerasdist
 
 # %% language="R"
 # # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
-# trained <- sapply(c("read", "+ cache"), function(name) seconds_per_epoch_training(pipelines[[name]]))
+# trained <- seconds_per_epoch_training(lapply(pipelines[c("read", "+ cache")],
+#                                               function(pipeline) list(on = strategy, dataset = pipeline)))
 # for (name in names(trained)) cat(sprintf("%-15s %5.2f s/epoch\n", name, trained[[name]]))
 # ranked <- names(sort(trained))
 # cat(sprintf("with the real model, '%s' took %.0f%% less time per epoch than '%s'\n", ranked[1],
@@ -482,7 +487,8 @@ import kerasdist
 # here, at steady state (best of the epochs after the first, tracing excluded), with 1 and with 2
 # replicas, the model fed from memory. But here the **virtual CPU replicas share the same CPU
 # cores**: two replicas do the same arithmetic on the same cores, plus the all-reduce, so more
-# replicas are not faster on this machine. For what changes on real GPUs (compute / N +
+# replicas add no compute on this machine: expect no speed-up (a difference either way is the
+# all-reduce, or noise from other programs). For what changes on real GPUs (compute / N +
 # all-reduce + input time), see the labelled cost model of lesson 3
 # ([03_convergence_R.ipynb](03_convergence_R.ipynb)).
 
@@ -490,16 +496,16 @@ import kerasdist
 # # Steady-state seconds per epoch with 1 and with 2 replicas, the same global batch, fed from memory.
 # one_replica <- tf$distribute$MirroredStrategy(devices = list(unlist(devices)[[1]]),
 #                                               cross_device_ops = tf$distribute$ReductionToOneDevice())
-# # Measured one right after the other, so that both see the same load on the machine.
-# replica_epoch_s <- c(seconds_per_epoch_training(from_memory, on = one_replica),
-#                      seconds_per_epoch_training(from_memory))
-# names(replica_epoch_s) <- c("1 replica", sprintf("%d replicas", num_replicas))
+# # Timed in turns, so that both see the same load on the machine.
+# replica_runs <- list(list(on = one_replica, dataset = from_memory), list(on = strategy, dataset = from_memory))
+# names(replica_runs) <- c("1 replica", sprintf("%d replicas", num_replicas))
+# replica_epoch_s <- seconds_per_epoch_training(replica_runs)
 # for (label in names(replica_epoch_s))
 #   cat(sprintf("%-10s %5.2f s/epoch, %6.0f samples/s\n", label, replica_epoch_s[[label]],
 #               batches_per_epoch * global_batch_size / replica_epoch_s[[label]]))
 # replica_matrix <- matrix(replica_epoch_s, nrow = 1,
 #                          dimnames = list("seconds per epoch, steady state", names(replica_epoch_s)))
-# replica_note <- paste("Virtual CPU replicas share the same CPU cores: more replicas are not faster here.",
+# replica_note <- paste("Virtual CPU replicas share the same CPU cores: expect no speed-up here.",
 #                       "On real GPUs: see lesson 3's cost model (compute / N + all-reduce + input time).",
 #                       sep = "\n")
 # draw_replicas <- function() grouped_bars(replica_matrix, "seconds per epoch (lower is better)",
