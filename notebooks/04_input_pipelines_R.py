@@ -32,18 +32,19 @@
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
-# it, otherwise a 5,000-digit sample of real MNIST digits (offline); the timings use at most 52
-# batches per epoch. The stored outputs come from a run on that sample;
+# it, otherwise a sample of real MNIST digits (offline); the timings read the same 32
+# global batches per epoch whatever the source. The stored outputs come from a run on that sample;
 # `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
 # %% [markdown]
 # ## Introduction
 #
 # In synchronous data parallelism every training step consumes one **global batch**. The strategy
-# cuts it into N equal **per-replica batches**, each replica computes gradients on its share, the
-# gradients are summed across replicas, and every replica applies the same update. The devices can
-# only be as busy as the input pipeline lets them be: if reading and decoding the next batch takes
-# longer than a step, the replicas wait.
+# cuts it into N equal **per-replica batches**, each replica computes gradients on its share of a
+# loss divided by the *global* batch size, the gradients are summed across replicas (so the sum is
+# the gradient of the mean loss over the global batch, not N times larger), and every replica
+# applies the same update. The devices can only be as busy as the input pipeline lets them be: if
+# reading and decoding the next batch takes longer than a step, the replicas wait.
 #
 # | transformation | what it does | what it costs or saves |
 # |---|---|---|
@@ -69,6 +70,9 @@
 import kerasdist
 
 # %% language="R"
+# # rpy2 hooks a warning onto reticulate's loading about a crash that reticulate fixed long before
+# # the versions keras3 needs (rstudio/reticulate#1188): drop the hook, keep the output clean.
+# setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")
 # # Attach keras3 (models), tfdatasets (input pipelines), tensorflow (tf$distribute) and reticulate, then settings.
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
@@ -77,6 +81,7 @@ import kerasdist
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # num_replicas <- 2L
 # global_batch_size <- 64L
+# timed_batches <- 32L  # global batches per epoch in the timings below
 # autotune <- tf$data$AUTOTUNE
 
 # %% language="R"
@@ -117,6 +122,23 @@ import kerasdist
 # print(dataset_batch(in_memory, global_batch_size, drop_remainder = TRUE)$element_spec)
 
 # %% [markdown]
+# **Predict, then run.** Batched by the global batch of 64 with the remainder dropped, how many
+# examples does each of the 2 replicas receive per step, and how many steps does one epoch of this
+# training set hold? Decide from the line printed above, then run the check.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Check the prediction on the dataset itself: split one global batch, count the batches of an epoch.
+# batched <- dataset_batch(in_memory, global_batch_size, drop_remainder = TRUE)
+# first <- iter_next(as_iterator(strategy$experimental_distribute_dataset(batched)))
+# shares <- vapply(strategy$experimental_local_results(first[[1]]),
+#                  function(part) as.integer(part$shape$as_list()[[1]]), integer(1))
+# batches <- as.integer(batched$cardinality()$numpy())
+# stopifnot(identical(shares, rep(global_batch_size %/% num_replicas, num_replicas)),
+#           batches == nrow(x_train) %/% global_batch_size, batches == steps_per_epoch)
+# cat(sprintf("each replica gets %d examples per step; %d steps per epoch\n", shares[1], batches))
+
+# %% [markdown]
 # ## A pipeline with a slow source
 #
 # MNIST fits in memory, so reading it costs nothing. Real data sits in files on a disk or on network
@@ -124,8 +146,8 @@ import kerasdist
 # images "on storage" as raw bytes and read them through a function that waits 20 ms per request,
 # as one round trip to network storage might. Each request fetches the records of one batch by
 # their keys, the way a random-access data loader does: shuffling the *keys* is then enough to
-# shuffle the data. We put 52 global batches' worth of records there (nearly all of the offline
-# sample): enough to time, short enough to repeat.
+# shuffle the data. We put `timed_batches` (32) global batches' worth of records there, whatever
+# the data source: enough to time, short enough to repeat.
 #
 # tf.data calls the reader on its own threads, several at once. R code runs on R's main thread
 # only, so the reader itself is a few lines of Python (through reticulate); the pipeline around it
@@ -133,7 +155,7 @@ import kerasdist
 
 # %% language="R"
 # # The records "on storage" (raw bytes and labels), and a reader with one 20 ms round trip per request.
-# num_records <- min(nrow(x_train), 52L * global_batch_size)
+# num_records <- min(nrow(x_train), timed_batches * global_batch_size)
 # batches_per_epoch <- num_records %/% global_batch_size
 # py$images_on_storage <- np_array(round(x_train[seq_len(num_records), ] * 255), dtype = "uint8")
 # py$labels_on_storage <- np_array(y_train[seq_len(num_records)], dtype = "int32")
@@ -198,8 +220,10 @@ import kerasdist
 # when the data is already in memory? That is the time a pipeline has to prepare the next batch.
 #
 # Timings vary from run to run on a shared machine: compare the numbers of one run with each other,
-# never with another run's. We report the fastest of the later epochs: the first also traces the
-# training step and fills caches, and the fastest is the one least disturbed by other programs.
+# never with another run's. Every timing is the **best of a few epochs after a warm-up epoch**
+# (steady state): the first epoch also traces the training step and fills caches, and the fastest
+# of the rest is the one least disturbed by other programs. What we compare is timed in turns,
+# round after round, so that a burst of load from other programs slows all of it alike.
 
 # %% language="R"
 # # The seed MLP, built and compiled (call it inside a strategy scope).
@@ -218,19 +242,26 @@ import kerasdist
 #   model
 # }
 #
-# # Fit a fresh model under the strategy, timing each epoch; return the fastest epoch after the first.
-# seconds_per_epoch_training <- function(dataset, epochs = 3L) {
-#   set_random_seed(0)
-#   with(strategy$scope(), model <- build_model())
-#   seconds <- numeric()
-#   started <- NULL
-#   timer <- callback_lambda(
-#     on_epoch_begin = function(epoch, logs = NULL) started <<- Sys.time(),
-#     on_epoch_end = function(epoch, logs = NULL)
-#       seconds <<- c(seconds, as.numeric(difftime(Sys.time(), started, units = "secs")))
-#   )
-#   model |> fit(dataset, epochs = epochs, callbacks = list(timer), shuffle = FALSE, verbose = 0)
-#   min(seconds[-1])
+# # Time training: every run gets a fresh model, an untimed warm-up epoch (tracing, filling caches),
+# # then the runs train one epoch each in turn, for a few rounds; each keeps its fastest epoch.
+# # runs: a named list of list(on = strategy, dataset = dataset).
+# rounds <- 3L
+# seconds_per_epoch_training <- function(runs, rounds_to_time = rounds) {
+#   models <- lapply(runs, function(run) {
+#     set_random_seed(0)
+#     with(run$on$scope(), model <- build_model())
+#     model |> fit(run$dataset, epochs = 1L, shuffle = FALSE, verbose = 0)
+#     model
+#   })
+#   best <- setNames(rep(Inf, length(runs)), names(runs))
+#   for (round in seq_len(rounds_to_time)) {
+#     for (label in names(runs)) {
+#       started <- Sys.time()
+#       models[[label]] |> fit(runs[[label]]$dataset, epochs = 1L, shuffle = FALSE, verbose = 0)
+#       best[[label]] <- min(best[[label]], as.numeric(difftime(Sys.time(), started, units = "secs")))
+#     }
+#   }
+#   best
 # }
 
 # %% language="R"
@@ -241,9 +272,9 @@ import kerasdist
 #   dataset_shuffle(num_records, seed = 0L) |>
 #   dataset_batch(global_batch_size, drop_remainder = TRUE) |>
 #   dataset_prefetch(autotune)
-# memory_epoch_s <- seconds_per_epoch_training(from_memory)
+# memory_epoch_s <- seconds_per_epoch_training(list("from memory" = list(on = strategy, dataset = from_memory)))[[1]]
 # step_s <- memory_epoch_s / batches_per_epoch
-# cat(sprintf("from memory: %.2f s/epoch, %.0f ms per training step\n", memory_epoch_s, 1000 * step_s))
+# cat(sprintf("from memory: %.2f s/epoch, %.0f ms per training step\n", memory_epoch_s, step_s * 1e3))
 
 # %% [markdown]
 # On this CPU the model and the pipeline compete for the same two cores, which blurs any timing of
@@ -255,56 +286,110 @@ import kerasdist
 # 2. **with a training step**: wait `step_s` after each batch, as a training step would.
 
 # %% language="R"
-# # Time an epoch of a pipeline, with an optional stand-in training step after each batch.
-# seconds_per_epoch <- function(dataset, step_seconds = 0, epochs = 2L) {
-#   seconds <- numeric(epochs)
-#   for (epoch in seq_len(epochs)) {
-#     started <- Sys.time()
-#     iterate(dataset, function(batch) Sys.sleep(step_seconds))
-#     seconds[epoch] <- as.numeric(difftime(Sys.time(), started, units = "secs"))
-#   }
-#   min(seconds[-1])
+# # Time one epoch of a pipeline, with an optional stand-in training step after each batch.
+# seconds_per_epoch <- function(dataset, step_seconds = 0) {
+#   started <- Sys.time()
+#   iterate(dataset, function(batch) Sys.sleep(step_seconds))
+#   as.numeric(difftime(Sys.time(), started, units = "secs"))
 # }
 
 # %% language="R"
-# # Measure the five pipelines both ways (about 20 seconds).
-# timings <- data.frame(pipeline = names(pipelines), alone = NA_real_, with_step = NA_real_)
-# for (i in seq_along(pipelines)) {
-#   timings$alone[i] <- seconds_per_epoch(pipelines[[i]])
-#   timings$with_step[i] <- seconds_per_epoch(pipelines[[i]], step_s)
+# # Measure the five pipelines both ways (about half a minute): a warm-up epoch each (it also fills
+# # the cache), then rounds that time every pipeline in turn; each keeps its best epoch.
+# for (pipeline in pipelines) seconds_per_epoch(pipeline)
+# timings <- data.frame(pipeline = names(pipelines), alone = Inf, with_step = Inf)
+# for (round in seq_len(rounds)) {
+#   for (i in seq_along(pipelines)) {
+#     timings$alone[i] <- min(timings$alone[i], seconds_per_epoch(pipelines[[i]]))
+#     timings$with_step[i] <- min(timings$with_step[i], seconds_per_epoch(pipelines[[i]], step_s))
+#   }
 # }
 # print(timings, digits = 3)
 # cat(sprintf("for reference: all reads take %.2f s, all training steps %.2f s per epoch\n",
 #             batches_per_epoch * py$read_latency_s, batches_per_epoch * step_s))
 
-# %% magic_args="-w 9 -h 3 --units in -r 100" language="R"
-# # What training sees: seconds per epoch with a training step after each batch.
-# par(mar = c(4, 8, 2.5, 2), cex.main = 1)
-# bars <- barplot(rev(timings$with_step), names.arg = rev(timings$pipeline), horiz = TRUE, las = 1,
-#                 col = "steelblue", xlim = c(0, 1.15 * max(timings$with_step)), xlab = "seconds per epoch",
-#                 main = "Input pipelines with a training step after each batch (lower is better)")
-# text(rev(timings$with_step), bars, sprintf("%.2f", rev(timings$with_step)), pos = 4, cex = 0.8)
+# %% [markdown]
+# The chart puts both measurements side by side, pipeline by pipeline. Over each bar: its seconds
+# per epoch and its speed-up over **read** in the same series (×2 = twice as fast).
+
+# %% language="R"
+# # Grouped bars (base graphics), each bar labelled with its value and its speed-up over the first group.
+# grouped_bars <- function(values, ylab, main, note) {
+#   # Integer sizes in points: the labels' font size, then smaller for the bar labels and the note.
+#   par(mar = c(6, 5, 3, 1), cex.main = 1, las = 1, ps = 11)
+#   centres <- barplot(values, beside = TRUE, col = c("steelblue", "darkorange")[seq_len(nrow(values))],
+#                      ylim = c(0, max(values) * 8 / 5), ylab = ylab, main = main,
+#                      legend.text = rownames(values), args.legend = list(x = "topright"))
+#   speed_ups <- values[, 1] / values
+#   labels <- ifelse(col(values) == 1, sprintf("%.2f", values),
+#                    sprintf("%.2f\n\u00d7%.1f", values, speed_ups))
+#   par(ps = 8)
+#   text(centres, values, labels, pos = 3)
+#   par(ps = 9)
+#   mtext(note, side = 1, line = 4, adj = 0, font = 3)
+# }
+# timing_matrix <- rbind(t(timings$alone), t(timings$with_step))
+# dimnames(timing_matrix) <- list(c("pipeline alone", sprintf("with a %.0f ms training step", step_s * 1e3)),
+#                                 timings$pipeline)
+# timing_note <- sprintf(paste("Best of %d epochs after a warm-up, timed in turns; %d global batches of %d;",
+#                              "one read waits %.0f ms.\nThe training step is a wait as long as a step of",
+#                              "%d virtual CPU replicas here."), rounds, batches_per_epoch, global_batch_size,
+#                        py$read_latency_s * 1e3, num_replicas)
+# draw_timings <- function() grouped_bars(timing_matrix, "seconds per epoch (lower is better)",
+#                                         "Input pipelines: what each transformation buys", timing_note)
+# dir.create("figures", showWarnings = FALSE)
+# png("figures/04_input_pipelines_R_alone_vs_training_step.png", width = 10, height = 4, units = "in", res = 100)
+# draw_timings()
+# invisible(dev.off())
+
+# %% magic_args="-w 10 -h 4 --units in -r 100" language="R"
+# # Both timings of every pipeline: alone, and with a stand-in training step after each batch.
+# draw_timings()
+
+# %% language="R"
+# # What this run measured, transformation by transformation (each against the one before).
+# alone <- setNames(timings$alone, timings$pipeline)
+# with_step <- setNames(timings$with_step, timings$pipeline)
+# for (i in 2:length(alone))
+#   cat(sprintf("%-15s vs %-15s alone x%4.1f   with a training step x%4.1f\n", names(alone)[i],
+#               names(alone)[i - 1], alone[i - 1] / alone[i], with_step[i - 1] / with_step[i]))
+# fastest_alone <- names(which.min(alone))
+# fastest_with_step <- names(which.min(with_step))
+# cat(sprintf("fastest alone: '%s', x%.1f faster than 'read'\n", fastest_alone,
+#             alone[["read"]] / alone[[fastest_alone]]))
+# cat(sprintf("fastest with a training step: '%s', x%.1f faster than 'read' (all training steps alone take %.2f s)\n",
+#             fastest_with_step, with_step[["read"]] / with_step[[fastest_with_step]],
+#             batches_per_epoch * step_s))
 
 # %% [markdown]
-# How to read the chart and the table:
+# What to look for in the chart and in the factors above (on a busy machine a factor near 1 can
+# come out a little above or below it: read those as "no change"):
 #
-# - **read** and **+ shuffle** take the same time: shuffling a few thousand keys costs nothing.
-#   Without a prefetch, reading and training take turns: each epoch costs all the reads *plus* all
-#   the steps.
+# - **read** and **+ shuffle** take about the same time: shuffling a few thousand keys costs
+#   nothing. Without a prefetch, reading and training take turns: each epoch costs all the reads
+#   *plus* all the steps.
 # - **+ prefetch** does not speed up the pipeline alone (there is nothing to overlap with), but with
 #   a training step it reads the next batch while the step runs: an epoch costs about the *larger*
 #   of "all reads" and "all steps" instead of their sum.
-# - **+ parallel map** keeps several reads in flight, so even the pipeline alone gets faster; once
-#   reading is faster than training, the step time sets the pace.
-# - **+ cache** reads storage only in the first epoch; later epochs come from memory.
+# - **+ parallel map** keeps several reads in flight, so the pipeline alone gets faster; with a
+#   training step it cannot help much, because once reading is faster than training the step
+#   time sets the pace. Its win shows on the "alone" bars: that is the head room left for a faster
+#   accelerator.
+# - **+ cache** reads storage only in the first epoch; later epochs come from memory, so the
+#   pipeline alone is faster still, and again the training step sets the pace when it is there.
 #
-# Finally the real model, fed by the slowest and by the fastest pipeline. The gap is the same
-# story, blurred by the competition for the CPU described above.
+# Finally the real model, fed by the slowest and by the fastest pipeline. The gap tells the same
+# story, blurred by the competition for the CPU described above: on a busy machine it can shrink
+# or even turn round, so the cell says which one was faster in this run.
 
 # %% language="R"
 # # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
-# for (name in c("read", "+ cache"))
-#   cat(sprintf("%-15s %5.2f s/epoch\n", name, seconds_per_epoch_training(pipelines[[name]])))
+# trained <- seconds_per_epoch_training(lapply(pipelines[c("read", "+ cache")],
+#                                               function(pipeline) list(on = strategy, dataset = pipeline)))
+# for (name in names(trained)) cat(sprintf("%-15s %5.2f s/epoch\n", name, trained[[name]]))
+# ranked <- names(sort(trained))
+# cat(sprintf("with the real model, '%s' took %.0f%% less time per epoch than '%s'\n", ranked[1],
+#             (1 - trained[[ranked[1]]] / trained[[ranked[2]]]) * 1e2, ranked[2]))
 
 # %% [markdown]
 # ## What changes with more replicas
@@ -322,20 +407,29 @@ import kerasdist
 #   cat(sprintf("%s: (%s)\n", part$device, paste(unlist(part$shape$as_list()), collapse = ", ")))
 
 # %% [markdown]
-# A final batch that is smaller than the global batch is split as evenly as possible. With 5
-# examples left and 2 replicas, one replica gets 3 and the other 2. Each replica averages the loss
-# over its own share, and the strategy then averages the replicas, so here each of the 2 examples
-# weighs 1.5 times as much as each of the 3. That is the one place where 1 replica and N replicas
-# would compute different gradients from the same data, and it is why kerasdist batches training
-# data with `drop_remainder = TRUE`.
+# A final batch that is smaller than the global batch is cut, in replica order, into shares of
+# (its size / N) rounded up; the last replica gets what is left, which may be fewer or even none.
+# Each replica averages the loss over its own share, and the strategy then averages the replicas,
+# so the examples of a smaller share weigh more. That is the one place where 1 replica and N
+# replicas would compute different gradients from the same data, and it is why kerasdist batches
+# training data with `drop_remainder = TRUE`. We build such a last batch ourselves, of 5 examples.
+#
+# **Predict, then run.** How will 2 replicas share 5 examples? Decide, then run: the cell asserts
+# the rule above.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # An uneven global batch of 5 examples, split between 2 replicas.
-# remainder <- in_memory |> dataset_take(5) |> dataset_batch(global_batch_size)
+# remainder_size <- 5L
+# remainder <- in_memory |> dataset_take(remainder_size) |> dataset_batch(global_batch_size)
 # batch <- iter_next(as_iterator(strategy$experimental_distribute_dataset(remainder)))
-# print(vapply(strategy$experimental_local_results(batch[[2]]),
-#              function(part) as.integer(part$shape$as_list()[[1]]), integer(1)))
+# shares <- vapply(strategy$experimental_local_results(batch[[2]]),
+#                  function(part) as.integer(part$shape$as_list()[[1]]), integer(1))
+# print(shares)
+# share <- -(-remainder_size %/% num_replicas)  # remainder_size / num_replicas, rounded up
+# stopifnot(identical(shares, pmax(0L, pmin(share, remainder_size - (seq_len(num_replicas) - 1L) * share))))
+# cat(sprintf("an example of the share of %d weighs %.2g times as much as one of the share of %d\n",
+#             min(shares), max(shares) / min(shares), max(shares)))
 
 # %% [markdown]
 # When each worker should build its own pipeline (for example to read only its own files),
@@ -377,14 +471,53 @@ import kerasdist
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Per-replica batch and steps per epoch, for both choices, on this training set.
+# per_replica_batch_size_fixed <- 32L
 # replicas <- c(1L, 2L, 4L, 8L)
 # print(data.frame(
 #   replicas = replicas,
 #   fixed_global_per_replica = global_batch_size %/% replicas,
 #   fixed_global_steps = nrow(x_train) %/% global_batch_size,
-#   fixed_per_replica_global = 32L * replicas,
-#   fixed_per_replica_steps = nrow(x_train) %/% (32L * replicas)
+#   fixed_per_replica_global = per_replica_batch_size_fixed * replicas,
+#   fixed_per_replica_steps = nrow(x_train) %/% (per_replica_batch_size_fixed * replicas)
 # ), row.names = FALSE)
+
+# %% [markdown]
+# And the time per epoch? With the global batch fixed, each replica computes on half the examples,
+# so on two real GPUs a step would take about half the compute, plus the all-reduce. We measure it
+# here, at steady state (best of the epochs after the first, tracing excluded), with 1 and with 2
+# replicas, the model fed from memory. But here the **virtual CPU replicas share the same CPU
+# cores**: two replicas do the same arithmetic on the same cores, plus the all-reduce, so more
+# replicas add no compute on this machine: expect no speed-up (a difference either way is the
+# all-reduce, or noise from other programs). For what changes on real GPUs (compute / N +
+# all-reduce + input time), see the labelled cost model of lesson 3
+# ([03_convergence_R.ipynb](03_convergence_R.ipynb)).
+
+# %% language="R"
+# # Steady-state seconds per epoch with 1 and with 2 replicas, the same global batch, fed from memory.
+# one_replica <- tf$distribute$MirroredStrategy(devices = list(unlist(devices)[[1]]),
+#                                               cross_device_ops = tf$distribute$ReductionToOneDevice())
+# # Timed in turns, so that both see the same load on the machine.
+# replica_runs <- list(list(on = one_replica, dataset = from_memory), list(on = strategy, dataset = from_memory))
+# names(replica_runs) <- c("1 replica", sprintf("%d replicas", num_replicas))
+# replica_epoch_s <- seconds_per_epoch_training(replica_runs)
+# for (label in names(replica_epoch_s))
+#   cat(sprintf("%-10s %5.2f s/epoch, %6.0f samples/s\n", label, replica_epoch_s[[label]],
+#               batches_per_epoch * global_batch_size / replica_epoch_s[[label]]))
+# replica_matrix <- matrix(replica_epoch_s, nrow = 1,
+#                          dimnames = list("seconds per epoch, steady state", names(replica_epoch_s)))
+# replica_note <- paste("Virtual CPU replicas share the same CPU cores: expect no speed-up here.",
+#                       "On real GPUs: see lesson 3's cost model (compute / N + all-reduce + input time).",
+#                       sep = "\n")
+# draw_replicas <- function() grouped_bars(replica_matrix, "seconds per epoch (lower is better)",
+#                                          sprintf("Same global batch (%d), 1 vs %d replicas",
+#                                                  global_batch_size, num_replicas), replica_note)
+# png("figures/04_input_pipelines_R_replicas_steady_state.png", width = 8, height = 4, units = "in", res = 100)
+# draw_replicas()
+# invisible(dev.off())
+
+# %% magic_args="-w 8 -h 4 --units in -r 100" language="R"
+# # The same, drawn here: steady-state seconds per epoch, 1 vs 2 virtual CPU replicas.
+# draw_replicas()
 
 # %% [markdown]
 # Across **several workers** the dataset is also *sharded*: each worker must see different
@@ -445,9 +578,94 @@ import kerasdist
 #
 # 1. Set `py$read_latency_s <- 0.002`. Which transformations still matter, and why? (Compare the
 #    read time per batch with the training step time.)
+#
+#    <details><summary>Hint</summary>
+#
+#    A prefetch or a parallel map hides reads only when there is something slow to hide: compare
+#    `batches_per_epoch * py$read_latency_s` with `batches_per_epoch * step_s`.
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```r
+#    py$read_latency_s <- 0.002  # read_records reads the Python global at call time
+#    for (name in names(pipelines))
+#      cat(sprintf("%-15s alone %.2f  with a step %.2f\n", name, seconds_per_epoch(pipelines[[name]]),
+#                  seconds_per_epoch(pipelines[[name]], step_s)))
+#    ```
+#
+#    The reads now take a tenth of the training steps, so every pipeline with a training step takes
+#    about "all the steps": prefetch, parallel map and cache hardly matter any more. They matter
+#    again as soon as the accelerator gets faster than the input (a bigger GPU, more replicas).
+#    </details>
+#
 # 2. Move `dataset_cache()` after `dataset_shuffle()` in the cached pipeline and print the first
 #    five labels of two epochs. What happens to the order, and why is that bad for training?
+#
+#    <details><summary>Hint</summary>
+#
+#    `dataset_cache()` stores the elements exactly as they reach it, the first time through.
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```r
+#    frozen <- keys |> dataset_batch(global_batch_size) |> dataset_map(read_and_decode) |>
+#      dataset_unbatch() |> dataset_shuffle(num_records, seed = 0L) |> dataset_cache() |>
+#      dataset_batch(global_batch_size)
+#    # Whole epochs: a cache is kept only once an epoch has been read to the end.
+#    for (epoch in 1:2) {
+#      labels <- integer()
+#      iterate(frozen, function(batch) labels <<- c(labels, as.integer(batch[[2]])))
+#      print(labels[1:5])
+#    }
+#    ```
+#
+#    Both epochs print the same labels: the shuffled order of the first epoch was cached, so every
+#    epoch sees the same batches in the same order, and the model can fit to that order.
+#    </details>
+#
 # 3. Replace `num_parallel_calls = autotune` with 1, 2 and 8. How does the pipeline-alone time
 #    change? Why can more parallel reads than CPU cores still help here?
+#
+#    <details><summary>Hint</summary>
+#
+#    What does a thread do while `time.sleep()` waits for "storage"?
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```r
+#    for (calls in c(1L, 2L, 8L)) {
+#      pipeline <- shuffled_keys() |> dataset_batch(global_batch_size, drop_remainder = TRUE) |>
+#        dataset_map(read_and_decode, num_parallel_calls = calls) |> dataset_prefetch(autotune)
+#      cat(sprintf("%d %.2f s/epoch\n", calls,
+#                  seconds_per_epoch(pipeline$with_options(only_explicit_prefetch))))
+#    }
+#    ```
+#
+#    The time falls roughly as 1 / calls until decoding, not waiting, sets the pace. A read that
+#    waits for storage uses no CPU, so more reads than cores can be in flight.
+#    </details>
+#
 # 4. Set `num_replicas <- 4L`, restart the kernel and split a global batch of 70 examples. What
 #    shares do the replicas get?
+#
+#    <details><summary>Hint</summary>
+#
+#    Shares of 70 / 4 rounded up, in replica order; the last replica gets what is left.
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```r
+#    batch <- iter_next(as_iterator(strategy$experimental_distribute_dataset(
+#      in_memory |> dataset_take(70) |> dataset_batch(70))))
+#    print(sapply(strategy$experimental_local_results(batch[[2]]), function(part) part$shape$as_list()[[1]]))
+#    ```
+#
+#    The first three replicas get 18 examples and the last one 16, whose examples weigh a little
+#    more in the averaged gradient. Try 6 examples too: shares of 2, 2, 2 and 0, one replica idle.
+#    </details>
+#
+# Next: [Multi-worker training](05_multi_worker_R.ipynb)

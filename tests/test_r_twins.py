@@ -86,7 +86,12 @@ KEY_NUMBERS = {
     "04_input_pipelines": [
         ("global batch split",
          r"global batch (\d+) = (\d+) replicas x (\d+) examples; (\d+) steps per epoch", None, 0),
+        ("predicted split and steps",
+         r"each replica gets (\d+) examples per step; (\d+) steps per epoch", None, 0),
         ("uneven batch of 5", r"^\[(\d+), (\d+)\]$", r"^\[1\] (\d+) (\d+)$", 0),
+        ("weights of an uneven split",
+         r"an example of the share of (\d+) weighs ([\d.]+) times as much as one of the share of (\d+)",
+         None, 0),
         ("per-input-pipeline batch",
          r"input pipeline (\d+) of (\d+): (\d+) replicas in sync, per-replica batch (\d+)", None, 0),
         ("auto-shard policy", r"^(DATA|FILE|AUTO|OFF|HINT)$", None, 0),
