@@ -293,7 +293,7 @@ print(f"for reference: all reads take {batches_per_epoch * READ_LATENCY_S:.2f} s
 
 # %%
 # Both timings of every pipeline: alone, and with a stand-in training step after each batch.
-os.makedirs("figures", exist_ok=True)
+os.makedirs("results/figures", exist_ok=True)  # beside the checkpoints, outside version control
 figure = plots.plot_grouped_bars(
     list(pipelines), {"pipeline alone": list(alone.values()),
                       f"with a {step_s * 1e3:.0f} ms training step": list(with_step.values())},
@@ -301,7 +301,7 @@ figure = plots.plot_grouped_bars(
     note=f"Best of {ROUNDS} epochs after a warm-up, timed in turns; {batches_per_epoch} global batches "
          f"of {GLOBAL_BATCH_SIZE}; one read waits {READ_LATENCY_S * 1e3:.0f} ms.\nThe training step is "
          f"a wait as long as a step of {NUM_REPLICAS} virtual CPU replicas here.")
-figure.savefig("figures/04_input_pipelines_alone_vs_training_step.png", dpi=100)
+figure.savefig("results/figures/04_input_pipelines_alone_vs_training_step.png", dpi=100)
 
 # %%
 # What this run measured, transformation by transformation (each against the one before).
@@ -459,7 +459,7 @@ figure = plots.plot_grouped_bars(
     "seconds per epoch (lower is better)", f"Same global batch ({GLOBAL_BATCH_SIZE}), 1 vs {NUM_REPLICAS} replicas",
     note="Virtual CPU replicas share the same CPU cores: expect no speed-up here.\n"
          "On real GPUs: see lesson 3's cost model (compute / N + all-reduce + input time).")
-figure.savefig("figures/04_input_pipelines_replicas_steady_state.png", dpi=100)
+figure.savefig("results/figures/04_input_pipelines_replicas_steady_state.png", dpi=100)
 
 # %% [markdown]
 # Across **several workers** the dataset is also *sharded*: each worker must see different

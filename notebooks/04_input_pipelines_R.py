@@ -337,8 +337,8 @@ import kerasdist
 #                        py$read_latency_s * 1e3, num_replicas)
 # draw_timings <- function() grouped_bars(timing_matrix, "seconds per epoch (lower is better)",
 #                                         "Input pipelines: what each transformation buys", timing_note)
-# dir.create("figures", showWarnings = FALSE)
-# png("figures/04_input_pipelines_R_alone_vs_training_step.png", width = 10, height = 4, units = "in", res = 100)
+# dir.create(file.path("results", "figures"), recursive = TRUE, showWarnings = FALSE)  # outside version control
+# png("results/figures/04_input_pipelines_R_alone_vs_training_step.png", width = 10, height = 4, units = "in", res = 100)
 # draw_timings()
 # invisible(dev.off())
 
@@ -511,7 +511,7 @@ import kerasdist
 # draw_replicas <- function() grouped_bars(replica_matrix, "seconds per epoch (lower is better)",
 #                                          sprintf("Same global batch (%d), 1 vs %d replicas",
 #                                                  global_batch_size, num_replicas), replica_note)
-# png("figures/04_input_pipelines_R_replicas_steady_state.png", width = 8, height = 4, units = "in", res = 100)
+# png("results/figures/04_input_pipelines_R_replicas_steady_state.png", width = 8, height = 4, units = "in", res = 100)
 # draw_replicas()
 # invisible(dev.off())
 
