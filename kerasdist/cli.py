@@ -403,7 +403,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         check_options(args)
-        _import_tensorflow_quietly()  # after the checks: a mistake is reported without waiting for it
+        if args.command in NEEDS_TENSORFLOW:
+            _import_tensorflow_quietly()  # after the checks: a mistake is reported without waiting for it
         record = COMMANDS[args.command](args)
     except KerasdistError as error:
         print(f"kerasdist: error: {' '.join(str(error).split())}", file=sys.stderr)
@@ -420,6 +421,8 @@ def main(argv=None):
     return 0
 
 
+# launch only starts workers and slurm-script only prints: neither loads TensorFlow (seconds, noise).
+NEEDS_TENSORFLOW = {"devices", "train", "compare", "worker", "doctor"}
 COMMANDS = {
     "devices": run_devices, "train": run_train, "compare": run_compare,
     "worker": run_worker, "launch": run_launch, "slurm-script": run_slurm_script, "doctor": run_doctor,

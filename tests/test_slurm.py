@@ -8,6 +8,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -99,6 +100,17 @@ def test_slurm_script_is_a_valid_commented_sbatch_script(capsys, tmp_path):
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True, timeout=30)
     assert cli.main(["slurm-script"]) == 0
     assert "--gpus-per-task" not in capsys.readouterr().out  # CPU nodes: no GPU request
+
+
+def test_slurm_script_in_a_real_process_prints_only_the_script_without_loading_tensorflow():
+    # Printing a script needs no TensorFlow: no start-up noise on stderr, and no seconds spent loading it.
+    probe = ("import runpy, sys; sys.argv = ['kerasdist', 'slurm-script', '--data', 'sample']\n"
+             "try:\n    runpy.run_module('kerasdist', run_name='__main__')\n"
+             "finally:\n    print('tensorflow loaded:', 'tensorflow' in sys.modules, file=sys.stderr)")
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0
+    assert completed.stderr == "tensorflow loaded: False\n"
+    assert completed.stdout.startswith("#!/bin/bash") and "srun kerasdist worker" in completed.stdout
 
 
 def test_slurm_options_have_help(capsys):
