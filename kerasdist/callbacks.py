@@ -7,7 +7,37 @@ import keras
 from kerasdist import interrupt
 
 
-class MetricsRecorder(keras.callbacks.Callback):
+class EpochStepCallback(keras.callbacks.Callback):
+    """Base for callbacks that number steps within the epoch, right after a mid-epoch resume too.
+
+    ``step_offset`` is how many batches of the first epoch were trained before
+    this ``fit()`` call (the engine sets it when it resumes mid-epoch); it goes
+    back to 0 when that epoch ends. Subclasses that override ``on_epoch_begin``
+    or ``on_epoch_end`` call the base method.
+
+    Example:
+        >>> class PrintStep(EpochStepCallback):
+        ...     def on_train_batch_end(self, batch, logs=None):
+        ...         print(self.epoch, self.step(batch))
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.step_offset = 0
+        self.epoch = 0
+
+    def step(self, batch):
+        """The 1-based step within the epoch of batch ``batch`` of this ``fit()`` call."""
+        return self.step_offset + batch + 1
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.step_offset = 0
+
+
+class MetricsRecorder(EpochStepCallback):
     """Append per-step and per-epoch metrics (with wall time and samples/s) to a ``MetricsLog``.
 
     A step record's ``loss`` is what Keras reports after a batch: the running
@@ -31,13 +61,11 @@ class MetricsRecorder(keras.callbacks.Callback):
         self.steps_per_epoch = steps_per_epoch
         self.global_batch_size = global_batch_size
         self.log_every_steps = max(1, int(log_every_steps))
-        self.step_offset = 0  # batches of the first epoch done before this fit (mid-epoch resume)
-        self._epoch = 0
         self._epoch_start = 0.0
         self._previous_mean = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
+        super().on_epoch_begin(epoch, logs)
         self._epoch_start = time.perf_counter()
         self._previous_mean = 0.0
 
@@ -47,11 +75,11 @@ class MetricsRecorder(keras.callbacks.Callback):
         mean = logs.get("loss")
         batch_loss = None if mean is None else (batch + 1) * mean - batch * self._previous_mean
         self._previous_mean = mean
-        step = self.step_offset + batch + 1
+        step = self.step(batch)
         if step % self.log_every_steps and step != self.steps_per_epoch:
             return
-        record = {"kind": "step", "epoch": self._epoch, "step": step,
-                  "global_step": self._epoch * self.steps_per_epoch + step, **logs}
+        record = {"kind": "step", "epoch": self.epoch, "step": step,
+                  "global_step": self.epoch * self.steps_per_epoch + step, **logs}
         if batch_loss is not None:
             record["batch_loss"] = batch_loss
         self.log.append(record)
@@ -67,10 +95,10 @@ class MetricsRecorder(keras.callbacks.Callback):
             "wall_time_s": seconds,
             "samples_per_s": samples / seconds if seconds > 0 else None,
         })
-        self.step_offset = 0
+        super().on_epoch_end(epoch, logs)
 
 
-class CheckpointSaver(keras.callbacks.Callback):
+class CheckpointSaver(EpochStepCallback):
     """Write a ``CheckpointStore`` checkpoint after every epoch and, optionally, every N steps.
 
     Unlike ``keras.callbacks.BackupAndRestore``, a mid-epoch checkpoint records
@@ -91,23 +119,18 @@ class CheckpointSaver(keras.callbacks.Callback):
         self.store = store
         self.steps_per_epoch = steps_per_epoch
         self.save_every_steps = save_every_steps
-        self.step_offset = 0
-        self._epoch = 0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self.step_offset + batch + 1
+        step = self.step(batch)
         if self.save_every_steps and step % self.save_every_steps == 0 and step < self.steps_per_epoch:
-            self.store.save(self._epoch, step, self._epoch * self.steps_per_epoch + step)
+            self.store.save(self.epoch, step, self.epoch * self.steps_per_epoch + step)
 
     def on_epoch_end(self, epoch, logs=None):
         self.store.save(epoch + 1, 0, (epoch + 1) * self.steps_per_epoch)
-        self.step_offset = 0
+        super().on_epoch_end(epoch, logs)
 
 
-class StopOnSignal(keras.callbacks.Callback):
+class StopOnSignal(EpochStepCallback):
     """The ``fit`` engine's stop: after a signal, save at the end of the current batch and stop.
 
     Put it after the checkpoint and metrics callbacks. At an epoch's last
@@ -125,21 +148,16 @@ class StopOnSignal(keras.callbacks.Callback):
         super().__init__()
         self.store = store
         self.steps_per_epoch = steps_per_epoch
-        self.step_offset = 0
-        self._epoch = 0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self.step_offset + batch + 1
+        step = self.step(batch)
         if interrupt.requested_signal() is not None and step < self.steps_per_epoch:
-            global_step = self._epoch * self.steps_per_epoch + step
-            path = self.store.save(self._epoch, step, global_step) if self.store else None
-            raise interrupt.TrainingInterrupted(interrupt.requested_signal(), path, self._epoch, step)
+            global_step = self.epoch * self.steps_per_epoch + step
+            path = self.store.save(self.epoch, step, global_step) if self.store else None
+            raise interrupt.TrainingInterrupted(interrupt.requested_signal(), path, self.epoch, step)
 
     def on_epoch_end(self, epoch, logs=None):
-        self.step_offset = 0
+        super().on_epoch_end(epoch, logs)
         if interrupt.requested_signal() is not None:
             path = self.store.manager.latest_checkpoint if self.store else None
             raise interrupt.TrainingInterrupted(interrupt.requested_signal(), path, epoch + 1, 0)

@@ -10,9 +10,9 @@ smaller learning rate resumes from the last of them.
 
 import math
 
-import keras
 import numpy as np
 
+from kerasdist.callbacks import EpochStepCallback
 from kerasdist.errors import TrainingDivergedError
 
 ADVICE = (
@@ -70,7 +70,7 @@ def check_weights(model, epoch, step_in_epoch):
         )
 
 
-class DivergenceGuard(keras.callbacks.Callback):
+class DivergenceGuard(EpochStepCallback):
     """Stop ``fit`` at the first batch whose running loss is NaN or inf (before it is logged or saved).
 
     Keras' ``TerminateOnNaN`` only sets ``stop_training``, so the epoch's end
@@ -80,18 +80,7 @@ class DivergenceGuard(keras.callbacks.Callback):
         >>> model.fit(ds, callbacks=[DivergenceGuard(), saver])  # doctest: +SKIP
     """
 
-    def __init__(self):
-        super().__init__()
-        self.step_offset = 0  # batches of the first epoch done before this fit (mid-epoch resume)
-        self._epoch = 0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
-            check_losses([float(loss)], self._epoch, self.step_offset + batch + 1)
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.step_offset = 0
+            check_losses([float(loss)], self.epoch, self.step(batch))
