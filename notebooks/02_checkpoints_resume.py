@@ -438,40 +438,29 @@ assert resumed_from == STEPS_PER_EPOCH + (killed_at - STEPS_PER_EPOCH) // SAVE_E
 
 
 # %% [markdown]
-# The metrics log stores what Keras reports after each batch: the **mean** loss of the epoch so far
-# (of the current `fit()` call, after a resume). Plotted as it is, that running mean drops at every
-# epoch boundary, which reads like sudden learning but is only its reset. The loss of the batches
-# between two logged steps, after batches n and m of the mean, is (n × mean after n − m × mean after m)
-# / (n − m): per step when every step is logged, as here on the sample (full MNIST logs every few steps).
+# The metrics log stores two losses per logged step. `loss` is what Keras reports after each batch:
+# the **mean** loss of the epoch so far (of the current `fit()` call, after a resume). Plotted as it
+# is, that running mean drops at every epoch boundary, which reads like sudden learning but is only
+# its reset. `batch_loss` is the loss of that step's batch alone: kerasdist recovers it from two
+# consecutive means, since after k batches the mean is (sum of k losses) / k, so the k-th loss is
+# k × mean after k − (k − 1) × mean after k − 1. Plot that one.
 
 # %%
-# Undo the running mean: the mean loss of the batches since the previous logged step, per step here.
-def interval_loss(steps, resumed_from=0):
-    """Per-step loss from Keras' running epoch mean; the mean restarts at each epoch and at a resume."""
-    resumed_epoch = (steps["epoch"] == resumed_from // STEPS_PER_EPOCH) & (steps["global_step"] > resumed_from)
-    start = resumed_epoch * (resumed_from % STEPS_PER_EPOCH)  # batch the mean started after
-    count = steps["step"] - start
-    total = count * steps["loss"]
-    segment = [steps["epoch"], start]
-    return total.groupby(segment).diff().fillna(total) / count.groupby(segment).diff().fillna(count)
-
-
+# Each step's own batch loss, in the killed run's log and in the final log.
 steps = pd.DataFrame(record["steps"])
-steps["step_loss"] = interval_loss(steps, resumed_from)
 killed = pd.DataFrame([r for r in killed_log if r["kind"] == "step"])
-killed["step_loss"] = interval_loss(killed)
 # The steps the kill lost were trained again from the checkpoint, on the same batches: compare their losses.
 again = killed.merge(steps, on="global_step", suffixes=("_killed", "_rerun"))
 again = again[again["global_step"] > resumed_from]
-print(f"{len(again)} lost steps trained again: max |loss difference| between the two runs "
-      f"{(again['step_loss_killed'] - again['step_loss_rerun']).abs().max():.1e}")
+print(f"{len(again)} lost steps trained again: max |batch loss difference| between the two runs "
+      f"{(again['batch_loss_killed'] - again['batch_loss_rerun']).abs().max():.1e}")
 
 # %%
 # Plot the per-step loss: the killed run, the steps it lost, and the resumed run, on one axis.
 figure, axis = plt.subplots(figsize=(9, 3.4))
-axis.plot(killed["global_step"], killed["step_loss"], color="tab:red", linewidth=4, alpha=0.35,
+axis.plot(killed["global_step"], killed["batch_loss"], color="tab:red", linewidth=4, alpha=0.35,
           label="killed run (its steps after the checkpoint are lost)")
-axis.plot(steps["global_step"], steps["step_loss"], color="tab:blue", linewidth=1,
+axis.plot(steps["global_step"], steps["batch_loss"], color="tab:blue", linewidth=1,
           label="final metrics log")
 axis.axvline(resumed_from, color="gray", linestyle="--", label=f"resumed after step {resumed_from}")
 axis.axvline(STEPS_PER_EPOCH, color="black", linewidth=0.5)
@@ -597,7 +586,8 @@ assert counter.batches[backup_epoch] == STEPS_PER_EPOCH and replayed == backup_b
 # - kerasdist resumes a mid-epoch checkpoint at the next batch with the same data order; Keras
 #   `BackupAndRestore` writes the batch of its backup but restores only the epoch, and replays the
 #   interrupted epoch from its first batch.
-# - Keras reports a running epoch mean as "loss"; recover the per-step loss before plotting steps.
+# - Keras reports a running epoch mean as "loss"; plot each step's own loss (kerasdist logs it as
+#   `batch_loss`).
 
 # %% [markdown]
 # ## Exercises

@@ -62,6 +62,9 @@
 import kerasdist
 
 # %% language="R"
+# # rpy2 hooks a warning onto reticulate's loading about a crash that reticulate fixed long before
+# # the versions keras3 needs (rstudio/reticulate#1188): drop the hook, keep the output clean.
+# setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")
 # # Attach keras3, tfdatasets and tensorflow; settings (checkpoint interval too); an empty folder for this lesson.
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
@@ -444,49 +447,36 @@ import kerasdist
 #             (killed_at - steps_per_epoch) %/% save_every_steps * save_every_steps)
 
 # %% [markdown]
-# The metrics log stores what Keras reports after each batch: the **mean** loss of the epoch so far
-# (of the current `fit()` call, after a resume). Plotted as it is, that running mean drops at every
-# epoch boundary, which reads like sudden learning but is only its reset. The loss of the batches
-# between two logged steps, after batches n and m of the mean, is (n × mean after n − m × mean after m)
-# / (n − m): per step when every step is logged, as here on the sample (full MNIST logs every few steps).
+# The metrics log stores two losses per logged step. `loss` is what Keras reports after each batch:
+# the **mean** loss of the epoch so far (of the current `fit()` call, after a resume). Plotted as it
+# is, that running mean drops at every epoch boundary, which reads like sudden learning but is only
+# its reset. `batch_loss` is the loss of that step's batch alone: kerasdist recovers it from two
+# consecutive means, since after k batches the mean is (sum of k losses) / k, so the k-th loss is
+# k × mean after k − (k − 1) × mean after k − 1. Plot that one.
 
 # %% language="R"
-# # Undo the running mean: the mean loss of the batches since the previous logged step, per step here.
-# interval_loss <- function(steps, resumed_from = 0) {
-#   resumed_epoch <- steps$epoch == resumed_from %/% steps_per_epoch & steps$global_step > resumed_from
-#   start <- ifelse(resumed_epoch, resumed_from %% steps_per_epoch, 0)  # batch the mean started after
-#   count <- steps$step - start
-#   total <- count * steps$loss
-#   segment <- paste(steps$epoch, start)
-#   previous <- function(x) ave(x, segment, FUN = function(v) c(0, head(v, -1)))
-#   (total - previous(total)) / (count - previous(count))
-# }
-# as_steps <- function(records) data.frame(
-#   epoch = vapply(records, function(r) r$epoch, numeric(1)),
-#   step = vapply(records, function(r) r$step, numeric(1)),
-#   global_step = vapply(records, function(r) r$global_step, numeric(1)),
-#   loss = vapply(records, function(r) r$loss, numeric(1)))
-# killed_steps <- as_steps(killed_records)
-# killed_steps$step_loss <- interval_loss(killed_steps)
-# final_steps <- data.frame(epoch = unlist(record$steps$epoch), step = unlist(record$steps$step),
-#                           global_step = unlist(record$steps$global_step), loss = unlist(record$steps$loss))
-# final_steps$step_loss <- interval_loss(final_steps, resumed_from)
+# # Each step's own batch loss, in the killed run's log and in the final log.
+# killed_steps <- data.frame(
+#   global_step = vapply(killed_records, function(r) r$global_step, numeric(1)),
+#   batch_loss = vapply(killed_records, function(r) r$batch_loss, numeric(1)))
+# final_steps <- data.frame(global_step = unlist(record$steps$global_step),
+#                           batch_loss = unlist(record$steps$batch_loss))
 # # The steps the kill lost were trained again from the checkpoint, on the same batches: compare their losses.
 # again <- merge(killed_steps, final_steps, by = "global_step", suffixes = c("_killed", "_rerun"))
 # again <- again[again$global_step > resumed_from, ]
-# cat(sprintf("%d lost steps trained again: max |loss difference| between the two runs %.1e\n",
-#             nrow(again), max(abs(again$step_loss_killed - again$step_loss_rerun))))
+# cat(sprintf("%d lost steps trained again: max |batch loss difference| between the two runs %.1e\n",
+#             nrow(again), max(abs(again$batch_loss_killed - again$batch_loss_rerun))))
 
 # %% magic_args="-w 9 -h 3.6 --units in -r 100" language="R"
 # # Plot the per-step loss: the killed run, the steps it lost, and the resumed run, on one axis.
 # par(mar = c(4, 4.5, 2.5, 1), las = 1, cex.main = 1)
-# plot(killed_steps$global_step, killed_steps$step_loss, type = "l", lwd = 6,
+# plot(killed_steps$global_step, killed_steps$batch_loss, type = "l", lwd = 6,
 #      col = adjustcolor("firebrick", alpha.f = 0.35),
 #      xlim = range(killed_steps$global_step, final_steps$global_step),
-#      ylim = range(killed_steps$step_loss, final_steps$step_loss), xlab = "global step",
+#      ylim = range(killed_steps$batch_loss, final_steps$batch_loss), xlab = "global step",
 #      ylab = "training loss of the step",
 #      main = "Per-step loss, one continuous log across a SIGKILL (thin line: end of epoch 1)")
-# lines(final_steps$global_step, final_steps$step_loss, col = "steelblue")
+# lines(final_steps$global_step, final_steps$batch_loss, col = "steelblue")
 # abline(v = resumed_from, col = "gray40", lty = 2)
 # abline(v = steps_per_epoch, lwd = 0.5)
 # legend("topright", bty = "n", lty = c(1, 1, 2), lwd = c(6, 1, 1),
@@ -613,7 +603,8 @@ import kerasdist
 # - kerasdist resumes a mid-epoch checkpoint at the next batch with the same data order;
 #   `callback_backup_and_restore()` writes the batch of its backup but restores only the epoch, and
 #   replays the interrupted epoch from its first batch.
-# - Keras reports a running epoch mean as "loss"; recover the per-step loss before plotting steps.
+# - Keras reports a running epoch mean as "loss"; plot each step's own loss (kerasdist logs it as
+#   `batch_loss`).
 
 # %% [markdown]
 # ## Exercises

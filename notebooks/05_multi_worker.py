@@ -419,22 +419,11 @@ for epoch in range(1, record["epochs"] + 1):
 
 # %%
 # Plot what the cluster learned: the chief's training loss per step, and validation accuracy per epoch.
-def loss_between_records(steps):
-    """The mean loss of the steps since the previous log record, from the log's running epoch means."""
-    losses, previous_epoch, previous_step, previous_mean = [], None, 0, 0.0
-    for epoch, step, mean in zip(steps["epoch"], steps["step"], steps["loss"]):
-        if epoch != previous_epoch:
-            previous_step, previous_mean = 0, 0.0
-        losses.append((step * mean - previous_step * previous_mean) / (step - previous_step))
-        previous_epoch, previous_step, previous_mean = epoch, step, mean
-    return losses
-
-
 epochs_elapsed = [epoch + step / steps_per_epoch
                   for epoch, step in zip(record["steps"]["epoch"], record["steps"]["step"])]
 figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(9, 3.2))
-loss_axis.plot(epochs_elapsed, loss_between_records(record["steps"]), linewidth=0.8)
-loss_axis.set(title="Training loss per step (between log records)", xlabel="epoch")
+loss_axis.plot(epochs_elapsed, record["steps"]["batch_loss"], linewidth=0.8)
+loss_axis.set(title="Training loss per step (each logged batch)", xlabel="epoch")
 validation_epochs = [epoch + 1 for epoch in record["history"]["epoch"]]
 accuracy_axis.plot(validation_epochs, record["history"]["val_sparse_categorical_accuracy"], "o-",
                    label="workers (end of each epoch)")
@@ -449,9 +438,10 @@ figure.suptitle(f"{NUM_WORKERS} workers, MultiWorkerMirroredStrategy, kerasdist'
 figure.tight_layout()
 
 # %% [markdown]
-# The step log holds each epoch's running mean (what Keras' progress bar shows); the left plot
-# recovers from it the mean loss of the steps since the previous record, which is the loss of
-# each single step when every step is logged (as on the sample), and a short average on full MNIST.
+# The step log holds two losses: `loss`, each epoch's running mean (what Keras' progress bar
+# shows), and `batch_loss`, the loss of the logged step's batch alone, which the loop records as
+# it trains. The left plot shows `batch_loss`: every step on the sample, every few steps on full
+# MNIST.
 
 # %%
 # What the evaluator evaluated, and the training history the chief logged.

@@ -67,6 +67,9 @@
 import kerasdist
 
 # %% language="R"
+# # rpy2 hooks a warning onto reticulate's loading about a crash that reticulate fixed long before
+# # the versions keras3 needs (rstudio/reticulate#1188): drop the hook, keep the output clean.
+# setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")
 # # Attach keras3, tfdatasets, tensorflow and reticulate; then settings, and a folder for the workers.
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
@@ -442,11 +445,7 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # %% magic_args="-w 9 -h 3.6 --units in -r 100" language="R"
 # # Plot what the cluster learned: the chief's training loss per step, and validation accuracy per epoch.
 # steps <- data.frame(epoch = unlist(record$steps$epoch), step = unlist(record$steps$step),
-#                     loss = unlist(record$steps$loss))
-# # The mean loss of the steps since the previous log record, from the log's running epoch means.
-# previous <- ifelse(c(FALSE, diff(steps$epoch) == 0), c(0, head(steps$step, -1)), 0)
-# previous_mean <- ifelse(previous > 0, c(0, head(steps$loss, -1)), 0)
-# steps$step_loss <- (steps$step * steps$loss - previous * previous_mean) / (steps$step - previous)
+#                     batch_loss = unlist(record$steps$batch_loss))
 # history <- data.frame(epoch = unlist(record$history$epoch) + 1L,
 #                       val_accuracy = unlist(record$history$val_sparse_categorical_accuracy))
 # evaluations <- data.frame(
@@ -454,8 +453,8 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #   val_accuracy = vapply(record$evaluator$evaluations, function(e) e$val_sparse_categorical_accuracy, 0)
 # )
 # par(mfrow = c(1, 2), mar = c(4, 4.5, 2.5, 1), oma = c(0, 0, 1.5, 0), las = 1, cex.main = 1)
-# plot(steps$epoch + steps$step / steps_per_epoch, steps$step_loss, type = "l", lwd = 0.8, col = "steelblue",
-#      xlab = "epoch", ylab = "loss", main = "Training loss per step")
+# plot(steps$epoch + steps$step / steps_per_epoch, steps$batch_loss, type = "l", lwd = 0.8, col = "steelblue",
+#      xlab = "epoch", ylab = "loss", main = "Training loss per step (each logged batch)")
 # plot(history$epoch, history$val_accuracy, type = "o", pch = 19, col = "steelblue", xaxt = "n",
 #      ylim = range(history$val_accuracy, evaluations$val_accuracy) + c(-0.01, 0.01), xlab = "epoch", ylab = "accuracy",
 #      main = "Validation accuracy")
@@ -466,9 +465,10 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # mtext(sprintf("%d workers, MultiWorkerMirroredStrategy, kerasdist's loop", num_workers), outer = TRUE)
 
 # %% [markdown]
-# The step log holds each epoch's running mean (what Keras' progress bar shows); the left plot
-# recovers from it the mean loss of the steps since the previous record, which is the loss of
-# each single step when every step is logged (as on the sample), and a short average on full MNIST.
+# The step log holds two losses: `loss`, each epoch's running mean (what Keras' progress bar
+# shows), and `batch_loss`, the loss of the logged step's batch alone, which the loop records as
+# it trains. The left plot shows `batch_loss`: every step on the sample, every few steps on full
+# MNIST.
 
 # %% language="R"
 # # What the evaluator evaluated, and the training history the chief logged.

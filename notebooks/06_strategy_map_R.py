@@ -73,6 +73,9 @@
 import kerasdist
 
 # %% language="R"
+# # rpy2 hooks a warning onto reticulate's loading about a crash that reticulate fixed long before
+# # the versions keras3 needs (rstudio/reticulate#1188): drop the hook, keep the output clean.
+# setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")
 # # Attach keras3 (models), tfdatasets (input pipelines), tensorflow (tf$distribute) and reticulate, then settings.
 # library(keras3)
 # library(tfdatasets, exclude = "shape")

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -128,6 +129,33 @@ def test_outputs_name_no_machine_paths(notebook):
     places = {str(REPO), tempfile.gettempdir().rstrip("/") + "/", os.path.expanduser("~").rstrip("/") + "/"}
     leaks = sorted(p for p in places if len(p) > 2 and p in text)
     assert not leaks, f"{notebook.name} outputs name machine paths {leaks}; print relative paths instead"
+
+
+# What R prints under a lesson's first %%R cell when rpy2 starts it, not what the lesson does: rpy2's
+# warning about reticulate versions older than 1.25, and R's warning about empty library folders.
+R_START_UP_WARNINGS = re.compile(r"only fixed recently|contains? no packages")
+
+
+@pytest.mark.parametrize("notebook", all_notebooks(), ids=ids(all_notebooks()))
+def test_outputs_show_no_r_start_up_warnings(notebook):
+    found = R_START_UP_WARNINGS.findall(json.dumps(outputs(load(notebook))))
+    assert not found, f"{notebook.name} outputs show R start-up warnings {found}; run it again"
+
+
+def test_r_started_in_the_notebooks_folder_does_not_warn_about_empty_libraries(tmp_path):
+    # %load_ext rpy2.ipython lists the installed packages, as importr() does; notebooks/.Rprofile
+    # drops empty library folders first. Elsewhere, R warns about the empty one given here.
+    empty_library = tmp_path / "empty-library"
+    empty_library.mkdir()
+    probe = ("from rpy2.robjects.packages import importr; import rpy2.robjects as r\n"
+             "importr('utils'); r.r('invisible(NULL)')  # R prints pending warnings after a call")
+    environment = dict(os.environ, R_LIBS=str(empty_library))
+    environment.pop("R_PROFILE_USER", None)
+    for folder, warns in ((tmp_path, True), (NOTEBOOKS, False)):
+        completed = subprocess.run([sys.executable, "-c", probe], cwd=folder, env=environment,
+                                   capture_output=True, text=True, timeout=120)
+        assert completed.returncode == 0, completed.stderr
+        assert bool(R_START_UP_WARNINGS.search(completed.stdout + completed.stderr)) == warns, folder
 
 
 EXECUTED_LESSONS = python_lessons() + keras3_twins()
