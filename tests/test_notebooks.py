@@ -145,6 +145,9 @@ def test_outputs_show_no_r_start_up_warnings(notebook):
 def test_r_started_in_the_notebooks_folder_does_not_warn_about_empty_libraries(tmp_path):
     # %load_ext rpy2.ipython lists the installed packages, as importr() does; notebooks/.Rprofile
     # drops empty library folders first. Elsewhere, R warns about the empty one given here.
+    pytest.importorskip("rpy2", reason="rpy2 (the r extra) starts R inside Python")
+    if shutil.which("R") is None:
+        pytest.skip("R is not installed")
     empty_library = tmp_path / "empty-library"
     empty_library.mkdir()
     probe = ("from rpy2.robjects.packages import importr; import rpy2.robjects as r\n"
