@@ -403,7 +403,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         check_options(args)
-        if args.command in NEEDS_TENSORFLOW:
+        if args.command not in WITHOUT_TENSORFLOW:
             _import_tensorflow_quietly()  # after the checks: a mistake is reported without waiting for it
         record = COMMANDS[args.command](args)
     except KerasdistError as error:
@@ -421,8 +421,9 @@ def main(argv=None):
     return 0
 
 
-# launch only starts workers and slurm-script only prints: neither loads TensorFlow (seconds, noise).
-NEEDS_TENSORFLOW = {"devices", "train", "compare", "worker", "doctor"}
+# launch only starts workers and slurm-script only prints: neither loads TensorFlow (seconds, noise);
+# every other command loads it quietly.
+WITHOUT_TENSORFLOW = {"launch", "slurm-script"}
 COMMANDS = {
     "devices": run_devices, "train": run_train, "compare": run_compare,
     "worker": run_worker, "launch": run_launch, "slurm-script": run_slurm_script, "doctor": run_doctor,
