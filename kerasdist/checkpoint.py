@@ -15,7 +15,8 @@ from kerasdist.errors import KerasdistError
 
 CHECKPOINT_NAME = "ckpt"
 RUN_CONFIG_FILE = "run_config.json"
-_NUMBER = re.compile(rf"{CHECKPOINT_NAME}-(\d+)\.index$")
+# A checkpoint's files: PREFIX.index and PREFIX.data-00000-of-00001 (either counts: one alone is damaged).
+_NUMBER = re.compile(rf"{CHECKPOINT_NAME}-(\d+)\.(index|data-\d+-of-\d+)$")
 INDEX_FILE = "checkpoint"  # tf.train.CheckpointManager's list of checkpoints
 # Settings that must not change between a run and its resumption: they fix the data order.
 RESUME_KEYS = ("seed", "global_batch_size", "data")
@@ -133,7 +134,7 @@ class CheckpointStore:
             return
         except Exception as error:  # binary garbage: UnicodeDecodeError; bad text: ValueError, ParseError
             reason = _first_line(error)
-        prefixes = list(reversed(self.candidates()))
+        prefixes = [prefix for prefix in reversed(self.candidates()) if os.path.isfile(prefix + ".index")]
         try:
             files.atomic_write_text(index, _index_text(prefixes))
         except OSError as error:
@@ -142,13 +143,13 @@ class CheckpointStore:
         files.recovered(f"rebuilt {index} from {len(prefixes)} checkpoint file(s): it was damaged ({reason})")
 
     def candidates(self):
-        """Checkpoint prefixes in this directory, newest (highest step) first."""
-        found = []
-        for index_file in glob.glob(os.path.join(self.directory, f"{CHECKPOINT_NAME}-*.index")):
-            match = _NUMBER.search(os.path.basename(index_file))
+        """Checkpoint prefixes in this directory, newest (highest step) first, complete or not."""
+        numbers = set()
+        for path in glob.glob(os.path.join(self.directory, f"{CHECKPOINT_NAME}-*")):
+            match = _NUMBER.search(os.path.basename(path))
             if match:
-                found.append((int(match.group(1)), index_file[: -len(".index")]))
-        return [prefix for _, prefix in sorted(found, reverse=True)]
+                numbers.add(int(match.group(1)))
+        return [os.path.join(self.directory, f"{CHECKPOINT_NAME}-{number}") for number in sorted(numbers, reverse=True)]
 
     def restore(self):
         """Restore the newest checkpoint that loads; return its ``RunPosition``.
@@ -224,8 +225,7 @@ class CheckpointStore:
             path = self.manager.save(checkpoint_number=global_step)
         except (tf.errors.OpError, OSError) as error:
             self._remove_partial(global_step)
-            # TensorFlow's message ends with the system's reason: "...tempstate123; No space left on device".
-            raise files.storage_error(self.directory, _first_line(error).rpartition("; ")[2], last_good) from None
+            raise files.storage_error(self.directory, _system_reason(error), last_good) from None
         if not os.path.lexists(self.config_path):
             files.atomic_write_text(self.config_path, json.dumps(self.run_config, indent=1))
         return path
@@ -270,6 +270,13 @@ def _identity_text(run_config):
     return json.dumps({key: run_config.get(key) for key in IDENTITY_KEYS}, sort_keys=True)
 
 
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0][:200] if text else type(error).__name__
+def _first_line(error, limit=200):
+    """The first line of an error's message, without TensorFlow's ``{{function_node ...}}`` prefix."""
+    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", str(error).strip())
+    return text.splitlines()[0][:limit] if text else type(error).__name__
+
+
+def _system_reason(error):
+    """What the system said of a failed write: "...tempstate123; No space left on device [Op:SaveV2]" -> its end."""
+    text = re.sub(r"\s*\[Op:\w+\]$", "", _first_line(error, limit=None))
+    return text.rpartition("; ")[2][:200]

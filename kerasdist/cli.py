@@ -309,7 +309,7 @@ def run_worker(args):
     from kerasdist import launcher, roles
 
     if os.environ.get(launcher.ORPHAN_GRACE_VARIABLE):  # started by `kerasdist launch`: end with it
-        interrupt.stop_when_parent_dies(sys.stdin.buffer, float(os.environ[launcher.ORPHAN_GRACE_VARIABLE]))
+        interrupt.stop_when_parent_dies(sys.stdin.fileno(), float(os.environ[launcher.ORPHAN_GRACE_VARIABLE]))
 
     if uses_slurm(args):
         task = slurm.slurm_task(args.slurm_port_base)

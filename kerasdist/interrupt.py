@@ -65,10 +65,10 @@ def stop_on_signals():
         _requested.clear()
 
 
-def stop_when_parent_dies(stream, grace_s):
-    """Stop training as SIGTERM would once ``stream`` ends, and end the process ``grace_s`` later at most.
+def stop_when_parent_dies(descriptor, grace_s):
+    """Stop training as SIGTERM would once file ``descriptor`` ends, and end the process ``grace_s`` later at most.
 
-    A parent that starts this process with a pipe as ``stream`` (its stdin)
+    A parent that starts this process with a pipe as ``descriptor`` (its stdin)
     and never writes to it closes that pipe whenever it ends, SIGKILL
     included, so the child cannot outlive it. On that end of stream the
     child's output goes to /dev/null (the parent no longer reads it), training
@@ -76,14 +76,16 @@ def stop_when_parent_dies(stream, grace_s):
     later (stuck before training started) exits with status 143.
 
     Args:
-        stream: a binary stream whose other end the parent holds (e.g. ``sys.stdin.buffer``).
+        descriptor: a file descriptor whose other end the parent holds (e.g. 0, stdin). It is read
+            with ``os.read``, never through a Python file object, whose lock would block the
+            interpreter's exit.
         grace_s: the longest the process may run on after the parent is gone.
 
     Example:
-        >>> stop_when_parent_dies(sys.stdin.buffer, grace_s=120)  # doctest: +SKIP
+        >>> stop_when_parent_dies(sys.stdin.fileno(), grace_s=120)  # doctest: +SKIP
     """
     def watch():
-        while stream.read(4096):
+        while os.read(descriptor, 4096):
             pass  # the parent never writes: this returns at end of stream only
         silent = os.open(os.devnull, os.O_WRONLY)
         os.dup2(silent, 1)

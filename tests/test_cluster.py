@@ -321,3 +321,37 @@ def test_a_worker_whose_peer_never_starts_ends_within_the_peer_timeout_naming_it
     )
     print(f"missing peer: worker ended after {seconds:.1f} s (peer timeout 15 s, start-up included)")
     assert seconds < 15 + 60  # start-up (importing TensorFlow) on a busy machine takes the rest
+
+
+@pytest.mark.slow
+def test_workers_end_when_launch_is_killed_and_a_rerun_resumes(tmp_path):
+    arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", tmp_path)
+    watcher = _LaunchWatcher(*arguments, "--epochs", 50)
+    pids = [watcher.pid_of(f"worker {index}") for index in range(2)]
+    watcher.wait_for("[worker 0] Epoch 2/50")
+    watcher.process.kill()  # SIGKILL: the launcher cannot pass anything on
+    killed_at = time.monotonic()
+    watcher.finish()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not any(_running(pid) for pid in pids), "workers outlived the killed launcher by 60 s"
+    print(f"workers ended {time.monotonic() - killed_at:.1f} s after the launcher was killed")
+    # They stopped cleanly: the last step they logged is the one they saved (no work lost to a crash).
+    with open(tmp_path / "metrics.jsonl") as stream:
+        last_logged = max(json.loads(line)["global_step"] for line in stream)
+    assert f"ckpt-{last_logged}.index" in os.listdir(tmp_path)
+    rerun = run_cli(*arguments, "--epochs", 3)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    record = last_json_line(rerun.stdout)
+    assert record["resumed_from_step"] > 52 and record["history"]["epoch"] == [0, 1, 2]
+    assert len(set(_digests(record).values())) == 1
+
+
+def _running(pid):
+    """Whether process ``pid`` exists and is not a zombie (an ended process nobody has reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stream:
+            return stream.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,5 +1,11 @@
 """Tests for kerasdist/data.py: sources, splits, and a data order fixed by (seed, epoch)."""
 
+import os
+import socket
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 
@@ -31,10 +37,30 @@ def test_sample_digits_are_mlxtends_arrays_read_once_and_read_only():
         images[0, 0] = 1.0
 
 
-def test_auto_falls_back_to_the_offline_sample(monkeypatch):
-    monkeypatch.setenv("KERAS_HOME", "/nonexistent-keras-home")  # no cached mnist.npz
-    loaded = data.load_mnist("auto", verbose=False)
-    assert loaded.source in ("keras", "sample")
+def test_auto_without_mnist_or_network_says_so_in_one_line_and_uses_the_sample(tmp_path):
+    # Keras reads KERAS_HOME when it is imported: an empty one needs a fresh process. The download
+    # goes to a port where nothing listens, so the test means the same on- and offline.
+    script = ("from kerasdist import data; data.MNIST_ORIGIN = 'http://127.0.0.1:1/mnist.npz'; "
+              "print(data.load_mnist('auto').source)")
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                               env=dict(os.environ, KERAS_HOME=str(tmp_path)))
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0] == ("No network: using the offline sample (MNIST is not in the Keras cache and "
+                        "http://127.0.0.1:1/mnist.npz cannot be downloaded (Connection refused); use "
+                        "data='sample' (offline) or the path of a local mnist.npz)")
+    assert lines[1:] == [data.load_mnist("sample", verbose=False).summary(), "sample"]
+    assert "Downloading data from" not in completed.stdout + completed.stderr
+
+
+def test_a_download_from_a_server_that_never_answers_ends_within_its_bound(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as server:  # accepts connections, never answers
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/mnist.npz"
+        started = time.monotonic()
+        with pytest.raises(KerasdistError, match=f"{url} cannot be downloaded \\(timed out\\)"):
+            data.download(url, tmp_path / "datasets" / "mnist.npz", timeout_s=1)
+    assert time.monotonic() - started < 10
+    assert os.listdir(tmp_path / "datasets") == []  # nothing half-written left behind
 
 
 def test_npz_with_keras_keys_is_loaded_and_split(tmp_path, sample_data):

@@ -112,3 +112,39 @@ def test_a_second_run_on_a_checkpoint_directory_in_use_fails_at_once_naming_the_
     # The lock died with its SIGKILLed holder: the directory is free again and a rerun resumes.
     assert sorted(os.listdir(tmp_path)) == files
     assert run_cli(*TRAIN, "--epochs", 1, "--checkpoint-dir", tmp_path).returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 5 MB tmpfs (root only): room for one checkpoint of the MLP (3.2 MB with Adam's state), not two."""
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(mount_point)], capture_output=True,
+        timeout=30).returncode == 0
+    if not mounted:
+        pytest.skip("needs root to mount a small tmpfs (the full-disk test)")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30)
+
+
+def test_a_full_disk_stops_with_exit_4_and_a_rerun_after_freeing_space_matches(small_disk, uninterrupted):
+    checkpoints = small_disk / "checkpoints"
+    full = run_cli(*TRAIN, "--checkpoint-dir", checkpoints)
+    assert full.returncode == 4, full.stderr[-2000:]
+    last_line = full.stderr.strip().splitlines()[-1]
+    assert last_line == (
+        f"kerasdist: error: cannot write {checkpoints} (No space left on device); the last good checkpoint is "
+        f"{checkpoints}/ckpt-52. Free space for {checkpoints} (or make it writable) and rerun the same "
+        "command to resume")
+    assert "Traceback" not in full.stderr
+    assert sorted(name for name in os.listdir(checkpoints) if name.startswith("ckpt")) == [
+        "ckpt-52.data-00000-of-00001", "ckpt-52.index"]  # the failed save left nothing behind
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True, timeout=30)
+    resumed = run_cli(*TRAIN, "--checkpoint-dir", checkpoints)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    record = last_json_line(resumed.stdout)
+    assert (record["initial_epoch"], record["history"]["epoch"]) == (1, [0, 1, 2])
+    assert record["history"]["loss"] == pytest.approx(uninterrupted["history"]["loss"], abs=1e-6)
+    _assert_same_weights(record, uninterrupted)
