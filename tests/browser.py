@@ -79,7 +79,7 @@ class Page:
             os.close(end)
         try:
             target = self._call("Target.createTarget", url="about:blank")["targetId"]
-            self._session = self._call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+            self._tab = self._call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         except BaseException:
             self.__exit__()
             raise
@@ -127,7 +127,7 @@ class Page:
         self._next_id += 1
         message = {"id": self._next_id, "method": method, "params": params}
         if method not in ("Target.createTarget", "Target.attachToTarget"):
-            message["sessionId"] = self._session
+            message["sessionId"] = self._tab
         os.write(self._to_browser, json.dumps(message).encode() + b"\0")
         deadline = time.monotonic() + self.timeout_s
         while True:
