@@ -5,6 +5,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -63,6 +64,7 @@ class Page:
     """
 
     def __init__(self, timeout_s=60):
+        path = chromium()
         self.timeout_s, self._next_id, self._buffer = timeout_s, 0, b""
         self._profile = tempfile.TemporaryDirectory()
         commands, self._to_browser = os.pipe()
@@ -71,9 +73,9 @@ class Page:
         # shell (bash: sh takes single digits only) moves ours there from above 9, out of their way.
         ends = [fcntl.fcntl(end, fcntl.F_DUPFD, 10) for end in (commands, replies)]
         self._process = subprocess.Popen(
-            ["bash", "-c", f'exec "$0" "$@" 3<&{ends[0]} 4>&{ends[1]}', chromium(), *FLAGS,
+            ["bash", "-c", f'exec "$0" "$@" 3<&{ends[0]} 4>&{ends[1]}', path, *FLAGS,
              f"--user-data-dir={self._profile.name}", "--remote-debugging-pipe", "about:blank"],
-            pass_fds=ends, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=ends, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         for end in (commands, replies, *ends):
             os.close(end)
@@ -88,7 +90,7 @@ class Page:
         return self
 
     def __exit__(self, *exc_info):
-        self._process.kill()
+        os.killpg(self._process.pid, signal.SIGKILL)  # the browser and the processes it started
         self._process.wait(timeout=30)
         os.close(self._to_browser)
         os.close(self._from_browser)

@@ -122,6 +122,15 @@ def test_the_link_check_finds_a_broken_link(tmp_path):
     assert broken_links(tmp_path) == ["a.html: #gone (no such anchor)", "a.html: c.png (no such file)"]
 
 
+def test_the_exit_status_page_lists_every_status_the_cli_uses():
+    source = (ROOT / "kerasdist" / "cli.py").read_text()
+    statuses = {int(status) for status in re.findall(r"^EXIT_\w+ = (\d+)", source, re.MULTILINE)}
+    statuses |= {int(status) for status in re.findall(r"(\d+): \"SIG\w+\"", source)}  # stopped by a signal
+    page = (ROOT / "docs" / "reference" / "exit-statuses.md").read_text()
+    rows = {int(status) for status in re.findall(r"^\| (\d+) \|", page, re.MULTILINE)}
+    assert {1, 2, 3, 130, 143} <= statuses <= rows
+
+
 def test_every_lesson_links_to_its_twin_under_its_title(site):
     twins = sorted((ROOT / "notebooks").glob("0[1-9]_*_R.ipynb"))
     assert len(twins) >= 6
