@@ -8,4 +8,6 @@
 # warning fails the build. Offline: the theme ships its assets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m sphinx -W --keep-going -q -b html -c docs . "${1:-build/site}"
+out=${1:-build/site}
+.venv/bin/python -m sphinx -W --keep-going -q -b html -c docs . "$out"
+echo "The course website is in $out: open $out/index.html"
