@@ -1,4 +1,4 @@
-"""Sphinx extension of the course website: each lesson links to its twin; README links land on the site; R is R.
+"""Sphinx extension of the course website: lessons link to their twins and to the landing page; R code is R.
 
 A Python lesson ``notebooks/NN_topic`` and its R twin ``notebooks/NN_topic_R`` each get a
 line under their title that leads to the other. The lessons link to the README's course map

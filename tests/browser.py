@@ -50,8 +50,9 @@ def chromium():
 def screenshot(url, path, budget_ms=30_000, timeout_s=180):
     """Save a WINDOW-sized PNG of ``url`` once the page settled (at most ``budget_ms`` of page time)."""
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}",
-                        f"--screenshot={path}", url], capture_output=True, timeout=timeout_s, check=True)
+        command = [chromium(), *FLAGS, f"--user-data-dir={profile}", f"--screenshot={path}",
+                   f"--virtual-time-budget={budget_ms}", url]
+        subprocess.run(command, capture_output=True, timeout=timeout_s, check=True)
 
 
 class Page:
@@ -110,7 +111,7 @@ class Page:
         deadline = time.monotonic() + self.timeout_s
         while not self._send("Runtime.evaluate", expression=expression, returnByValue=True).get(
                 "result", {}).get("result", {}).get("value"):
-            assert time.monotonic() < deadline, f"the page never made this true in {self.timeout_s} s: {expression}"
+            assert time.monotonic() < deadline, f"never true within {self.timeout_s} s: {expression}"
             time.sleep(0.2)
 
     def evaluate(self, expression):

@@ -21,7 +21,7 @@ def _installed_build():
 
 
 def _dry_run(tmp_path, nvidia_smi=None, *arguments, **environment):
-    """Run ``setup.sh --dry-run [ARGUMENTS]`` with only the system's tools on PATH, plus a stand-in nvidia-smi."""
+    """Run ``setup.sh --dry-run ARGUMENTS`` with only the system's tools on PATH and a stand-in nvidia-smi."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     if nvidia_smi is not None:
@@ -30,8 +30,8 @@ def _dry_run(tmp_path, nvidia_smi=None, *arguments, **environment):
         stand_in.chmod(0o755)
     env = {key: value for key, value in os.environ.items() if key != "KERASDIST_TF"}
     env.update(PATH=f"{bin_dir}:/usr/bin:/bin", **environment)
-    return subprocess.run(["bash", "scripts/setup.sh", "--dry-run", *arguments], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(["bash", "scripts/setup.sh", "--dry-run", *arguments], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(

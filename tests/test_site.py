@@ -46,7 +46,8 @@ def broken_links(site):
     """Every link inside ``site`` (a built HTML folder) to a file that is missing or an anchor it lacks."""
     broken = []
     # _static holds the theme's assets, among them template fragments (.html) that are no pages.
-    for page in sorted(path for path in site.rglob("*.html") if "_static" not in path.relative_to(site).parts):
+    pages = [path for path in site.rglob("*.html") if "_static" not in path.relative_to(site).parts]
+    for page in sorted(pages):
         page_url = page.relative_to(site).as_posix()
         for link in _page(page).links:
             target = urlsplit(urljoin(page_url, link))
@@ -57,7 +58,8 @@ def broken_links(site):
                 path = path / "index.html"
             if not path.is_file():
                 broken.append(f"{page_url}: {link} (no such file)")
-            elif target.fragment and path.suffix == ".html" and unquote(target.fragment) not in _page(path).anchors:
+            elif (target.fragment and path.suffix == ".html"
+                  and unquote(target.fragment) not in _page(path).anchors):
                 broken.append(f"{page_url}: {link} (no such anchor)")
     return broken
 
@@ -140,6 +142,17 @@ def test_every_lesson_links_to_its_twin_under_its_title(site):
             text = (site / "notebooks" / f"{page}.html").read_text(encoding="utf-8")
             line = re.search(r'<div class="twin-link[^"]*">\s*<p>[^<]*<a [^>]*href="([^"]+)"', text)
             assert line and line.group(1) == f"{target}.html", f"{page} has no line that links to {target}"
+
+
+def test_previous_and_next_links_follow_the_course_in_each_language(site):
+    lessons = sorted(path.stem for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    for in_r in (False, True):
+        track = [name for name in lessons if name.endswith("_R") == in_r]
+        for before, after in zip(track, track[1:]):
+            forward = (site / "notebooks" / f"{before}.html").read_text(encoding="utf-8")
+            back = (site / "notebooks" / f"{after}.html").read_text(encoding="utf-8")
+            assert re.search(rf'<a class="right-next"\s+href="{after}.html"', forward), before
+            assert re.search(rf'<a class="left-prev"\s+href="{before}.html"', back), after
 
 
 def test_a_browser_shows_the_landing_page_a_lesson_and_its_twin(site, tmp_path):
