@@ -5,20 +5,22 @@ import glob
 import json
 import os
 import re
-import tempfile
-import warnings
+import shutil
 
 import tensorflow as tf
 
-from kerasdist import locking
+from kerasdist import files, locking
 from kerasdist.divergence import check_weights
 from kerasdist.errors import KerasdistError
 
 CHECKPOINT_NAME = "ckpt"
 RUN_CONFIG_FILE = "run_config.json"
 _NUMBER = re.compile(rf"{CHECKPOINT_NAME}-(\d+)\.index$")
+INDEX_FILE = "checkpoint"  # tf.train.CheckpointManager's list of checkpoints
 # Settings that must not change between a run and its resumption: they fix the data order.
 RESUME_KEYS = ("seed", "global_batch_size", "data")
+# What identifies a run: saved in run_config.json and inside every checkpoint.
+IDENTITY_KEYS = (*RESUME_KEYS, "model")
 
 
 @dataclasses.dataclass
@@ -39,39 +41,6 @@ class RunPosition:
     path: str = None
 
 
-def atomic_write_text(path, text):
-    """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-
-
-def ensure_writable_directory(directory):
-    """Create ``directory`` if needed and check that files can be written in it.
-
-    Raises:
-        KerasdistError: naming the directory, if it cannot be created or written.
-    """
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-test-"):
-            pass
-    except OSError as error:
-        raise KerasdistError(
-            f"checkpoint directory {directory} is not writable ({error.strerror}); "
-            "choose another --checkpoint-dir"
-        ) from None
-
-
 class CheckpointStore:
     """Saves and restores model weights, optimizer state and run position.
 
@@ -83,11 +52,18 @@ class CheckpointStore:
     corrupted) is skipped with a warning and the previous one is used.
     Checkpoints hold tensors only, so loading one never runs code.
 
+    Every checkpoint also holds the run's identity (the ``IDENTITY_KEYS`` of
+    ``run_config``): a checkpoint of another run is refused even when
+    ``run_config.json`` is gone, and a missing ``run_config.json`` is written
+    again from it. A damaged index file is rebuilt from the checkpoint files.
+    A write the storage refuses (full, read-only, I/O error) raises
+    ``StateWriteError`` and leaves the earlier checkpoints as they were.
+
     Args:
         directory: where checkpoints, ``run_config.json`` and the metrics log live.
         model: a compiled model whose optimizer is built.
-        run_config: a JSON-able dict; the ``RESUME_KEYS`` and ``model`` entries
-            must match those of earlier runs in ``directory``.
+        run_config: a JSON-able dict; the ``IDENTITY_KEYS`` entries must match
+            those of earlier runs in ``directory``.
         max_to_keep: how many checkpoints to keep.
         exclusive: hold the directory's lock (``kerasdist.locking``) while the
             store exists, so that no other process writes there; a reader such
@@ -95,7 +71,7 @@ class CheckpointStore:
 
     Raises:
         KerasdistError: if another process holds the directory, it is not
-            writable, or its run config differs.
+            writable, its run config differs or is damaged.
 
     Example:
         >>> store = CheckpointStore("ckpt", model, {"seed": 0})  # doctest: +SKIP
@@ -105,45 +81,65 @@ class CheckpointStore:
     def __init__(self, directory, model, run_config, max_to_keep=3, exclusive=True):
         self.directory = os.fspath(directory)
         self.model = model
-        ensure_writable_directory(self.directory)
+        files.ensure_writable_directory(self.directory)
         self.lock = locking.hold(self.directory) if exclusive else None
         self.run_config = run_config
-        self._check_run_config()
+        self.config_path = os.path.join(self.directory, RUN_CONFIG_FILE)
+        self._check_identity(files.read_json_object(
+            self.config_path, fix="delete it (kerasdist writes it again from the checkpoint) "
+                                  "or use a new --checkpoint-dir"), RUN_CONFIG_FILE)
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_in_epoch")
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        self.checkpoint = tf.train.Checkpoint(
-            model=model,
-            optimizer=model.optimizer,
-            epoch=self.epoch,
-            step_in_epoch=self.step_in_epoch,
-            global_step=self.global_step,
-        )
+        self.identity = tf.Variable(_identity_text(run_config), dtype=tf.string, trainable=False,
+                                    name="identity")
+        state = {"model": model, "optimizer": model.optimizer, "epoch": self.epoch,
+                 "step_in_epoch": self.step_in_epoch, "global_step": self.global_step}
+        self.checkpoint = tf.train.Checkpoint(**state)  # restores checkpoints written before the identity
+        if exclusive:  # a reader (the evaluator) never writes in the directory
+            self._rebuild_damaged_index()
         self.manager = tf.train.CheckpointManager(
-            self.checkpoint, self.directory, max_to_keep=max_to_keep, checkpoint_name=CHECKPOINT_NAME
+            tf.train.Checkpoint(**state, identity=self.identity), self.directory, max_to_keep=max_to_keep,
+            checkpoint_name=CHECKPOINT_NAME,
         )
 
-    def _check_run_config(self):
-        path = os.path.join(self.directory, RUN_CONFIG_FILE)
-        if not os.path.exists(path):
+    def _check_identity(self, stored, source):
+        """Refuse to go on if ``stored`` (a run config) belongs to another run than this one."""
+        if stored is None:
             return
-        try:
-            with open(path) as stream:
-                stored = json.load(stream)
-        except (OSError, json.JSONDecodeError) as error:
-            raise KerasdistError(f"{path} is unreadable ({error}); use a new --checkpoint-dir") from None
         if stored.get("model") != self.run_config.get("model"):
             raise KerasdistError(
-                f"{self.directory} holds checkpoints of a different model; "
+                f"{self.directory} holds checkpoints of a different model{_recorded_in(source)}; "
                 "use a new --checkpoint-dir for this model"
             )
         for key in RESUME_KEYS:
             if stored.get(key) != self.run_config.get(key):
                 raise KerasdistError(
-                    f"{self.directory} was written with {key}={json.dumps(stored.get(key))} but this run "
-                    f"has {key}={json.dumps(self.run_config.get(key))}; resume with the same value "
-                    "or use a new --checkpoint-dir"
+                    f"{self.directory} was written with {key}={json.dumps(stored.get(key))} but this run has "
+                    f"{key}={json.dumps(self.run_config.get(key))}{_recorded_in(source)}; "
+                    "resume with the same value or use a new --checkpoint-dir"
                 )
+
+    def _rebuild_damaged_index(self):
+        """Write TensorFlow's index file again from the checkpoint files when it cannot be read."""
+        index = os.path.join(self.directory, INDEX_FILE)
+        if not os.path.lexists(index):
+            return
+        if not os.path.isfile(index):
+            raise KerasdistError(f"{index} is not a file; remove it (kerasdist writes it again) "
+                                 "or use a new --checkpoint-dir")
+        try:
+            tf.train.get_checkpoint_state(self.directory)
+            return
+        except Exception as error:  # binary garbage: UnicodeDecodeError; bad text: ValueError, ParseError
+            reason = _first_line(error)
+        prefixes = list(reversed(self.candidates()))
+        try:
+            files.atomic_write_text(index, _index_text(prefixes))
+        except OSError as error:
+            raise KerasdistError(f"{index} is damaged ({reason}) and cannot be written again "
+                                 f"({error.strerror}); use a new --checkpoint-dir") from None
+        files.recovered(f"rebuilt {index} from {len(prefixes)} checkpoint file(s): it was damaged ({reason})")
 
     def candidates(self):
         """Checkpoint prefixes in this directory, newest (highest step) first."""
@@ -157,28 +153,37 @@ class CheckpointStore:
     def restore(self):
         """Restore the newest checkpoint that loads; return its ``RunPosition``.
 
+        Rewrites a missing ``run_config.json`` from the checkpoint's identity.
+
         Returns:
             The position to resume from; ``RunPosition()`` (epoch 0) if the
             directory holds no checkpoint.
 
         Raises:
             KerasdistError: if checkpoints exist but none can be loaded, or they
-                belong to a different model.
+                belong to a different model or run.
         """
         failures = []
         for prefix in self.candidates():
             try:
-                self.checkpoint.restore(prefix).assert_existing_objects_matched()
+                stored = self._stored_identity(prefix)
+                self._check_identity(stored, os.path.basename(prefix))
+                self.checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
+            except KerasdistError:
+                raise
             except Exception as error:  # truncated files raise IndexError, corrupt ones OpError, ...
-                reason = str(error).strip().splitlines()[0][:200]
+                reason = _first_line(error)
                 if "shape" in str(error).lower():
                     raise KerasdistError(
                         f"{prefix} was written by a different model ({reason}); "
                         "use a new --checkpoint-dir for this model"
                     ) from None
                 failures.append(prefix)
-                warnings.warn(f"skipping checkpoint {prefix}: it cannot be loaded ({reason})", stacklevel=2)
+                files.recovered(f"skipping checkpoint {prefix}: it cannot be loaded ({reason})")
                 continue
+            if stored is not None and not os.path.lexists(self.config_path):
+                files.atomic_write_text(self.config_path, json.dumps(self.run_config, indent=1))
+                files.recovered(f"{self.config_path} was missing: written again from {prefix}")
             return RunPosition(
                 int(self.epoch.numpy()), int(self.step_in_epoch.numpy()), int(self.global_step.numpy()), prefix
             )
@@ -189,18 +194,82 @@ class CheckpointStore:
             )
         return RunPosition()
 
+    @staticmethod
+    def _stored_identity(prefix):
+        """The run identity saved in checkpoint ``prefix``; None for checkpoints written before identities."""
+        names = {name for name, _ in tf.train.list_variables(prefix)}
+        key = "identity/.ATTRIBUTES/VARIABLE_VALUE"
+        if key not in names:
+            return None
+        text = tf.train.load_variable(prefix, key)
+        identity = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+        if not isinstance(identity, dict):
+            raise TypeError(f"its run identity is a JSON {type(identity).__name__}")
+        return identity
+
     def save(self, epoch, step_in_epoch, global_step):
         """Write a checkpoint numbered by ``global_step``; return its path.
 
         Raises:
             TrainingDivergedError: if a weight is NaN or inf (nothing is written).
+            StateWriteError: if the storage refuses the write; the files of
+                the failed checkpoint are removed, earlier ones are untouched.
         """
         check_weights(self.model, epoch, step_in_epoch)
         self.epoch.assign(epoch)
         self.step_in_epoch.assign(step_in_epoch)
         self.global_step.assign(global_step)
-        path = self.manager.save(checkpoint_number=global_step)
-        config_path = os.path.join(self.directory, RUN_CONFIG_FILE)
-        if not os.path.exists(config_path):
-            atomic_write_text(config_path, json.dumps(self.run_config, indent=1))
+        last_good = self.manager.latest_checkpoint
+        try:
+            path = self.manager.save(checkpoint_number=global_step)
+        except (tf.errors.OpError, OSError) as error:
+            self._remove_partial(global_step)
+            # TensorFlow's message ends with the system's reason: "...tempstate123; No space left on device".
+            raise files.storage_error(self.directory, _first_line(error).rpartition("; ")[2], last_good) from None
+        if not os.path.lexists(self.config_path):
+            files.atomic_write_text(self.config_path, json.dumps(self.run_config, indent=1))
         return path
+
+    def _remove_partial(self, global_step):
+        """Delete what a failed save of checkpoint ``global_step`` left; a complete one of that number stays.
+
+        TensorFlow writes a checkpoint into ``PREFIX_temp`` and moves it into
+        place once whole, so an earlier complete save of the same number is intact.
+        """
+        prefix = os.path.join(self.directory, f"{CHECKPOINT_NAME}-{global_step}")
+        leftovers = glob.glob(glob.escape(prefix) + "_temp*")
+        if prefix not in self.manager.checkpoints:
+            leftovers += glob.glob(glob.escape(prefix) + ".*")
+        for leftover in leftovers:
+            if os.path.isdir(leftover):
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                os.remove(leftover)
+
+
+def _index_text(prefixes):
+    """TensorFlow's ``checkpoint`` index (a text proto) listing ``prefixes``, oldest first, newest as latest.
+
+    Each checkpoint keeps its file time as its timestamp, so the manager goes on rotating them.
+    """
+    if not prefixes:
+        return ""
+    times = [os.path.getmtime(prefix + ".index") for prefix in prefixes]
+    lines = [f'model_checkpoint_path: "{os.path.basename(prefixes[-1])}"']
+    lines += [f'all_model_checkpoint_paths: "{os.path.basename(prefix)}"' for prefix in prefixes]
+    lines += [f"all_model_checkpoint_timestamps: {time!r}" for time in times]
+    lines.append(f"last_preserved_timestamp: {min(times) - 1!r}")
+    return "\n".join(lines) + "\n"
+
+
+def _recorded_in(source):
+    return "" if source == RUN_CONFIG_FILE else f" (as {os.path.basename(source)} records)"
+
+
+def _identity_text(run_config):
+    return json.dumps({key: run_config.get(key) for key in IDENTITY_KEYS}, sort_keys=True)
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__

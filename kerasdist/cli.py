@@ -7,13 +7,15 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
-from kerasdist import _import_tensorflow_quietly, cluster, data, interrupt, peers, slurm, validation
-from kerasdist.errors import KerasdistError, TrainingDivergedError
+from kerasdist import _import_tensorflow_quietly, cluster, data, files, interrupt, peers, slurm, validation
+from kerasdist.errors import KerasdistError, StateWriteError, TrainingDivergedError
 
 EXIT_USER_ERROR = 2
 EXIT_WORKER_FAILED = 1
 EXIT_DIVERGED = 3
+EXIT_WRITE_FAILED = 4
 EXIT_STOPPED_BY_SIGNAL = {130: "SIGINT", 143: "SIGTERM"}  # 128 + the signal's number, as shells report it
 
 
@@ -304,8 +306,10 @@ def uses_slurm(args):
 
 
 def run_worker(args):
-    from kerasdist import roles
-    from kerasdist.checkpoint import atomic_write_text
+    from kerasdist import launcher, roles
+
+    if os.environ.get(launcher.ORPHAN_GRACE_VARIABLE):  # started by `kerasdist launch`: end with it
+        interrupt.stop_when_parent_dies(sys.stdin.buffer, float(os.environ[launcher.ORPHAN_GRACE_VARIABLE]))
 
     if uses_slurm(args):
         task = slurm.slurm_task(args.slurm_port_base)
@@ -329,7 +333,7 @@ def run_worker(args):
         print(f"kerasdist: error: {error}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_WORKER_FAILED) from None
     if args.record_file:
-        atomic_write_text(args.record_file, json.dumps(record))
+        files.atomic_write_text(args.record_file, json.dumps(record))
     return record
 
 
@@ -397,10 +401,19 @@ def run_doctor(args):
     return report
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None, _show=warnings.showwarning):
+    """Print kerasdist's recovery notes as one ``kerasdist:`` line; other warnings as Python does."""
+    if issubclass(category, files.RecoveryWarning):
+        print(f"kerasdist: {message}", file=sys.stderr, flush=True)
+    else:
+        _show(message, category, filename, lineno, file, line)
+
+
 def main(argv=None):
     """Run the command line; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    warnings.showwarning = _show_warning
     try:
         check_options(args)
         if args.command not in WITHOUT_TENSORFLOW:
@@ -408,7 +421,9 @@ def main(argv=None):
         record = COMMANDS[args.command](args)
     except KerasdistError as error:
         print(f"kerasdist: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return EXIT_DIVERGED if isinstance(error, TrainingDivergedError) else EXIT_USER_ERROR
+        if isinstance(error, TrainingDivergedError):
+            return EXIT_DIVERGED
+        return EXIT_WRITE_FAILED if isinstance(error, StateWriteError) else EXIT_USER_ERROR
     except interrupt.TrainingInterrupted as stop:
         print(f"kerasdist: {stop}", file=sys.stderr, flush=True)
         return stop.exit_status

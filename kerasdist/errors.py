@@ -23,3 +23,12 @@ class TrainingDivergedError(KerasdistError):
     the checkpoints already written are good, so a rerun with a smaller
     learning rate resumes from the last of them.
     """
+
+
+class StateWriteError(KerasdistError):
+    """A checkpoint or metrics write failed: the disk is full, the file too large, read-only or failing.
+
+    The command line prints its message on one line and exits with status 4.
+    Training stops before anything older is touched, so after freeing space
+    the same command resumes from the last good checkpoint the message names.
+    """

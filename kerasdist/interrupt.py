@@ -8,8 +8,10 @@ while stopping interrupts at once.
 """
 
 import contextlib
+import os
 import signal
 import threading
+import time
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _requested = []  # the signals received while stop_on_signals is active
@@ -61,6 +63,37 @@ def stop_on_signals():
         for number, handler in previous.items():
             signal.signal(number, handler)
         _requested.clear()
+
+
+def stop_when_parent_dies(stream, grace_s):
+    """Stop training as SIGTERM would once ``stream`` ends, and end the process ``grace_s`` later at most.
+
+    A parent that starts this process with a pipe as ``stream`` (its stdin)
+    and never writes to it closes that pipe whenever it ends, SIGKILL
+    included, so the child cannot outlive it. On that end of stream the
+    child's output goes to /dev/null (the parent no longer reads it), training
+    stops at the next step and saves, and a process still running ``grace_s``
+    later (stuck before training started) exits with status 143.
+
+    Args:
+        stream: a binary stream whose other end the parent holds (e.g. ``sys.stdin.buffer``).
+        grace_s: the longest the process may run on after the parent is gone.
+
+    Example:
+        >>> stop_when_parent_dies(sys.stdin.buffer, grace_s=120)  # doctest: +SKIP
+    """
+    def watch():
+        while stream.read(4096):
+            pass  # the parent never writes: this returns at end of stream only
+        silent = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(silent, 1)
+        os.dup2(silent, 2)
+        if not _requested:
+            _requested.append(signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def requested_signal():

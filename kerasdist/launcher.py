@@ -13,6 +13,9 @@ import time
 
 from kerasdist.cluster import local_cluster, tf_config
 
+# Set for each task: how long it may run on after the launcher is gone (see interrupt.stop_when_parent_dies).
+ORPHAN_GRACE_VARIABLE = "KERASDIST_ORPHAN_GRACE_S"
+
 
 def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_grace_s=60,
            evaluator_grace_s=120, stop_grace_s=120):
@@ -20,6 +23,8 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
 
     Each task runs ``python -m kerasdist worker`` with its own ``TF_CONFIG``
     on 127.0.0.1; every output line is printed with a ``[worker i]`` prefix.
+    The tasks end when the launcher does, however it ends: killed, the
+    launcher leaves none running (they stop at the next step and save).
     SIGINT and SIGTERM are passed on to every task once, as SIGINT (the
     workers stop at the same step and save); a second one stops the tasks at
     once. A task found stopped (SIGSTOP) after another failed is killed rather
@@ -61,9 +66,11 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
             command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments,
                        "--record-file", record_file]
             environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),
-                               PYTHONUNBUFFERED="1")
-            # A session of its own: a Ctrl-C reaches the task once, passed on by the launcher.
-            process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
+                               PYTHONUNBUFFERED="1", **{ORPHAN_GRACE_VARIABLE: str(stop_grace_s)})
+            # A session of its own: a Ctrl-C reaches the task once, passed on by the launcher. Its stdin is a
+            # pipe the launcher never writes to: when the launcher dies, even by SIGKILL, the task sees the
+            # pipe end and stops (interrupt.stop_when_parent_dies).
+            process = subprocess.Popen(command, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
                                        start_new_session=True)
             processes[name] = process
@@ -79,6 +86,8 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
         _stop(list(processes.values()))
         raise
     finally:
+        for process in processes.values():
+            process.stdin.close()
         for number, previous in previous_handlers.items():
             signal.signal(number, previous)
         for thread in threads:

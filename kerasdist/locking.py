@@ -67,6 +67,11 @@ def hold(directory, what="checkpoint directory", option="--checkpoint-dir"):
     try:
         os.makedirs(directory, exist_ok=True)
         descriptor = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    except IsADirectoryError:
+        raise KerasdistError(
+            f"{os.path.join(directory, LOCK_FILE)} is a directory, not kerasdist's lock file; remove it "
+            f"or choose another {option}"
+        ) from None
     except OSError as error:
         raise KerasdistError(
             f"{what} {directory} is not writable ({error.strerror}); choose another {option}"
@@ -82,8 +87,11 @@ def hold(directory, what="checkpoint directory", option="--checkpoint-dir"):
             f"{what} {directory} is in use by another kerasdist run (pid {holder}); "
             f"wait for it to end or stop it, or choose another {option}"
         ) from None
-    os.ftruncate(descriptor, 0)
-    os.write(descriptor, f"{os.getpid()}\n".encode())
+    try:
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+    except OSError:
+        pass  # a full disk: the lock holds all the same; only the pid in error messages is lost
     lock = _HELD[key] = DirectoryLock(directory, descriptor)
     return lock
 

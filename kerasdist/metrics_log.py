@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 
-from kerasdist.checkpoint import atomic_write_text
+from kerasdist import files
+from kerasdist.errors import KerasdistError
 
 METRICS_LOG_FILE = "metrics.jsonl"
 
@@ -17,6 +19,9 @@ class MetricsLog:
     and ``batch_loss`` the loss of that step's batch alone. On resume the log is cut
     back to the restored checkpoint's step, so records of work that was lost
     in a crash are dropped and then written again when that work is redone.
+    Lines that are not records (cut short by a crash, damaged) are dropped
+    too, with one line saying so, and the damaged file is kept beside it as
+    ``metrics.jsonl.damaged``.
 
     Args:
         directory: where ``metrics.jsonl`` lives; None keeps records in memory only.
@@ -33,26 +38,42 @@ class MetricsLog:
         self.records = []
 
     def resume(self, upto_global_step):
-        """Load the file, keep records up to ``upto_global_step``, rewrite it atomically."""
-        self.records = []
-        if self.path and os.path.exists(self.path):
-            with open(self.path) as stream:
-                for line in stream:
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut short by a crash
-                    if record.get("global_step", 0) <= upto_global_step:
-                        self.records.append(record)
+        """Load the file, keep the records up to ``upto_global_step``, rewrite it atomically.
+
+        Raises:
+            KerasdistError: if the log is a directory or cannot be read.
+            StateWriteError: if the storage refuses the rewrite.
+        """
+        self.records, damaged = [], 0
+        if self.path and os.path.lexists(self.path):
+            try:
+                with open(self.path, "rb") as stream:
+                    lines = stream.read().splitlines()
+            except OSError as error:
+                raise KerasdistError(f"{self.path} cannot be read ({error.strerror}); move it away to start "
+                                     "the metrics log again, or use a new --checkpoint-dir") from None
+            for line in lines:
+                record = _parse_record(line)
+                if record is None:
+                    damaged += line.strip() != b""
+                elif record["global_step"] <= upto_global_step:
+                    self.records.append(record)
+            if damaged:
+                _keep_copy(self.path, self.path + ".damaged")
+                files.recovered(f"{self.path}: dropped {damaged} damaged line(s), kept {len(self.records)} "
+                                f"record(s) (the damaged file is kept as {self.path}.damaged)")
         if self.path:
-            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
+            files.atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
 
     def append(self, record):
-        """Add one record (and append it to the file at once)."""
+        """Add one record (and append it to the file at once).
+
+        Raises:
+            StateWriteError: if the storage refuses the write.
+        """
         self.records.append(record)
         if self.path:
-            with open(self.path, "a") as stream:
-                stream.write(json.dumps(record) + "\n")
+            files.append_text(self.path, json.dumps(record) + "\n")
 
     def history(self):
         """Per-epoch metrics as ``{name: [value per epoch]}``, like ``keras.callbacks.History``."""
@@ -61,6 +82,27 @@ class MetricsLog:
     def steps(self):
         """Per-step metrics as ``{name: [value per logged step]}``."""
         return _columns([r for r in self.records if r["kind"] == "step"], exclude=("kind",))
+
+
+def _keep_copy(path, copy):
+    try:
+        shutil.copyfile(path, copy)
+    except OSError as error:
+        files.raise_if_storage_full(error, copy)
+        raise KerasdistError(f"{path} is damaged and a copy cannot be kept as {copy} ({error.strerror}); "
+                             f"move {path} away, or use a new --checkpoint-dir") from None
+
+
+def _parse_record(line):
+    """One log line as a record, or None if it is not one (bad UTF-8 or JSON, wrong shape)."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    valid = (isinstance(record, dict) and record.get("kind") in ("step", "epoch")
+             and all(type(record.get(key)) is int for key in ("epoch", "global_step"))
+             and all(value is None or type(value) in (int, float) for key, value in record.items() if key != "kind"))
+    return record if valid else None
 
 
 def _columns(records, exclude=()):

@@ -76,11 +76,14 @@ def save_answers(answers):
 def cached_answers():
     """Cached answers for the installed TensorFlow/Keras, or None (none cached, or other versions)."""
     try:
-        with open(cache_path()) as stream:
+        with open(cache_path(), encoding="utf-8") as stream:
             cached = json.load(stream)
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # missing, a directory, not UTF-8 or not JSON: probe again
         return None
-    return cached.get("answers") if cached.get("versions") == versions() else None
+    answers = cached.get("answers") if isinstance(cached, dict) else None
+    well_formed = isinstance(answers, dict) and all(
+        isinstance(answer, dict) and isinstance(answer.get("bug_present"), bool) for answer in answers.values())
+    return answers if well_formed and cached.get("versions") == versions() else None
 
 
 def engine_for(strategy_name, answers=None):

@@ -84,11 +84,12 @@ def _records(metrics_log):
 
 
 def checkpoint_tensors(checkpoint_prefix):
-    """Every variable stored in a checkpoint (weights, optimizer state, run position), by name.
+    """Every number stored in a checkpoint (weights, optimizer state, run position), by name.
 
-    ``save_counter`` is left out: it counts saves, which differ when a run was interrupted.
+    ``save_counter`` is left out: it counts saves, which differ when a run was interrupted;
+    so is the run's identity (a string, the same for every checkpoint of a run).
     """
     reader = tf.train.load_checkpoint(checkpoint_prefix)
     names = [n for n in reader.get_variable_to_shape_map()
-             if n.endswith(".ATTRIBUTES/VARIABLE_VALUE") and not n.startswith("save_counter")]
+             if n.endswith(".ATTRIBUTES/VARIABLE_VALUE") and not n.startswith(("save_counter", "identity"))]
     return {name: np.asarray(reader.get_tensor(name)) for name in names}
