@@ -83,9 +83,10 @@ def site(tmp_path_factory):
 def serve(folder):
     """Serve ``folder`` on a free loopback port for at most SERVER_LIFETIME_S; yield its base URL."""
     handler = functools.partial(_QuietHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", browser.free_port()), handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)  # port 0: a free one
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     guard = threading.Timer(SERVER_LIFETIME_S, server.shutdown)
+    guard.daemon = True
     thread.start()
     guard.start()
     try:
