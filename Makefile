@@ -1,8 +1,9 @@
 # The two commands of the README: `make demo` (the main job) and `make test` (all tests),
-# and `make lab` (the lessons in JupyterLab). Each sets everything up first (scripts/setup.sh
-# is idempotent; it picks the GPU build of TensorFlow when nvidia-smi finds a GPU).
+# `make lab` (the lessons in JupyterLab) and `make site` (the course website in build/site,
+# built from the executed lessons). Each sets everything up first (scripts/setup.sh is
+# idempotent; it picks the GPU build of TensorFlow when nvidia-smi finds a GPU).
 
-.PHONY: setup demo test lab
+.PHONY: setup demo test lab site
 
 setup:
 	bash scripts/setup.sh
@@ -18,3 +19,7 @@ test:
 lab:
 	bash scripts/setup.sh lab
 	bash scripts/lab.sh $(LAB_ARGS)
+
+site:
+	bash scripts/setup.sh site
+	bash scripts/site.sh

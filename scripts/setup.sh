@@ -4,7 +4,8 @@
 #
 #   bash scripts/setup.sh              TensorFlow + the test and R extras (make setup, make demo)
 #   bash scripts/setup.sh lab          + the notebooks extra (JupyterLab; make lab)
-#   bash scripts/setup.sh test         + the notebooks extra and, as root, Debian's chromium and Slurm (make test)
+#   bash scripts/setup.sh site         + the docs extra (Sphinx, MyST-NB, the book theme; make site)
+#   bash scripts/setup.sh test         + the notebooks and docs extras and, as root, Debian's chromium and Slurm (make test)
 #   bash scripts/setup.sh --dry-run    print which TensorFlow build would be installed; change nothing
 #
 # TensorFlow build: the GPU build (tensorflow[and-cuda], the `gpu` extra) when an NVIDIA driver
@@ -23,8 +24,8 @@ dry_run=""
 for arg in "$@"; do
     case "$arg" in
         --dry-run) dry_run=1 ;;
-        demo|lab|test) purpose=$arg ;;
-        *) echo "kerasdist: error: unknown set-up argument. Received: $arg; use lab, test or --dry-run" >&2; exit 2 ;;
+        demo|lab|site|test) purpose=$arg ;;
+        *) echo "kerasdist: error: unknown set-up argument. Received: $arg; use lab, site, test or --dry-run" >&2; exit 2 ;;
     esac
 done
 
@@ -63,7 +64,11 @@ PY
 
 choose_tensorflow
 extras="$TF_BUILD test r"
-[ "$purpose" = demo ] || extras="$extras notebooks"
+case "$purpose" in
+    lab) extras="$extras notebooks" ;;
+    site) extras="$extras docs" ;;
+    test) extras="$extras notebooks docs" ;;
+esac
 if [ -n "$dry_run" ]; then
     echo "TensorFlow build: $TF_BUILD ($TF_REASON)"
     echo "would install: .[$(echo "$extras" | tr ' ' ,)]"

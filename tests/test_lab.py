@@ -4,9 +4,7 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -15,29 +13,16 @@ from pathlib import Path
 
 import pytest
 
+import browser
+
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_NAME, KERNEL_DISPLAY_NAME = "kerasdist", "Python (kerasdist)"
 LESSON = "01_quickstart.ipynb"
-WINDOW = (1280, 800)
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _get_json(url, timeout=30):
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return json.load(response)
-
-
-def _png_size(path):
-    """(width, height) from a PNG's header, or None if the file is not a PNG."""
-    header = Path(path).read_bytes()[:24]
-    if header[:8] != b"\x89PNG\r\n\x1a\n":
-        return None
-    return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
 
 
 def _lines(stream):
@@ -57,7 +42,7 @@ def lab_server(tmp_path):
     """`make lab` on a free loopback port; yields (base URL, token, output so far); stopped afterwards."""
     if not (ROOT / ".venv" / "bin" / "jupyter-lab").exists():
         pytest.skip("JupyterLab is not in .venv (bash scripts/setup.sh test installs the notebooks extra)")
-    port = _free_port()
+    port = browser.free_port()
     environment = {key: value for key, value in os.environ.items() if key != "JUPYTER_TOKEN"}
     environment.update(JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), KERASDIST_KERNEL="env")
     server = subprocess.Popen(
@@ -125,18 +110,9 @@ def test_make_lab_serves_the_lessons_and_a_browser_opens_one(lab_server, tmp_pat
     assert spec["display_name"] == KERNEL_DISPLAY_NAME
     assert Path(spec["argv"][0]).parent.samefile(ROOT / ".venv" / "bin")
 
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("Debian's chromium is not installed (bash scripts/setup.sh test installs it as root)")
     screenshot = tmp_path / "lesson.png"
-    subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         "--hide-scrollbars", f"--window-size={WINDOW[0]},{WINDOW[1]}", "--virtual-time-budget=30000",
-         f"--screenshot={screenshot}",
-         f"{base}/lab/tree/{LESSON}?token={token}"],
-        capture_output=True, timeout=180, check=True,
-    )
-    assert _png_size(screenshot) == WINDOW
+    browser.screenshot(f"{base}/lab/tree/{LESSON}?token={token}", screenshot)
+    assert browser.png_size(screenshot) == browser.WINDOW
     assert screenshot.stat().st_size > 20_000  # a rendered page, not a blank one (a blank PNG is ~5 kB)
     # Opening the lesson started a kernel for it: the kernel the lesson asks for.
     sessions = _get_json(f"{base}/api/sessions?token={token}")

@@ -20,8 +20,8 @@ def _installed_build():
         return "gpu"
 
 
-def _dry_run(tmp_path, nvidia_smi=None, **environment):
-    """Run ``setup.sh --dry-run`` with only the system's tools on PATH, plus a stand-in nvidia-smi."""
+def _dry_run(tmp_path, nvidia_smi=None, *arguments, **environment):
+    """Run ``setup.sh --dry-run ARGUMENTS`` with only the system's tools on PATH and a stand-in nvidia-smi."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     if nvidia_smi is not None:
@@ -30,8 +30,8 @@ def _dry_run(tmp_path, nvidia_smi=None, **environment):
         stand_in.chmod(0o755)
     env = {key: value for key, value in os.environ.items() if key != "KERASDIST_TF"}
     env.update(PATH=f"{bin_dir}:/usr/bin:/bin", **environment)
-    return subprocess.run(["bash", "scripts/setup.sh", "--dry-run"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(["bash", "scripts/setup.sh", "--dry-run", *arguments], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +58,14 @@ def test_setup_picks_the_tensorflow_build(tmp_path, nvidia_smi, environment, bui
         assert lines[2].startswith("would first uninstall: ") and other in lines[2].split()
     else:
         assert len(lines) == 2
+
+
+@pytest.mark.parametrize("purpose, extras", [("demo", "test,r"), ("lab", "test,r,notebooks"),
+                                             ("site", "test,r,docs"), ("test", "test,r,notebooks,docs")])
+def test_each_purpose_installs_its_extras(tmp_path, purpose, extras):
+    done = _dry_run(tmp_path, None, purpose, KERASDIST_TF="cpu")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1] == f"would install: .[cpu,{extras}]"
 
 
 def test_setup_rejects_an_unknown_build(tmp_path):
