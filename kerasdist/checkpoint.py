@@ -122,25 +122,33 @@ class CheckpointStore:
                 )
 
     def _rebuild_damaged_index(self):
-        """Write TensorFlow's index file again from the checkpoint files when it cannot be read."""
+        """Write TensorFlow's index file again from the checkpoint files when it cannot be read or lists others."""
         index = os.path.join(self.directory, INDEX_FILE)
         if not os.path.lexists(index):
             return
         if not os.path.isfile(index):
             raise KerasdistError(f"{index} is not a file; remove it (kerasdist writes it again) "
                                  "or use a new --checkpoint-dir")
-        try:
-            tf.train.get_checkpoint_state(self.directory)
-            return
-        except Exception as error:  # binary garbage: UnicodeDecodeError; bad text: ValueError, ParseError
-            reason = _first_line(error)
         prefixes = [prefix for prefix in reversed(self.candidates()) if os.path.isfile(prefix + ".index")]
         try:
-            files.atomic_write_text(index, _index_text(prefixes))
+            state = tf.train.get_checkpoint_state(self.directory)
+        except Exception as error:  # binary garbage: UnicodeDecodeError; bad text: ValueError, ParseError
+            reason = _first_line(error)
+        else:
+            listed = sorted(os.path.basename(path) for path in (state.all_model_checkpoint_paths if state else []))
+            if listed == sorted(os.path.basename(prefix) for prefix in prefixes):
+                return
+            reason = f"it lists {', '.join(listed) or 'no checkpoint'}"
+        try:
+            if prefixes:
+                files.atomic_write_text(index, _index_text(prefixes))
+            else:  # an empty index is not a valid one: without it, TensorFlow starts a new list
+                os.remove(index)
         except OSError as error:
             raise KerasdistError(f"{index} is damaged ({reason}) and cannot be written again "
                                  f"({error.strerror}); use a new --checkpoint-dir") from None
-        files.recovered(f"rebuilt {index} from {len(prefixes)} checkpoint file(s): it was damaged ({reason})")
+        files.recovered(f"rebuilt {index} from the {len(prefixes)} complete checkpoint(s) here: it was damaged "
+                        f"({reason})")
 
     def candidates(self):
         """Checkpoint prefixes in this directory, newest (highest step) first, complete or not."""
@@ -252,8 +260,6 @@ def _index_text(prefixes):
 
     Each checkpoint keeps its file time as its timestamp, so the manager goes on rotating them.
     """
-    if not prefixes:
-        return ""
     times = [os.path.getmtime(prefix + ".index") for prefix in prefixes]
     lines = [f'model_checkpoint_path: "{os.path.basename(prefixes[-1])}"']
     lines += [f'all_model_checkpoint_paths: "{os.path.basename(prefix)}"' for prefix in prefixes]

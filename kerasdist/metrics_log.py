@@ -62,6 +62,9 @@ class MetricsLog:
                 _keep_copy(self.path, self.path + ".damaged")
                 files.recovered(f"{self.path}: dropped {damaged} damaged line(s), kept {len(self.records)} "
                                 f"record(s) (the damaged file is kept as {self.path}.damaged)")
+        if self.path and upto_global_step and not self.records:
+            files.recovered(f"{self.path} holds no record up to step {upto_global_step}: the history "
+                            "of the epochs trained before is lost; it goes on from here")
         if self.path:
             files.atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
 
