@@ -133,7 +133,7 @@ def test_any_damage_to_any_state_file_recovers_or_fails_in_one_line(finished_run
 
 
 def test_a_damaged_metrics_log_is_cut_to_its_good_records_and_kept_beside(finished_run, tmp_path):
-    source, reference = finished_run
+    source, _ = finished_run
     directory = tmp_path / "run"
     shutil.copytree(source, directory)
     log = directory / "metrics.jsonl"
@@ -141,8 +141,8 @@ def test_a_damaged_metrics_log_is_cut_to_its_good_records_and_kept_beside(finish
     log.write_bytes("\n".join(good[:3]).encode() + b"\n\xff\xfe{not json\n[1]\n")
     status, _, stderr = rerun(directory, epochs=1)
     assert status == 0
-    assert stderr.splitlines() == [f"kerasdist: {log}: dropped 2 damaged line(s), kept 3 record(s) "
-                                   f"(the damaged file is kept as {log}.damaged)"]
+    assert stderr.splitlines() == [(f"kerasdist: {log}: dropped 2 damaged line(s), kept 3 record(s) "
+                                    f"(the damaged file is kept as {log}.damaged)")]
     assert log.read_text().splitlines() == good[:3]
     assert (directory / "metrics.jsonl.damaged").read_bytes().endswith(b"[1]\n")
 
@@ -173,8 +173,8 @@ def test_checkpoints_of_another_run_are_refused_without_run_config(finished_run,
     status, _, stderr = rerun(directory)
     assert status == cli.EXIT_USER_ERROR
     assert stderr.splitlines() == [
-        f"kerasdist: error: {directory} was written with seed=7 but this run has seed=0 (as {CHECKPOINT} "
-        "records); resume with the same value or use a new --checkpoint-dir"]
+        (f"kerasdist: error: {directory} was written with seed=7 but this run has seed=0 (as {CHECKPOINT} "
+         "records); resume with the same value or use a new --checkpoint-dir")]
     assert digests(directory) == before and not (directory / RUN_CONFIG_FILE).exists()
 
 
