@@ -122,7 +122,7 @@ class CheckpointStore:
                 )
 
     def _rebuild_damaged_index(self):
-        """Write TensorFlow's index file again from the checkpoint files when it cannot be read or lists others."""
+        """Write TensorFlow's index file again from the checkpoint files if it is unreadable or lists others."""
         index = os.path.join(self.directory, INDEX_FILE)
         if not os.path.lexists(index):
             return
@@ -135,7 +135,8 @@ class CheckpointStore:
         except Exception as error:  # binary garbage: UnicodeDecodeError; bad text: ValueError, ParseError
             reason = _first_line(error)
         else:
-            listed = sorted(os.path.basename(path) for path in (state.all_model_checkpoint_paths if state else []))
+            paths = state.all_model_checkpoint_paths if state else []
+            listed = sorted(os.path.basename(path) for path in paths)
             if listed == sorted(os.path.basename(prefix) for prefix in prefixes):
                 return
             reason = f"it lists {', '.join(listed) or 'no checkpoint'}"
@@ -147,8 +148,8 @@ class CheckpointStore:
         except OSError as error:
             raise KerasdistError(f"{index} is damaged ({reason}) and cannot be written again "
                                  f"({error.strerror}); use a new --checkpoint-dir") from None
-        files.recovered(f"rebuilt {index} from the {len(prefixes)} complete checkpoint(s) here: it was damaged "
-                        f"({reason})")
+        files.recovered(f"rebuilt {index} from the {len(prefixes)} complete checkpoint(s) here: "
+                        f"it was damaged ({reason})")
 
     def candidates(self):
         """Checkpoint prefixes in this directory, newest (highest step) first, complete or not."""
@@ -157,7 +158,8 @@ class CheckpointStore:
             match = _NUMBER.search(os.path.basename(path))
             if match:
                 numbers.add(int(match.group(1)))
-        return [os.path.join(self.directory, f"{CHECKPOINT_NAME}-{number}") for number in sorted(numbers, reverse=True)]
+        return [os.path.join(self.directory, f"{CHECKPOINT_NAME}-{number}")
+                for number in sorted(numbers, reverse=True)]
 
     def restore(self):
         """Restore the newest checkpoint that loads; return its ``RunPosition``.
@@ -283,6 +285,6 @@ def _first_line(error, limit=200):
 
 
 def _system_reason(error):
-    """What the system said of a failed write: "...tempstate123; No space left on device [Op:SaveV2]" -> its end."""
+    """What the system said of a failed write ("...; No space left on device [Op:SaveV2]" -> the reason)."""
     text = re.sub(r"\s*\[Op:\w+\]$", "", _first_line(error, limit=None))
     return text.rpartition("; ")[2][:200]

@@ -127,7 +127,7 @@ def _from_keras(seed):
 
 
 def keras_cache_file():
-    """Where ``keras.datasets.mnist.load_data()`` keeps ``mnist.npz`` (under ``$KERAS_HOME``, else ``~/.keras``)."""
+    """Where ``keras.datasets.mnist.load_data()`` keeps ``mnist.npz`` (``$KERAS_HOME``, else ``~/.keras``)."""
     from keras.src.backend.config import keras_home  # read by Keras at import, as Keras itself does
 
     return os.path.join(os.path.expanduser(keras_home()), "datasets", "mnist.npz")

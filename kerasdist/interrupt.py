@@ -66,7 +66,7 @@ def stop_on_signals():
 
 
 def stop_when_parent_dies(descriptor, grace_s):
-    """Stop training as SIGTERM would once file ``descriptor`` ends, and end the process ``grace_s`` later at most.
+    """Stop training as SIGTERM would once ``descriptor`` ends; end the process ``grace_s`` later at most.
 
     A parent that starts this process with a pipe as ``descriptor`` (its stdin)
     and never writes to it closes that pipe whenever it ends, SIGKILL

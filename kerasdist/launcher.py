@@ -70,9 +70,9 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
             # A session of its own: a Ctrl-C reaches the task once, passed on by the launcher. Its stdin is a
             # pipe the launcher never writes to: when the launcher dies, even by SIGKILL, the task sees the
             # pipe end and stops (interrupt.stop_when_parent_dies).
-            process = subprocess.Popen(command, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
-                                       start_new_session=True)
+            process = subprocess.Popen(command, env=environment, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       errors="replace", bufsize=1, start_new_session=True)
             processes[name] = process
             record_files[name] = record_file
             thread = threading.Thread(target=_stream, args=(process.stdout, f"[{name}] ", print_lock),

@@ -104,7 +104,8 @@ def _parse_record(line):
         return None
     valid = (isinstance(record, dict) and record.get("kind") in ("step", "epoch")
              and all(type(record.get(key)) is int for key in ("epoch", "global_step"))
-             and all(value is None or type(value) in (int, float) for key, value in record.items() if key != "kind"))
+             and all(value is None or type(value) in (int, float)
+                     for key, value in record.items() if key != "kind"))
     return record if valid else None
 
 

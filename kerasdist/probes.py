@@ -82,7 +82,8 @@ def cached_answers():
         return None
     answers = cached.get("answers") if isinstance(cached, dict) else None
     well_formed = isinstance(answers, dict) and all(
-        isinstance(answer, dict) and isinstance(answer.get("bug_present"), bool) for answer in answers.values())
+        isinstance(answer, dict) and isinstance(answer.get("bug_present"), bool)
+        for answer in answers.values())
     return answers if well_formed and cached.get("versions") == versions() else None
 
 
