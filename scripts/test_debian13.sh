@@ -89,8 +89,14 @@ done
 rm -rf "${ROOT:?}$PROJECT"
 git clone -q "$PWD" "$ROOT$PROJECT"
 echo "Debian 13 root: $(chroot "$ROOT" python3 --version), commit $(git rev-parse --short HEAD)"
-
-in_root "make demo" | tee "$ROOT/tmp/kerasdist-demo.log"
-in_root ".venv/bin/python -m pytest -q tests/test_cli.py tests/test_r_package.py::test_testthat_suite_passes_with_rscript"
+# The README's set-up and demo: show set-up's choices and the accuracies, or the end of a failure.
+if ! in_root "make demo" > "$ROOT/tmp/kerasdist-demo.log" 2>&1; then
+    tail -30 "$ROOT/tmp/kerasdist-demo.log"
+    echo "kerasdist: error: make demo failed in the Debian 13 root (log: $ROOT/tmp/kerasdist-demo.log)" >&2
+    exit 1
+fi
+grep -E '^(Dependencies|TensorFlow build|Data|fixed_)' "$ROOT/tmp/kerasdist-demo.log"
+in_root ".venv/bin/python -m pytest -q tests/test_cli.py"
+in_root ".venv/bin/python -m pytest -q -s tests/test_r_package.py::test_testthat_suite_passes_with_rscript"
 in_root ".venv/bin/python -m pytest -q --nbval-lax --nbval-current-env notebooks/00_*.ipynb notebooks/01_quickstart.ipynb"
 echo "Debian 13 platform test passed in $(( $(date +%s) - started )) s"
