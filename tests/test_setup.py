@@ -72,12 +72,12 @@ def test_each_purpose_installs_its_extras(tmp_path, purpose, extras):
 @pytest.mark.parametrize(
     "python, r_and_reticulate, line",
     [
-        ("3.11", "4.2.2 1.28", "Dependencies: numpy<2 ml-dtypes<0.6 mlxtend<0.24 rpy2==3.5.* "
-                               "(Python 3.11, R 4.2.2, reticulate 1.28: reticulate < 1.38 rejects NumPy 2)"),
+        ("3.11", "4.2.2 1.28", ("Dependencies: numpy<2 ml-dtypes<0.6 mlxtend<0.24 rpy2==3.5.* "
+                                "(Python 3.11, R 4.2.2, reticulate 1.28: reticulate < 1.38 rejects NumPy 2)")),
         ("3.13", "4.5.0 1.41", "Dependencies: rpy2>=3.6,<3.7 (Python 3.13, R 4.5.0, reticulate 1.41)"),
         ("3.12", "4.4.1 1.46", "Dependencies: rpy2==3.5.* (Python 3.12, R 4.4.1, reticulate 1.46)"),
-        ("3.13", "4.2.2 1.28", "Dependencies: rpy2==3.5.* (Python 3.13, R 4.2.2, reticulate 1.28: no NumPy 1 "
-                               "wheels for Python 3.13; R needs reticulate >= 1.38 for NumPy 2)"),
+        ("3.13", "4.2.2 1.28", ("Dependencies: rpy2==3.5.* (Python 3.13, R 4.2.2, reticulate 1.28: no NumPy 1 "
+                                "wheels for Python 3.13; R needs reticulate >= 1.38 for NumPy 2)")),
     ],
 )
 def test_setup_pins_by_python_r_and_reticulate(tmp_path, python, r_and_reticulate, line):
