@@ -14,7 +14,7 @@
 # so a rerun with nothing changed installs nothing.
 #
 # Versions for this machine (one line, "Dependencies: ..."), as pip constraints in .venv/constraints.txt:
-# NumPy 1 (numpy<2, ml-dtypes<0.6, mlxtend<0.24) only where Debian's reticulate is older than 1.38
+# NumPy 1 (numpy<2, ml-dtypes<0.6, mlxtend<0.24) only where R's reticulate is older than 1.38
 # (it rejects NumPy 2) and Python has NumPy 1.26 wheels (3.12 or older); rpy2 3.5 for R < 4.5, 3.6
 # for R >= 4.5. rpy2 builds from source: as root, set-up installs the Python headers it needs.
 set -euo pipefail
