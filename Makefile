@@ -3,7 +3,7 @@
 # built from the executed lessons). Each sets everything up first (scripts/setup.sh is
 # idempotent; it picks the GPU build of TensorFlow when nvidia-smi finds a GPU).
 
-.PHONY: setup demo test lab site
+.PHONY: setup demo test test-debian13 lab site
 
 setup:
 	bash scripts/setup.sh
@@ -14,6 +14,11 @@ demo: setup
 test:
 	bash scripts/setup.sh test
 	bash scripts/test.sh
+
+# The second platform: set-up, the demo, the R package, the CLI tests and lessons 00-01 in a
+# Debian 13 root (root only; it skips elsewhere and fails in CI).
+test-debian13:
+	bash scripts/test_debian13.sh
 
 # Extra JupyterLab options: make lab LAB_ARGS="--port 8890 --no-browser"
 lab:

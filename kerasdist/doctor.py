@@ -171,7 +171,7 @@ def _python_checks():
     import tensorflow as tf
 
     python = platform.python_version()
-    supported = (3, 10) <= sys.version_info[:2] <= (3, 12)
+    supported = (3, 10) <= sys.version_info[:2] <= (3, 13)
     installed = probes.versions()
     both = "tensorflow" in installed and "tensorflow-cpu" in installed
     build = "GPU build" if tf.test.is_built_with_cuda() else "CPU build"
@@ -181,8 +181,8 @@ def _python_checks():
         tensorflow_found = f"{tf.__version__}: tensorflow AND tensorflow-cpu installed"
     numpy_major = int(numpy.__version__.split(".")[0])
     return [
-        Check("python", "Python", OK if supported else BROKEN, python, "all lessons (3.10-3.12)",
-              "" if supported else "python3.12 -m venv .venv && make setup"),
+        Check("python", "Python", OK if supported else BROKEN, python, "all lessons (3.10-3.13)",
+              "" if supported else "python3.13 -m venv .venv && make setup"),
         Check("tensorflow", "TensorFlow", BROKEN if both else OK, tensorflow_found, "all lessons (2.21)",
               "make setup" if both else ""),
         Check("keras", "Keras", OK, keras.__version__, "all lessons (3.15+)"),
@@ -335,7 +335,9 @@ def _r_checks(found, embedded):
 
 
 def _rpy2_check(found, embedded):
-    fix = '.venv/bin/pip install --force-reinstall --no-cache-dir "rpy2==3.5.*"'
+    # rpy2 3.6 fails against R older than 4.5; 3.5 is the one for those (as scripts/setup.sh picks).
+    wanted = "rpy2==3.5.*" if _version_tuple(found.get("R") or "0") < (4, 5) else "rpy2>=3.6,<3.7"
+    fix = f'.venv/bin/pip install --force-reinstall --no-cache-dir "{wanted}"'
     if "error" in embedded:
         return Check("rpy2", "rpy2 (embedded R)", MISSING if "not installed" in embedded["error"] else BROKEN,
                      embedded["error"], "all _R notebooks (%%R cells)", fix)

@@ -133,6 +133,12 @@ def test_embedded_r_that_misses_packages_rscript_finds_is_broken():
     assert "rpy2==3.5.*" in check.fix
 
 
+def test_rpy2_fix_follows_the_r_version():
+    found = {"R": "4.5.0", "reticulate": "1.41", "kerasdist": "0.1.0"}
+    check = doctor._rpy2_check(found, {"error": "rpy2 is not installed"})
+    assert '"rpy2>=3.6,<3.7"' in check.fix
+
+
 def test_a_gpu_driver_with_the_cpu_build_says_how_to_switch(tmp_path, monkeypatch):
     stand_in = tmp_path / "nvidia-smi"
     stand_in.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559'\n")

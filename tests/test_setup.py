@@ -54,10 +54,11 @@ def test_setup_picks_the_tensorflow_build(tmp_path, nvidia_smi, environment, bui
         assert GPU_LINE in lines[0] if build == "gpu" else "no NVIDIA driver" in lines[0]
     # Switching builds removes the other one first, so both are never installed together.
     other = {"cpu": "tensorflow-cpu", "gpu": "tensorflow"}[_installed_build()]
+    assert lines[2].startswith("Dependencies: ")
     if build != _installed_build():
-        assert lines[2].startswith("would first uninstall: ") and other in lines[2].split()
+        assert lines[3].startswith("would first uninstall: ") and other in lines[3].split()
     else:
-        assert len(lines) == 2
+        assert len(lines) == 3
 
 
 @pytest.mark.parametrize("purpose, extras", [("demo", "test,r"), ("lab", "test,r,notebooks"),
@@ -66,6 +67,31 @@ def test_each_purpose_installs_its_extras(tmp_path, purpose, extras):
     done = _dry_run(tmp_path, None, purpose, KERASDIST_TF="cpu")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[1] == f"would install: .[cpu,{extras}]"
+
+
+@pytest.mark.parametrize(
+    "python, r_and_reticulate, line",
+    [
+        ("3.11", "4.2.2 1.28", ("Dependencies: numpy<2 ml-dtypes<0.6 mlxtend<0.24 rpy2==3.5.* "
+                                "(Python 3.11, R 4.2.2, reticulate 1.28: reticulate < 1.38 rejects NumPy 2)")),
+        ("3.13", "4.5.0 1.41", "Dependencies: rpy2>=3.6,<3.7 (Python 3.13, R 4.5.0, reticulate 1.41)"),
+        ("3.12", "4.4.1 1.46", "Dependencies: rpy2==3.5.* (Python 3.12, R 4.4.1, reticulate 1.46)"),
+        ("3.13", "4.2.2 1.28", ("Dependencies: rpy2==3.5.* (Python 3.13, R 4.2.2, reticulate 1.28: no NumPy 1 "
+                                "wheels for Python 3.13; R needs reticulate >= 1.38 for NumPy 2)")),
+    ],
+)
+def test_setup_pins_by_python_r_and_reticulate(tmp_path, python, r_and_reticulate, line):
+    # Stand-ins that answer as that Python and that R would.
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f"#!/bin/sh\necho {python}\n")
+    stand_in.chmod(0o755)
+    (tmp_path / "bin").mkdir()
+    rscript = tmp_path / "bin" / "Rscript"
+    rscript.write_text(f"#!/bin/sh\necho {r_and_reticulate}\n")
+    rscript.chmod(0o755)
+    done = _dry_run(tmp_path, None, KERASDIST_TF="cpu", PYTHON=str(stand_in))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[2] == line
 
 
 def test_setup_rejects_an_unknown_build(tmp_path):

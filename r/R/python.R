@@ -71,6 +71,7 @@ kd_module <- function() {
     if (!reticulate::py_available(initialize = FALSE)) {
       kd_select_python()
     }
+    kd_process_site_files()
     if (is.null(.kd$module)) {
       .kd$module <- reticulate::import("kerasdist")
     } else {
@@ -98,6 +99,24 @@ kd_select_python <- function() {
     reticulate::use_python(choice$python, required = TRUE)
   }
   invisible(choice)
+}
+
+# reticulate 1.41 starts a virtual environment's Python 3.13 with PYTHONHOME set to the environment
+# and a program path that is not its bin/python, so Python's `site` never sees its pyvenv.cfg; it
+# then puts the environment's site-packages on sys.path itself, and the .pth files there never run.
+# An editable install is such a file (it installs the finder that locates kerasdist's sources), so
+# when kerasdist is not found, process the .pth files of every site directory on sys.path.
+kd_process_site_files <- function() {
+  if (!reticulate::py_available(initialize = TRUE)) {
+    return(invisible()) # no Python: importing kerasdist then says why
+  }
+  reticulate::py_run_string(local = TRUE, paste(
+    "import importlib.util, os, site, sys",
+    "if importlib.util.find_spec('kerasdist') is None:",
+    "    for directory in [p for p in sys.path if os.path.basename(p) in ('site-packages', 'dist-packages')]:",
+    "        site.addsitedir(directory)",
+    sep = "\n"))
+  invisible()
 }
 
 # Decide which Python to use (see kd_python() for the order). Returns a list:
