@@ -14,7 +14,6 @@ import pytest
 
 from helpers import kerasdist_command, last_json_line, run_cli
 from kerasdist import cli, cluster
-from kerasdist.train import run_training
 
 TWO_WORKERS = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
 LAUNCH = ("launch", "--workers", 2, "--data", "sample", "--json")
@@ -91,7 +90,7 @@ def _digests(record):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("training")
-def test_two_workers_train_identical_weights_and_a_rerun_resumes(sample_data, tmp_path):
+def test_two_workers_train_identical_weights_and_a_rerun_resumes(uninterrupted_loop, tmp_path):
     checkpoints, temporary = tmp_path / "checkpoints", tmp_path / "tmp"
     temporary.mkdir()
     environment = dict(os.environ, TMPDIR=str(temporary))
@@ -111,9 +110,8 @@ def test_two_workers_train_identical_weights_and_a_rerun_resumes(sample_data, tm
     assert final_evaluation["val_loss"] == pytest.approx(record["history"]["val_loss"][-1], abs=1e-6)
     assert os.listdir(temporary) == []  # the non-chief worker deleted its own checkpoint directory
     # Two workers splitting each global batch follow the one-device curve.
-    single = run_training(replicas=1, epochs=2, data=sample_data, engine="loop", verbose=0)
-    assert record["history"]["loss"] == pytest.approx(single.history["loss"], abs=1e-5)
-    assert record["test"] == pytest.approx(single.test, abs=1e-5)
+    assert record["history"]["loss"] == pytest.approx(uninterrupted_loop.history["loss"], abs=1e-5)
+    assert record["test"] == pytest.approx(uninterrupted_loop.test, abs=1e-5)
 
     # The rerun also compiles the gradient computation with XLA (under multi_worker the all-reduce stays out).
     rerun = run_cli(*LAUNCH, "--epochs", 3, "--checkpoint-dir", checkpoints, "--jit-compile")

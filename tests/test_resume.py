@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("training")]
 TRAIN = ("train", "--replicas", 2, "--epochs", 3, "--data", "sample", "--json")
 
 
-# The uninterrupted reference of these runs (TRAIN, never killed) is the session fixture uninterrupted_fit.
+# The reference, TRAIN never interrupted, is the session fixture uninterrupted_fit (trained in the pytest process).
 
 
 def _assert_same_weights(record, reference):
