@@ -51,13 +51,18 @@ def missing_r_packages():
     return tuple(done.stdout.split()) if done.returncode else ()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """Skip the keras3 R twins when R lacks keras3/tfdatasets; stop comparing stderr streams."""
+    """Mark lesson cells for the full tier, one xdist group (a lesson's cells share a kernel, so they
+    run in order in one process); skip the keras3 R twins when R lacks keras3/tfdatasets; stop
+    comparing stderr streams."""
     twins = {}
     for item in items:
         path = Path(str(item.fspath))
         if path.suffix != ".ipynb" or path.parent != NOTEBOOKS:
             continue
+        item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group("lessons"))
         notebook = item.parent
         if "stderr" not in getattr(notebook, "skip_compare", ("stderr",)):
             # absl/oneDNN start-up lines, rpy2 and R warnings vary by machine: compare stdout only.

@@ -1,6 +1,26 @@
 #!/usr/bin/env bash
-# Run every test: pytest (core, CLI, R bridge) and nbval (lessons) in one run, then testthat.
+# Run the tests, in one pytest run over three processes (pytest-xdist).
+#
+#   bash scripts/test.sh           everything (make test, CI): core, CLI, the R package, every lesson
+#                                  executed by nbval, real Slurm, the browser
+#   bash scripts/test.sh check     the quick tier (make check): the tests not marked slow; no lesson
+#                                  is executed, no Slurm started, nothing trains in another process
+#   bash scripts/test.sh [check] PYTEST-ARGS...   e.g. -k resume, or -n 0 to run in this process
+#
+# Tests that keep both CPU cores busy share an xdist_group ("lessons": nbval and the lessons' stand-in
+# runs; "training": training in other processes), so each group runs one test at a time in one worker
+# while the waiting tests (peer timeouts, Slurm jobs, the browser) run in the others.
+# With CI=true a skip fails the run unless tests/conftest.py allows its reason (keras3, a GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=full
+if [ "${1:-}" = check ]; then
+    tier=check
+    shift
+fi
+if [ "$tier" = check ]; then
+    exec .venv/bin/python -m pytest -n 2 -m "not slow" tests "$@"
+fi
 # Every lesson cell is bounded: a cell (or a dead kernel) that takes over 15 minutes fails, never hangs.
-.venv/bin/python -m pytest --nbval-lax --nbval-current-env --nbval-cell-timeout=900 tests notebooks "$@"
+exec .venv/bin/python -m pytest -n 3 --dist loadgroup --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
+    tests notebooks "$@"

@@ -56,6 +56,8 @@ def test_user_errors_print_one_line_and_exit_2(tmp_path, capsys, arguments, mess
     assert len(err) == 1 and err[0].startswith("kerasdist: error: ") and message in err[0], err
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("training")
 def test_train_json_subprocess_has_the_record_as_last_line_and_no_traceback(tmp_path):
     completed = run_cli("train", "--epochs", "1", "--data", "sample", "--checkpoint-dir", tmp_path, "--json")
     assert completed.returncode == 0, completed.stderr

@@ -14,7 +14,6 @@ import pytest
 
 from helpers import kerasdist_command, last_json_line, run_cli
 from kerasdist import cli, cluster
-from kerasdist.train import run_training
 
 TWO_WORKERS = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
 LAUNCH = ("launch", "--workers", 2, "--data", "sample", "--json")
@@ -89,7 +88,9 @@ def _digests(record):
     return {worker["task"]: worker["weights_sha256"] for worker in record["workers"]}
 
 
-def test_two_workers_train_identical_weights_and_a_rerun_resumes(sample_data, tmp_path):
+@pytest.mark.slow
+@pytest.mark.xdist_group("training")
+def test_two_workers_train_identical_weights_and_a_rerun_resumes(uninterrupted_loop, tmp_path):
     checkpoints, temporary = tmp_path / "checkpoints", tmp_path / "tmp"
     temporary.mkdir()
     environment = dict(os.environ, TMPDIR=str(temporary))
@@ -109,9 +110,8 @@ def test_two_workers_train_identical_weights_and_a_rerun_resumes(sample_data, tm
     assert final_evaluation["val_loss"] == pytest.approx(record["history"]["val_loss"][-1], abs=1e-6)
     assert os.listdir(temporary) == []  # the non-chief worker deleted its own checkpoint directory
     # Two workers splitting each global batch follow the one-device curve.
-    single = run_training(replicas=1, epochs=2, data=sample_data, engine="loop", verbose=0)
-    assert record["history"]["loss"] == pytest.approx(single.history["loss"], abs=1e-5)
-    assert record["test"] == pytest.approx(single.test, abs=1e-5)
+    assert record["history"]["loss"] == pytest.approx(uninterrupted_loop.history["loss"], abs=1e-5)
+    assert record["test"] == pytest.approx(uninterrupted_loop.test, abs=1e-5)
 
     # The rerun also compiles the gradient computation with XLA (under multi_worker the all-reduce stays out).
     rerun = run_cli(*LAUNCH, "--epochs", 3, "--checkpoint-dir", checkpoints, "--jit-compile")
@@ -185,16 +185,20 @@ def _kill_one_worker_then_relaunch(tmp_path, victim, survivor):
     return noticed_at - killed_at
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("training")
 def test_killing_a_worker_stops_the_other_within_60_s_and_a_relaunch_completes(tmp_path):
     _kill_one_worker_then_relaunch(tmp_path, victim="worker 1", survivor="worker 0")
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("training")
 def test_killing_the_chief_stops_the_other_within_60_s_and_a_relaunch_completes(tmp_path):
     _kill_one_worker_then_relaunch(tmp_path, victim="worker 0", survivor="worker 1")
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("training")
 def test_workers_that_restored_different_checkpoints_refuse_to_train(tmp_path):
     # Without a shared --checkpoint-dir a non-chief cannot see the chief's checkpoints; training on would
     # silently give the workers different weights.
@@ -240,6 +244,7 @@ def test_a_worker_whose_peer_host_does_not_resolve_ends_at_once_with_one_line():
     assert seconds < 60, seconds  # TensorFlow's own retries never end; the check takes about a second
 
 
+@pytest.mark.slow
 def test_a_stopped_chief_ends_the_launch_within_the_peer_timeout_with_one_line(tmp_path):
     timeout = 20
     watcher = _LaunchWatcher(*LAUNCH, "--epochs", 50, "--checkpoint-dir", tmp_path, "--peer-timeout-s", timeout)
@@ -267,6 +272,7 @@ def test_a_stopped_chief_ends_the_launch_within_the_peer_timeout_with_one_line(t
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("training")
 def test_sigterm_to_launch_stops_every_worker_at_the_same_step_and_a_rerun_resumes(tmp_path):
     arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", tmp_path)
     watcher = _LaunchWatcher(*arguments, "--epochs", 50)
@@ -306,6 +312,7 @@ def test_launch_and_compare_on_a_directory_in_use_fail_at_once_naming_the_holder
     assert os.listdir(tmp_path) == ["kerasdist.lock"]
 
 
+@pytest.mark.slow
 def test_a_worker_whose_peer_never_starts_ends_within_the_peer_timeout_naming_it():
     spec = {"worker": [f"127.0.0.1:{port}" for port in cluster.free_ports(2)]}
     started = time.monotonic()

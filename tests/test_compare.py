@@ -90,8 +90,8 @@ def test_unknown_mode_is_refused():
         run_comparison((1, 2), modes=("fixed_local",))
 
 
-
-
+@pytest.mark.slow
+@pytest.mark.xdist_group("training")
 def test_compare_cli_runs_1_2_and_4_replicas_in_one_process(tmp_path):
     # A 4-replica MirroredStrategy after a 2-replica one must not reuse the collective group
     # of the first ("joining a group with size 4, but that group has size 2").

@@ -1,4 +1,8 @@
-"""Tests for kerasdist/doctor.py and kerasdist/probes.py: the table, the advice, the engine auto picks."""
+"""Tests for kerasdist/doctor.py and kerasdist/probes.py: the table, the advice, the engine auto picks.
+
+In this process R answers through stand-ins (what Rscript and rpy2 found, as the doctor parses it);
+the real R, Rscript and rpy2 subprocesses run end to end in test_doctor_command_prints_the_table_and_json_last.
+"""
 
 import json
 import sys
@@ -18,17 +22,27 @@ def _stand_in(output):
     return [sys.executable, "-c", f"import sys; print({text!r})"]
 
 
+# What Rscript and embedded R (rpy2) report on a machine with R, reticulate and kerasdist but no keras3.
+R_FOUND = {"R": "4.2.2", "reticulate": "1.28", "keras3": "", "tfdatasets": "", "tensorflow": "", "kerasdist": "0.1.0"}
+
+
+def _isolate(patch, cache):
+    """Probe answers go to a temporary cache, never the user's; R answers through stand-ins."""
+    patch.setenv("XDG_CACHE_HOME", str(cache))
+    patch.setattr(doctor, "_r_packages_from_rscript", lambda: dict(R_FOUND))
+    patch.setattr(doctor, "_r_packages_from_rpy2", lambda: dict(R_FOUND, rpy2="3.5.17"))
+
+
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    """Probe answers go to a temporary cache, never the user's."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+def isolated(tmp_path, monkeypatch):
+    _isolate(monkeypatch, tmp_path / "cache")
 
 
 @pytest.fixture(scope="module")
 def broken_report(tmp_path_factory):
     """diagnose() with every probe answering "bug present" through a stand-in."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        _isolate(patch, tmp_path_factory.mktemp("cache"))
         stand_ins = {probe.name: _stand_in({"bug_present": True, "detail": f"stand-in {probe.name}"})
                      for probe in probes.PROBES}
         return doctor.diagnose(probe_commands=stand_ins)
@@ -64,6 +78,8 @@ def test_the_report_is_one_table_with_every_check(broken_report):
     assert all(check["fix"] for check in problems)
     assert _row(broken_report, "tensorflow")["found"].startswith(__import__("tensorflow").__version__)
     assert broken_report["upstream_bugs"] == 3
+    assert [_row(broken_report, key)["status"] for key in ("r", "kerasdist_r", "keras3", "rpy2")] == [
+        doctor.OK, doctor.OK, doctor.MISSING, doctor.OK]
     lines = doctor.format_report(broken_report).splitlines()
     assert lines[0].split()[:3] == ["status", "check", "this"]
     assert lines[-1].startswith(f"{broken_report['problems']} problem")

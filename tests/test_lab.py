@@ -98,6 +98,7 @@ def test_make_lab_rejects_an_unknown_kernel_place():
     assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == ""
 
 
+@pytest.mark.slow
 def test_make_lab_serves_the_lessons_and_a_browser_opens_one(lab_server, tmp_path):
     base, token, _ = lab_server
     # The lessons' listing, over loopback, through Jupyter's contents API.

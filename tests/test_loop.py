@@ -83,10 +83,9 @@ TRAIN = ("train", "--engine", "loop", "--epochs", EPOCHS, "--data", "sample", "-
          "--steps-per-execution", 4, "--json")
 
 
-def test_loop_killed_mid_epoch_resumes_at_the_next_batch_with_identical_weights(tmp_path):
-    reference = run_cli(*TRAIN, "--checkpoint-dir", tmp_path / "uninterrupted")
-    assert reference.returncode == 0, reference.stderr
-    reference = last_json_line(reference.stdout)
+@pytest.mark.slow
+@pytest.mark.xdist_group("training")
+def test_loop_killed_mid_epoch_resumes_at_the_next_batch_with_identical_weights(tmp_path, uninterrupted_loop):
     directory = tmp_path / "killed"
     kill_when_logged(
         (*TRAIN, "--checkpoint-dir", directory), directory / "metrics.jsonl",
@@ -100,9 +99,9 @@ def test_loop_killed_mid_epoch_resumes_at_the_next_batch_with_identical_weights(
     assert f"step {record['resumed_from_step'] - 52} of 52" in completed.stdout
     assert record["steps"]["global_step"] == list(range(1, EPOCHS * 52 + 1))  # no step lost or repeated
     # Like fit, the resumed epoch's running loss covers the batches after the resume; validation sees all.
-    assert record["history"]["loss"][0] == pytest.approx(reference["history"]["loss"][0], abs=1e-6)
-    assert record["history"]["val_loss"] == pytest.approx(reference["history"]["val_loss"], abs=1e-6)
-    ours, theirs = checkpoint_tensors(record["checkpoint"]), checkpoint_tensors(reference["checkpoint"])
+    assert record["history"]["loss"][0] == pytest.approx(uninterrupted_loop.history["loss"][0], abs=1e-6)
+    assert record["history"]["val_loss"] == pytest.approx(uninterrupted_loop.history["val_loss"], abs=1e-6)
+    ours, theirs = checkpoint_tensors(record["checkpoint"]), checkpoint_tensors(uninterrupted_loop.checkpoint)
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert np.abs(ours[name] - theirs[name]).max() <= 1e-6, name

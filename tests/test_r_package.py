@@ -1,7 +1,8 @@
-"""The R package in r/: install it, run its testthat suite, R CMD check it, and drive it from R in Python.
+"""The R package in r/: its testthat suite, R CMD check, and driving it from R in Python.
 
-Every R process here is a subprocess, so nothing touches TensorFlow in the pytest process:
-replicas must be made before TensorFlow starts its devices, and other tests own this process.
+The package is the one set-up installed into .Rlib (scripts/setup.sh reinstalls it whenever r/
+changes). Every R process here is a subprocess, so nothing touches TensorFlow in the pytest
+process: replicas must be made before TensorFlow starts its devices, and other tests own this process.
 """
 
 import json
@@ -19,6 +20,8 @@ R_PACKAGE = ROOT / "r"
 RSCRIPT = shutil.which("Rscript")
 R = shutil.which("R")
 TIMEOUT_S = 600
+# The testthat files that train models: the full tier runs them, make check the others.
+TRAINING_TEST_FILES = ("compare", "train", "validation")
 
 pytestmark = pytest.mark.skipif(
     RSCRIPT is None or R is None,
@@ -48,45 +51,62 @@ def run(command, **kwargs):
                           timeout=TIMEOUT_S, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def r_library(tmp_path_factory):
-    """The R package installed into a temporary library (R CMD INSTALL -l)."""
-    library = tmp_path_factory.mktemp("r-library")
-    result = run([R, "CMD", "INSTALL", "--no-multiarch", "-l", str(library), str(R_PACKAGE)])
-    assert result.returncode == 0, result.stdout
-    assert (library / "kerasdist" / "DESCRIPTION").is_file()
+@pytest.fixture(scope="session")
+def r_library():
+    """The library set-up installed the R package into (.Rlib), checked to be newer than r/."""
+    library = ROOT / ".Rlib"
+    installed = library / "kerasdist" / "DESCRIPTION"
+    sources = [path for path in R_PACKAGE.rglob("*") if path.is_file()]
+    if not installed.is_file() or any(path.stat().st_mtime > installed.stat().st_mtime for path in sources):
+        pytest.fail(f"the R package in {library.name} is missing or older than r/: run bash scripts/setup.sh "
+                    "(make check and make test do)")
     return library
 
 
-def test_testthat_suite_passes_with_rscript(r_library, tmp_path):
+def r_test_files(training):
+    """The testthat files (names without test- and .R) that train models, or the others."""
+    names = [path.stem.removeprefix("test-") for path in (R_PACKAGE / "tests" / "testthat").glob("test-*.R")]
+    return sorted(name for name in names if (name in TRAINING_TEST_FILES) == training)
+
+
+@pytest.mark.parametrize("training", [
+    pytest.param(False, id="without-training"),
+    pytest.param(True, id="training", marks=[pytest.mark.slow, pytest.mark.xdist_group("training")]),
+])
+def test_testthat_suite_passes_with_rscript(r_library, tmp_path, training):
     # A copy of the tests, so that testthat writes nothing into the source tree.
     tests = tmp_path / "testthat"
     shutil.copytree(R_PACKAGE / "tests" / "testthat", tests)
+    files = r_test_files(training)
     script = textwrap.dedent(f"""
         results <- as.data.frame(testthat::test_dir(
           {json.dumps(str(tests))}, package = "kerasdist", load_package = "installed",
+          filter = {json.dumps("^(" + "|".join(files) + ")$")},
           reporter = "summary", stop_on_failure = FALSE
         ))
         for (test in results$test[results$skipped]) cat("SKIPPED:", test, "\\n")
         cat(sprintf("KD_TESTTHAT tests=%d expectations=%d failed=%d errors=%d skipped=%d seconds=%.1f\\n",
                     nrow(results), sum(results$nb), sum(results$failed), sum(results$error),
                     sum(results$skipped), sum(results$real)))
+        cat("KD_TESTTHAT_FILES", sort(unique(results$file)), "\\n")
         quit(status = if (sum(results$failed) + sum(results$error) > 0) 1L else 0L)
     """)
     result = run([RSCRIPT, "-e", script], cwd=tmp_path, env=r_environment(r_library))
     print(result.stdout)
     assert result.returncode == 0, result.stdout
-    summary = next(line for line in result.stdout.splitlines() if line.startswith("KD_TESTTHAT"))
+    summary = next(line for line in result.stdout.splitlines() if line.startswith("KD_TESTTHAT "))
     counts = dict(field.split("=") for field in summary.split()[1:])
-    assert int(counts["tests"]) >= 20
+    ran = next(line for line in result.stdout.splitlines() if line.startswith("KD_TESTTHAT_FILES")).split()[1:]
+    assert ran == [f"test-{name}.R" for name in files]
     assert int(counts["failed"]) == 0 and int(counts["errors"]) == 0
 
 
+@pytest.mark.slow
 def test_r_cmd_check_has_no_errors_or_warnings(tmp_path):
     build = run([R, "CMD", "build", "--no-build-vignettes", "--no-manual", str(R_PACKAGE)], cwd=tmp_path)
     assert build.returncode == 0, build.stdout
     tarball = next(tmp_path.glob("kerasdist_*.tar.gz"))
-    # The testthat suite runs in the test above, against the same sources; --no-tests avoids a second run.
+    # The testthat suite runs in the tests above, against the same sources; --no-tests avoids a second run.
     # ggplot2 is optional (Suggests): check without it where it is not installed.
     check = run(
         [R, "CMD", "check", "--no-manual", "--no-build-vignettes", "--no-tests", tarball.name],
@@ -140,6 +160,8 @@ EMBEDDED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("training")
 def test_kd_train_from_r_embedded_in_python_through_rpy2(r_library, tmp_path):
     # A fresh Python process: kd_simulate_devices(2) must run before TensorFlow starts its devices.
     env = r_environment(r_library, TMPDIR=str(tmp_path))

@@ -202,6 +202,7 @@ def lesson5_worker_script():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("training")
 def test_lesson5_worker_script_trains_two_workers_with_rscript(tmp_path):
     reason = keras3_missing()
     if reason:

@@ -11,28 +11,25 @@ import pytest
 from helpers import (checkpoint_tensors, kerasdist_command, kill_when_logged, last_json_line, run_cli,
                      signal_when_logged)
 
+# Every test here trains in other processes, and keeps both cores busy.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("training")]
+
 TRAIN = ("train", "--replicas", 2, "--epochs", 3, "--data", "sample", "--json")
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """The reference: the same run, never interrupted."""
-    directory = tmp_path_factory.mktemp("uninterrupted")
-    completed = run_cli(*TRAIN, "--checkpoint-dir", directory)
-    assert completed.returncode == 0, completed.stderr
-    return last_json_line(completed.stdout)
+# The reference, TRAIN never interrupted, is the session fixture uninterrupted_fit (trained in the pytest process).
 
 
 def _assert_same_weights(record, reference):
     """Weights and optimizer state equal the uninterrupted run's within 1e-6."""
-    ours, theirs = checkpoint_tensors(record["checkpoint"]), checkpoint_tensors(reference["checkpoint"])
+    ours, theirs = checkpoint_tensors(record["checkpoint"]), checkpoint_tensors(reference.checkpoint)
     assert ours.keys() == theirs.keys()
     assert sum(value.ndim == 2 for value in ours.values()) >= 3  # the three kernels at least
     for name in ours:
         assert abs(ours[name] - theirs[name]).max() <= 1e-6, name
 
 
-def test_killed_during_epoch_2_resumes_at_epoch_2_with_identical_weights(tmp_path, uninterrupted):
+def test_killed_during_epoch_2_resumes_at_epoch_2_with_identical_weights(tmp_path, uninterrupted_fit):
     killed_at = kill_when_logged(
         (*TRAIN, "--checkpoint-dir", tmp_path), tmp_path / "metrics.jsonl",
         lambda r: r["kind"] == "step" and r["epoch"] == 1,
@@ -44,11 +41,11 @@ def test_killed_during_epoch_2_resumes_at_epoch_2_with_identical_weights(tmp_pat
     assert (record["initial_epoch"], record["epochs_run"]) == (1, 2)  # epochs 2..3, not 1..3
     assert "Epoch 2/3" in completed.stdout and "Epoch 1/3" not in completed.stdout
     assert record["history"]["epoch"] == [0, 1, 2]
-    assert record["history"]["loss"] == pytest.approx(uninterrupted["history"]["loss"], abs=1e-6)
-    _assert_same_weights(record, uninterrupted)
+    assert record["history"]["loss"] == pytest.approx(uninterrupted_fit.history["loss"], abs=1e-6)
+    _assert_same_weights(record, uninterrupted_fit)
 
 
-def test_killed_mid_epoch_resumes_at_the_next_batch_with_identical_weights(tmp_path, uninterrupted):
+def test_killed_mid_epoch_resumes_at_the_next_batch_with_identical_weights(tmp_path, uninterrupted_fit):
     # With --save-every-steps the run resumes inside epoch 2 at the batch after the last save,
     # not at the start of the epoch as keras.callbacks.BackupAndRestore would.
     kill_when_logged(
@@ -61,14 +58,14 @@ def test_killed_mid_epoch_resumes_at_the_next_batch_with_identical_weights(tmp_p
     assert record["initial_epoch"] == 1
     assert record["resumed_from_step"] in (52 + 20, 52 + 30, 52 + 40, 52 + 50)
     assert record["steps"]["global_step"] == list(range(1, 3 * 52 + 1))  # no step lost or repeated
-    _assert_same_weights(record, uninterrupted)
+    _assert_same_weights(record, uninterrupted_fit)
 
 
 @pytest.mark.parametrize("engine, signal_number, status", [
     ("fit", signal.SIGINT, 130),
     ("loop", signal.SIGTERM, 143),
 ])
-def test_a_signal_stops_at_the_next_step_saves_and_the_rerun_matches(tmp_path, uninterrupted, engine,
+def test_a_signal_stops_at_the_next_step_saves_and_the_rerun_matches(tmp_path, uninterrupted_fit, engine,
                                                                        signal_number, status):
     arguments = (*TRAIN, "--engine", engine, "--steps-per-execution", 5, "--checkpoint-dir", tmp_path)
     _, stopped = signal_when_logged(
@@ -89,7 +86,7 @@ def test_a_signal_stops_at_the_next_step_saves_and_the_rerun_matches(tmp_path, u
     assert record["resumed_from_step"] == 52 + step  # at the step it stopped, not at the last epoch end
     assert record["steps"]["global_step"] == list(range(1, 3 * 52 + 1))
     if engine == "fit":  # the reference is a fit run; the loop's own equality is checked in test_loop
-        _assert_same_weights(record, uninterrupted)
+        _assert_same_weights(record, uninterrupted_fit)
 
 
 def test_a_second_run_on_a_checkpoint_directory_in_use_fails_at_once_naming_the_holder(tmp_path):

@@ -297,27 +297,39 @@ def _digests(output):
 
 
 def _srun_workers(local_slurm, directory, *options, timeout=600):
-    """Run 2 tasks of `kerasdist worker` with srun; return each task's output, by task number."""
+    """Run 2 tasks of `kerasdist worker` with srun; return the job id and each task's output, by task number."""
     outputs = directory / "outputs"
-    outputs.mkdir(exist_ok=True)
-    for old in outputs.iterdir():
-        old.unlink()
+    outputs.mkdir()
     completed = local_slurm.run(
-        "srun", "--ntasks=2", "--cpus-per-task=1", "--time=20", f"--output={outputs}/task-%t.out",
+        "srun", "--ntasks=2", "--cpus-per-task=1", "--time=20", f"--output={outputs}/job-%j-task-%t.out",
         *kerasdist_command("worker", "--data", "sample", "--checkpoint-dir", directory / "checkpoints",
                            "--json", *options),
         timeout=timeout,
     )
-    task_outputs = {int(path.stem.split("-")[1]): path.read_text() for path in outputs.iterdir()}
+    task_outputs = {int(path.stem.split("-")[3]): path.read_text() for path in outputs.iterdir()}
     assert completed.returncode == 0, (completed.stdout + completed.stderr)[-2000:] + "\n".join(
         text[-2000:] for text in task_outputs.values())
     assert sorted(task_outputs) == [0, 1]
-    return task_outputs
+    return next(outputs.iterdir()).stem.split("-")[1], task_outputs
 
 
+def _sbatch_script(directory, epochs):
+    """`kerasdist slurm-script` for ``epochs`` on the sample, checkpointing in ``directory``, as a file."""
+    arguments = ["slurm-script", "--job-name", "kdtest", "--time", "00:20:00", "--data", "sample",
+                 "--epochs", epochs, "--checkpoint-dir", directory / "checkpoints",
+                 "--kerasdist", shlex.join(kerasdist_command())]
+    completed = subprocess.run(kerasdist_command(*arguments), capture_output=True, text=True, timeout=120,
+                               check=True)
+    path = directory / f"train-{epochs}.sbatch"
+    path.write_text(completed.stdout)
+    return path
+
+
+# One srun job step trains, then the sbatch script resumes it in a job queued behind it, as the
+# script's comment says: the two ways users start workers under Slurm, in two jobs.
 @pytest.mark.slow
-def test_srun_two_tasks_train_identical_weights_and_a_resubmission_resumes(local_slurm, tmp_path):
-    first = _srun_workers(local_slurm, tmp_path, "--cluster", "slurm", "--epochs", 2)
+def test_srun_trains_identical_weights_and_a_dependent_sbatch_job_resumes(local_slurm, tmp_path):
+    srun_job, first = _srun_workers(local_slurm, tmp_path, "--cluster", "slurm", "--epochs", 2)
     records = {task: last_json_line(output) for task, output in first.items()}
     assert [records[task]["task"] for task in (0, 1)] == ["worker 0", "worker 1"]
     assert [records[task]["is_chief"] for task in (0, 1)] == [True, False]
@@ -328,45 +340,17 @@ def test_srun_two_tasks_train_identical_weights_and_a_resubmission_resumes(local
     assert records[0]["checkpoint"] == tf.train.latest_checkpoint(checkpoints)
     assert os.path.exists(records[0]["checkpoint"] + ".index")
 
-    # The same command with a higher target, in a new job step (--cluster auto finds Slurm): epoch 3 only.
-    resumed = _srun_workers(local_slurm, tmp_path, "--epochs", 3)
-    records = {task: last_json_line(output) for task, output in resumed.items()}
-    assert [(record["initial_epoch"], record["epochs_run"]) for record in records.values()] == [(2, 1)] * 2
-    assert "Epoch 3/3" in resumed[0] and "Epoch 1/3" not in resumed[0]
-    assert records[0]["history"]["epoch"] == [0, 1, 2]
-    assert records[0]["weights_sha256"] == records[1]["weights_sha256"]
-    assert records[0]["checkpoint"] == tf.train.latest_checkpoint(checkpoints)
-
-
-@pytest.mark.slow
-def test_sbatch_script_trains_and_a_dependent_resubmission_resumes(local_slurm, tmp_path):
-    def script(epochs):
-        arguments = ["slurm-script", "--job-name", "kdtest", "--time", "00:20:00", "--data", "sample",
-                     "--epochs", epochs, "--checkpoint-dir", tmp_path / "checkpoints",
-                     "--kerasdist", shlex.join(kerasdist_command())]
-        completed = subprocess.run(kerasdist_command(*arguments), capture_output=True, text=True, timeout=120,
-                                   check=True)
-        path = tmp_path / f"train-{epochs}.sbatch"
-        path.write_text(completed.stdout)
-        return path
-
-    first = local_slurm.run("sbatch", "--parsable", script(1), cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    first_job = first.stdout.strip().split(";")[0]
-    # Queued behind the first job, as the script's comment says; --wait returns when it has run.
-    second = local_slurm.run("sbatch", "--parsable", "--wait", f"--dependency=afterany:{first_job}",
-                             script(2), cwd=tmp_path, timeout=900)
-    second_job = second.stdout.strip().split(";")[0]
-    outputs = {job: (tmp_path / f"kdtest-{job}.out").read_text() for job in (first_job, second_job)}
-    assert second.returncode == 0, second.stderr + outputs[first_job][-3000:] + outputs[second_job][-3000:]
-    state = local_slurm.run("scontrol", "--oneliner", "show", "job", first_job).stdout
+    # The sbatch script with a higher target (its srun finds Slurm by --cluster auto): epoch 3 only.
+    resumed = local_slurm.run("sbatch", "--parsable", "--wait", f"--dependency=afterany:{srun_job}",
+                              _sbatch_script(tmp_path, 3), cwd=tmp_path, timeout=900)
+    sbatch_job = resumed.stdout.strip().split(";")[0]
+    output = (tmp_path / f"kdtest-{sbatch_job}.out").read_text()
+    assert resumed.returncode == 0, resumed.stderr + output[-3000:]
+    state = local_slurm.run("scontrol", "--oneliner", "show", "job", srun_job).stdout
     assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state, state
-
-    trained, resumed = outputs[first_job], outputs[second_job]
-    assert "Epoch 1/1" in trained and "Resuming" not in trained
-    assert "Resuming from" in resumed and "epoch 2, step 0" in resumed
-    assert "Epoch 2/2" in resumed and "Epoch 1/2" not in resumed
-    for output in (trained, resumed):
-        digests = _digests(output)
-        assert sorted(digests) == ["worker 0", "worker 1"] and len(set(digests.values())) == 1, output[-3000:]
-    assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")) is not None
+    assert "Resuming from" in output and "epoch 3, step 0" in output
+    assert "Epoch 3/3" in output and "Epoch 1/3" not in output
+    digests = _digests(output)
+    assert sorted(digests) == ["worker 0", "worker 1"] and len(set(digests.values())) == 1, output[-3000:]
+    assert digests["worker 0"] != records[0]["weights_sha256"]  # it trained on
+    assert tf.train.latest_checkpoint(checkpoints).endswith(f"ckpt-{3 * 52}")
