@@ -331,6 +331,7 @@ def test_a_worker_whose_peer_never_starts_ends_within_the_peer_timeout_naming_it
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("training")
 def test_workers_end_when_launch_is_killed_and_a_rerun_resumes(tmp_path):
     arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", tmp_path)
     watcher = _LaunchWatcher(*arguments, "--epochs", 50)

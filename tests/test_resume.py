@@ -125,7 +125,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30)
 
 
-def test_a_full_disk_stops_with_exit_4_and_a_rerun_after_freeing_space_matches(small_disk, uninterrupted):
+def test_a_full_disk_stops_with_exit_4_and_a_rerun_after_freeing_space_matches(small_disk, uninterrupted_fit):
     checkpoints = small_disk / "checkpoints"
     full = run_cli(*TRAIN, "--checkpoint-dir", checkpoints)
     assert full.returncode == 4, full.stderr[-2000:]
@@ -143,5 +143,5 @@ def test_a_full_disk_stops_with_exit_4_and_a_rerun_after_freeing_space_matches(s
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     record = last_json_line(resumed.stdout)
     assert (record["initial_epoch"], record["history"]["epoch"]) == (1, [0, 1, 2])
-    assert record["history"]["loss"] == pytest.approx(uninterrupted["history"]["loss"], abs=1e-6)
-    _assert_same_weights(record, uninterrupted)
+    assert record["history"]["loss"] == pytest.approx(uninterrupted_fit.history["loss"], abs=1e-6)
+    _assert_same_weights(record, uninterrupted_fit)
