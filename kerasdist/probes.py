@@ -64,13 +64,14 @@ def cache_path():
 
 def save_answers(answers):
     """Cache probe answers (name -> result dict) for the installed TensorFlow/Keras; never raises."""
+    from kerasdist import files  # here: this file also runs as the probes' host script, outside the package
+    from kerasdist.errors import StateWriteError
+
     try:
         os.makedirs(os.path.dirname(cache_path()), exist_ok=True)
-        with open(cache_path() + ".tmp", "w") as stream:
-            json.dump({"versions": versions(), "answers": answers}, stream, indent=1)
-        os.replace(cache_path() + ".tmp", cache_path())
-    except OSError:
-        pass  # a read-only home only costs the cache
+        files.atomic_write_text(cache_path(), json.dumps({"versions": versions(), "answers": answers}, indent=1))
+    except (OSError, StateWriteError):
+        pass  # a read-only or full home only costs the cache
 
 
 def cached_answers():
