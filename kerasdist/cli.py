@@ -1,4 +1,4 @@
-"""The command line: ``kerasdist devices | train | compare | worker | launch | slurm-script``.
+"""The command line: ``kerasdist devices | train | compare | worker | launch | slurm-script | doctor``.
 
 Every subcommand is defined here; the modules it calls never import the CLI.
 """
@@ -27,7 +27,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def add_training_arguments(parser):
-    """Options shared by ``train``, ``worker`` and ``launch`` (the DESIGN.md contract)."""
+    """Options shared by ``train``, ``worker`` and ``launch`` (the command-line contract)."""
     parser.add_argument("--replicas", type=int, default=1, help="replicas on this machine (default 1)")
     parser.add_argument("--epochs", type=int, default=3,
                         help="total epochs to reach; a rerun resumes rather than adds (default 3)")

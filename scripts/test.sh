@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the tests, in one pytest run over three processes (pytest-xdist).
+# Run the tests in one pytest run over several processes (pytest-xdist): 3 for everything, 2 for check.
 #
 #   bash scripts/test.sh           everything (make test, CI): core, CLI, the R package, every lesson
 #                                  executed by nbval, real Slurm, the browser
