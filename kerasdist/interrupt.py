@@ -15,6 +15,7 @@ import time
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _requested = []  # the signals received while stop_on_signals is active
+_active = []  # one entry per stop_on_signals block being run
 
 
 class TrainingInterrupted(Exception):
@@ -57,12 +58,29 @@ def stop_on_signals():
         yield
         return
     previous = {number: signal.signal(number, _request_stop) for number in HANDLED_SIGNALS}
+    _active.append(True)
     try:
         yield
     finally:
+        _active.pop()
         for number, handler in previous.items():
             signal.signal(number, handler)
         _requested.clear()
+
+
+def rearm():
+    """Install the stop request again for SIGINT and SIGTERM, inside ``stop_on_signals`` only.
+
+    TensorFlow's runtime takes SIGTERM over at the C level when a multi-worker
+    cluster starts (its preemption notifier), so the worker would train on
+    through ``scancel`` or a job's time limit; call this after the strategy exists.
+
+    Example:
+        >>> rearm()  # outside stop_on_signals: changes nothing
+    """
+    if _active and threading.current_thread() is threading.main_thread():
+        for number in HANDLED_SIGNALS:
+            signal.signal(number, _request_stop)
 
 
 def stop_when_parent_dies(descriptor, grace_s):

@@ -108,7 +108,7 @@ def _forward_signal(processes, forwarded, print_lock, signal_number, frame):
                        "they stop after the current step and save (send it again to stop them at once)")
     for process in processes.values():
         if process.poll() is None:
-            # SIGINT: a worker's SIGTERM handler is TensorFlow's once MultiWorkerMirroredStrategy is made.
+            # SIGINT: a worker stops on it from its start; SIGTERM only once its strategy exists.
             process.send_signal(signal.SIGINT)
 
 

@@ -7,7 +7,7 @@ import keras
 import tensorflow as tf
 
 from kerasdist import data as data_module
-from kerasdist import loop, probes, validation
+from kerasdist import interrupt, loop, probes, validation
 from kerasdist.callbacks import CheckpointSaver, MetricsRecorder, StopOnSignal
 from kerasdist.checkpoint import CheckpointStore, RunPosition
 from kerasdist.devices import configure_replicas
@@ -164,6 +164,7 @@ def run_training(
         keras.utils.set_random_seed(seed)
         tf.config.experimental.enable_op_determinism()
     distribution = make_strategy(strategy_name, replicas, collective_timeout_s, verbose=verbose > 0)
+    interrupt.rearm()  # a multi-worker cluster's runtime has just taken SIGTERM over
     if engine_reason and verbose:
         print(f"Engine {engine}: {engine_reason}.", flush=True)
     if strategy_name != "multi_worker" and distribution.num_replicas_in_sync != replicas:

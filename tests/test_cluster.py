@@ -356,6 +356,23 @@ def test_workers_end_when_launch_is_killed_and_a_rerun_resumes(tmp_path):
     assert len(set(_digests(record).values())) == 1
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("training")
+def test_sigterm_to_each_worker_as_scancel_sends_it_stops_them_at_the_same_step(tmp_path):
+    # TensorFlow's multi-worker runtime takes SIGTERM over; kerasdist installs its stop request again.
+    arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", tmp_path)
+    watcher = _LaunchWatcher(*arguments, "--epochs", 50)
+    pids = [watcher.pid_of(f"worker {index}") for index in range(2)]
+    watcher.wait_for("[worker 0] Epoch 2/50")
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    assert watcher.finish(timeout=150) == 143
+    stops = [line for _, line in watcher.lines if "kerasdist: stopped by SIGTERM" in line]
+    assert len(stops) == 2, watcher.lines[-20:]
+    assert len({line.split("SIGTERM ")[1].split(":")[0] for line in stops}) == 1  # the same step
+    assert "Epoch 50/50" not in "\n".join(line for _, line in watcher.lines)
+
+
 def _running(pid):
     """Whether process ``pid`` exists and is not a zombie (an ended process nobody has reaped yet)."""
     try:
