@@ -274,9 +274,7 @@ def test_a_stopped_chief_ends_the_launch_within_the_peer_timeout_with_one_line(t
 @pytest.mark.slow
 @pytest.mark.xdist_group("training")
 def test_sigterm_to_launch_stops_every_worker_at_the_same_step_and_a_rerun_resumes(tmp_path):
-    arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", tmp_path)
-    watcher = _LaunchWatcher(*arguments, "--epochs", 50)
-    watcher.wait_for("[worker 0] Epoch 2/50")
+    arguments, watcher, _ = _launch_50_epochs_until_epoch_2(tmp_path)
     watcher.process.send_signal(signal.SIGTERM)
     assert watcher.finish(timeout=150) == 143
     assert watcher.lines[-1][1].startswith("kerasdist: launch stopped by SIGTERM: the workers saved")
@@ -284,11 +282,7 @@ def test_sigterm_to_launch_stops_every_worker_at_the_same_step_and_a_rerun_resum
     assert len(stops) == 2, watcher.lines[-20:]
     steps = {line.split("kerasdist: stopped by SIGINT at ")[1].split(":")[0] for line in stops}
     assert len(steps) == 1  # both workers stopped at the same step
-    rerun = run_cli(*arguments, "--epochs", 3)
-    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
-    record = last_json_line(rerun.stdout)
-    assert record["resumed_from_step"] > 52 and record["history"]["epoch"] == [0, 1, 2]
-    assert len(set(_digests(record).values())) == 1
+    _assert_a_rerun_resumes_to_3_epochs(arguments)
 
 
 def test_launch_and_compare_on_a_directory_in_use_fail_at_once_naming_the_holder(tmp_path, capsys):
@@ -333,10 +327,7 @@ def test_a_worker_whose_peer_never_starts_ends_within_the_peer_timeout_naming_it
 @pytest.mark.slow
 @pytest.mark.xdist_group("training")
 def test_workers_end_when_launch_is_killed_and_a_rerun_resumes(tmp_path):
-    arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", tmp_path)
-    watcher = _LaunchWatcher(*arguments, "--epochs", 50)
-    pids = [watcher.pid_of(f"worker {index}") for index in range(2)]
-    watcher.wait_for("[worker 0] Epoch 2/50")
+    arguments, watcher, pids = _launch_50_epochs_until_epoch_2(tmp_path)
     watcher.process.kill()  # SIGKILL: the launcher cannot pass anything on
     killed_at = time.monotonic()
     watcher.finish()
@@ -349,21 +340,14 @@ def test_workers_end_when_launch_is_killed_and_a_rerun_resumes(tmp_path):
     with open(tmp_path / "metrics.jsonl") as stream:
         last_logged = max(json.loads(line)["global_step"] for line in stream)
     assert f"ckpt-{last_logged}.index" in os.listdir(tmp_path)
-    rerun = run_cli(*arguments, "--epochs", 3)
-    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
-    record = last_json_line(rerun.stdout)
-    assert record["resumed_from_step"] > 52 and record["history"]["epoch"] == [0, 1, 2]
-    assert len(set(_digests(record).values())) == 1
+    _assert_a_rerun_resumes_to_3_epochs(arguments)
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("training")
 def test_sigterm_to_each_worker_as_scancel_sends_it_stops_them_at_the_same_step(tmp_path):
     # TensorFlow's multi-worker runtime takes SIGTERM over; kerasdist installs its stop request again.
-    arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", tmp_path)
-    watcher = _LaunchWatcher(*arguments, "--epochs", 50)
-    pids = [watcher.pid_of(f"worker {index}") for index in range(2)]
-    watcher.wait_for("[worker 0] Epoch 2/50")
+    _, watcher, pids = _launch_50_epochs_until_epoch_2(tmp_path)
     for pid in pids:
         os.kill(pid, signal.SIGTERM)
     assert watcher.finish(timeout=150) == 143
@@ -371,6 +355,24 @@ def test_sigterm_to_each_worker_as_scancel_sends_it_stops_them_at_the_same_step(
     assert len(stops) == 2, watcher.lines[-20:]
     assert len({line.split("SIGTERM ")[1].split(":")[0] for line in stops}) == 1  # the same step
     assert "Epoch 50/50" not in "\n".join(line for _, line in watcher.lines)
+
+
+def _launch_50_epochs_until_epoch_2(checkpoint_dir):
+    """Launch 2 workers for 50 epochs; return (arguments, watcher, worker pids) once epoch 2 runs."""
+    arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", checkpoint_dir)
+    watcher = _LaunchWatcher(*arguments, "--epochs", 50)
+    pids = [watcher.pid_of(f"worker {index}") for index in range(2)]
+    watcher.wait_for("[worker 0] Epoch 2/50")
+    return arguments, watcher, pids
+
+
+def _assert_a_rerun_resumes_to_3_epochs(arguments):
+    """The same launch with --epochs 3 resumes after epoch 1 and ends with identical workers."""
+    rerun = run_cli(*arguments, "--epochs", 3)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    record = last_json_line(rerun.stdout)
+    assert record["resumed_from_step"] > 52 and record["history"]["epoch"] == [0, 1, 2]
+    assert len(set(_digests(record).values())) == 1
 
 
 def _running(pid):
