@@ -71,6 +71,9 @@ for notebook in "${selected[@]}"; do
         --ExecutePreprocessor.timeout=600 \
         --ExecutePreprocessor.record_timing=False \
         --log-level=WARN "$notebook"
+    # One stream output per cell and stream: R's cat() and flushes otherwise store each piece
+    # separately, which GitHub and nbconvert show one piece per line.
+    .venv/bin/jupyter nbconvert --coalesce-streams --inplace --log-level=WARN "$notebook"
     printf '%-45s %6s s\n' "$notebook" "$(elapsed "$start")"
 done
 printf '%-45s %6s s\n' "all ${#selected[@]} notebooks" "$(elapsed "$total_start")"
