@@ -19,4 +19,6 @@ esac
 echo "Kernel \"Python (kerasdist)\" registered (${where#--}); starting JupyterLab on notebooks/ ..."
 root=()
 [ "$(id -u)" = 0 ] && root=(--allow-root)  # Jupyter refuses root without it (containers, CI)
-exec .venv/bin/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 "${root[@]}" "$@"
+# news_url=None: no "get notified about official Jupyter news?" prompt over the first lesson.
+exec .venv/bin/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=127.0.0.1 --LabApp.news_url=None \
+    "${root[@]}" "$@"

@@ -16,11 +16,11 @@ PYTHON=.venv/bin/python
 export KERASDIST_DATA=${KERASDIST_DATA:-sample}
 
 # Sort notebooks into "plain" (Python lessons, reticulate-only R notebooks) and keras3 R twins,
-# the same way notebooks/conftest.py does: a twin is an R notebook whose %%R cells load keras3/tfdatasets.
+# the same way conftest.py (nbval's set-up for the lessons) does: a twin is an R notebook whose %%R cells load keras3/tfdatasets.
 classify() {
     "$PYTHON" - "$@" <<'PY'
 import sys
-sys.path.insert(0, "notebooks")
+sys.path.insert(0, ".")
 from conftest import is_keras3_twin
 for path in sys.argv[1:]:
     print(("keras3" if is_keras3_twin(path) else "plain"), path)

@@ -106,6 +106,14 @@ def test_make_lab_serves_the_lessons_and_a_browser_opens_one(lab_server, tmp_pat
     served = {item["name"] for item in listing["content"]}
     lessons = {path.name for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
     assert len(lessons) >= 13 and lessons <= served
+    # A student sees the lessons: no paired scripts or test set-up beside them.
+    assert served - lessons <= {"figures", "results"}, f"notebooks/ also shows {sorted(served - lessons)}"
+    # JupyterLab is told not to ask about Jupyter news over the lesson.
+    with urllib.request.urlopen(f"{base}/lab?token={token}", timeout=30) as response:
+        page = response.read().decode()
+    config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                  page, re.S).group(1))
+    assert config["news"] == {"disabled": True}
     # The kernel the lessons ask for is registered inside the project's .venv.
     spec = _get_json(f"{base}/api/kernelspecs?token={token}")["kernelspecs"][KERNEL_NAME]["spec"]
     assert spec["display_name"] == KERNEL_DISPLAY_NAME

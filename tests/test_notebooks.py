@@ -1,6 +1,6 @@
 """The lesson notebooks as files: pairing, headings, committed outputs, R code that parses.
 
-Fast checks that never execute a notebook (nbval does that: see notebooks/conftest.py).
+Fast checks that never execute a notebook (nbval does that: see the conftest.py at the top of the repository).
 A Python lesson is ``notebooks/NN_topic.ipynb``; its R twin ``NN_topic_R.ipynb`` runs the
 same workflow in rpy2 ``%%R`` cells with keras3. R notebooks that do not load keras3 or
 tfdatasets (the reticulate-only ones) need no Python twin.
@@ -20,6 +20,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
+# jupytext pairs each lesson with a percent-format script here (jupytext.toml).
+PAIRED_SCRIPTS = REPO / "notebooks_py"
 LESSON = re.compile(r"^\d\d_\w+\.ipynb$")
 HEADING = re.compile(r"^(#{2,6})\s+(.+?)\s*#*\s*$")
 KERAS3_LIBRARY = re.compile(r"\blibrary\((keras3|tfdatasets)\b")
@@ -190,8 +192,8 @@ def test_keras3_twin_draws_its_figures_in_r(twin):
 
 @pytest.mark.parametrize("notebook", all_notebooks(), ids=ids(all_notebooks()))
 def test_paired_script_matches_notebook(notebook):
-    script = notebook.with_suffix(".py")
-    assert script.exists(), f"{notebook.name} has no paired script (run: jupytext --sync {notebook.name})"
+    script = PAIRED_SCRIPTS / notebook.with_suffix(".py").name
+    assert script.exists(), f"{notebook.name} has no paired script (run: jupytext --sync notebooks/{notebook.name})"
     cells = lambda nb: [(c.cell_type, c.source) for c in nb.cells]  # noqa: E731
     assert cells(jupytext.read(script)) == cells(jupytext.read(notebook)), (
         f"{script.name} and {notebook.name} differ; run: jupytext --sync notebooks/{notebook.name}"

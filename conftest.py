@@ -1,6 +1,7 @@
 """nbval support for the lessons: pinned data, keras3 R twins skipped without keras3, stderr not compared.
 
-Run with ``pytest --nbval-lax --nbval-current-env notebooks``. Cells marked
+Run with ``pytest --nbval-lax --nbval-current-env notebooks``; pytest finds this file at the top
+of the repository, which keeps the lessons folder to the lessons. Cells marked
 ``# NBVAL_CHECK_OUTPUT`` must reproduce their committed stdout; TensorFlow and
 absl log lines go to stderr, which is never compared.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parent
+NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 R_PACKAGES = ("keras3", "tfdatasets")
 # A keras3 R twin is an R notebook whose %%R cells load keras3 or tfdatasets.
 KERAS3_LIBRARY = re.compile(r"\blibrary\((keras3|tfdatasets)\b")
