@@ -548,7 +548,8 @@ import kerasdist
 #   is first cut into per-replica slices, one per replica of the cluster
 #   (`tensorflow/python/distribute/input_lib.py`), and then a `shard(number of workers, worker
 #   index)` at the end of the pipeline keeps every k-th **per-replica slice** (k workers), starting
-#   at the worker's own index: worker 0 gets slice 0 of each global batch, worker 1 slice 1, and so on;
+#   at the worker's own index (with one replica per worker: worker 0 gets slice 0 of each global
+#   batch, worker 1 slice 1, and so on);
 # - `OFF`: no sharding, every worker sees everything (and `HINT` fills in a `shard(SHARD_HINT, ...)`
 #   that you placed).
 #
