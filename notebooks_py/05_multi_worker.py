@@ -281,19 +281,27 @@ strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.ones, args=([],)), a
 TENSORBOARD_DIR = os.path.join(WORK_DIR, "tensorboard")
 shutil.rmtree(TENSORBOARD_DIR, ignore_errors=True)  # start afresh each time the notebook runs
 local = kerasdist.cluster.local_cluster(NUM_WORKERS)
-workers = [
-    subprocess.Popen(
-        [sys.executable, os.path.join(WORK_DIR, "fit_then_loop.py"), TENSORBOARD_DIR],
-        env=dict(os.environ, TF_CONFIG=kerasdist.cluster.tf_config(local, "worker", index),
-                 KERASDIST_DATA=DATA_SOURCE),
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    for index in range(NUM_WORKERS)
-]
+worker_names = [f"worker-{index}" for index in range(NUM_WORKERS)]
+error_files = [os.path.join(WORK_DIR, f"{name}.stderr") for name in worker_names]  # TensorFlow's log lines, any traceback
+workers = []
+for index, error_file in enumerate(error_files):
+    with open(error_file, "w") as errors:  # the worker keeps its own copy of the file handle
+        workers.append(subprocess.Popen(
+            [sys.executable, os.path.join(WORK_DIR, "fit_then_loop.py"), TENSORBOARD_DIR],
+            env=dict(os.environ, TF_CONFIG=kerasdist.cluster.tf_config(local, "worker", index),
+                     KERASDIST_DATA=DATA_SOURCE),
+            stdout=subprocess.PIPE, stderr=errors, text=True,
+        ))
 outputs = wait_for(workers)
 for worker, output in zip(workers, outputs):
     print(output, end="")
     print(f"(exit status {worker.returncode})")
+# A worker that failed says why at the end of its stderr.
+for name, worker, error_file in zip(worker_names, workers, error_files):
+    if worker.returncode != 0:
+        with open(error_file) as errors:
+            print(f"--- {name} failed; the end of {os.path.basename(error_file)}:", *errors.read().splitlines()[-15:],
+                  sep="\n")
 
 # %% [markdown]
 # **Predict, then run.** Each worker trained on its own half of every global batch. Will the two
@@ -383,10 +391,16 @@ checkpoint_dir = os.path.join(WORK_DIR, "checkpoints")
 shutil.rmtree(checkpoint_dir, ignore_errors=True)  # start afresh each time the notebook runs
 command = [sys.executable, "-m", "kerasdist", "launch", "--workers", str(NUM_WORKERS), "--epochs", "2",
            "--data", DATA_SOURCE, "--checkpoint-dir", checkpoint_dir, "--evaluator", "--json"]
-launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+launcher_errors = os.path.join(WORK_DIR, "launch.stderr")  # the launcher's own messages, if any
+with open(launcher_errors, "w") as errors:
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
 *log, last_line = wait_for([launcher], limit_s=2 * WAIT_LIMIT_S)[0].splitlines()
+# The tasks' lines, without Python's warnings that name installed files (the full log is in `log`).
 print("\n".join(line for line in log if "site-packages" not in line))
 print(f"(exit status {launcher.returncode})")
+if launcher.returncode != 0:  # a failed launch says why at the end of its stderr
+    with open(launcher_errors) as errors:
+        print("--- the end of launch.stderr:", *errors.read().splitlines()[-15:], sep="\n")
 
 # %% [markdown]
 # Reading the log: both workers print "Number of devices: 2", the number of replicas in sync across
@@ -585,10 +599,13 @@ print("accelerators per worker here:", accelerators or "none (each worker trains
 #   all-reduce on GPUs (all-reduce on CPU, all-gather and broadcast fall back to `RING`); `AUTO`
 #   lets TensorFlow choose. TensorFlow calls these options hints, which may or may not change what
 #   happens.
-# - **The network is the new bottleneck**: gradients cross it every step. Larger per-worker batches
-#   (fewer steps) and many steps per `tf.function` call help; so does a fast interconnect; so does
-#   `CommunicationOptions(bytes_per_pack=...)`, which splits the gradients into packs so that
-#   all-reduce and updates overlap.
+# - **The network is the new bottleneck**: every step all-reduces the whole gradient across the
+#   workers. Larger per-worker batches mean fewer steps per epoch, so fewer bytes on the wire per
+#   example; a fast interconnect makes each byte cheaper; and
+#   `CommunicationOptions(bytes_per_pack=...)` splits the gradients into packs so that
+#   all-reduce and updates overlap. Many steps per `tf.function` call (kerasdist's loop) are a
+#   different cure: they cut the host's overhead per step (entering Python and calling the function
+#   once per step), not the bytes each step sends, and they matter most when steps are short.
 # - **Shard the input** by files where you can (`AutoShardPolicy.FILE`), so each worker reads only
 #   its own; kerasdist's in-memory data is sharded by data (lesson 4).
 # - **Set a collective timeout** (`CommunicationOptions(timeout_seconds=...)`; kerasdist's

@@ -614,10 +614,13 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #   only for all-reduce on GPUs (all-reduce on CPU, all-gather and broadcast fall back to `"RING"`);
 #   `"AUTO"` lets TensorFlow choose. TensorFlow calls these options hints, which may or may not
 #   change what happens.
-# - **The network is the new bottleneck**: gradients cross it every step. Larger per-worker batches
-#   (fewer steps) and many steps per `tf_function()` call help; so does a fast interconnect; so does
-#   `CommunicationOptions(bytes_per_pack = ...)`, which splits the gradients into packs so that
-#   all-reduce and updates overlap.
+# - **The network is the new bottleneck**: every step all-reduces the whole gradient across the
+#   workers. Larger per-worker batches mean fewer steps per epoch, so fewer bytes on the wire per
+#   example; a fast interconnect makes each byte cheaper; and
+#   `CommunicationOptions(bytes_per_pack = ...)` splits the gradients into packs so that
+#   all-reduce and updates overlap. Many steps per `tf_function()` call (kerasdist's loop) are a
+#   different cure: they cut the host's overhead per step (entering Python and calling the function
+#   once per step), not the bytes each step sends, and they matter most when steps are short.
 # - **Shard the input** by files where you can (`AutoShardPolicy$FILE`), so each worker reads only
 #   its own; kerasdist's in-memory data is sharded by data (lesson 4).
 # - **Set a collective timeout** (`CommunicationOptions(timeout_seconds = ...)`; kerasdist's

@@ -23,8 +23,11 @@
 #   you do;
 # - that a saved model does not depend on the strategy it was trained under: save under
 #   `MirroredStrategy`, load under another strategy or none;
-# - model parallelism by device placement (`tf.device`, the TensorFlow 2 way): a model whose two
-#   halves live on two devices, contrasted with data parallelism.
+# - model parallelism by device placement (`tf.device`, the manual way: you place each layer yourself):
+#   a model whose two halves live on two devices, contrasted with data parallelism, and where
+#   DTensor and Keras 3's `keras.distribution` stand;
+# - a custom training loop under `MirroredStrategy`, written cell by cell as in TensorFlow's
+#   "Custom training with tf.distribute.Strategy" tutorial, that matches `fit()` step for step.
 #
 # **What you need**: the project's virtualenv as the notebook kernel, and about a minute on a
 # 2-core CPU (no GPU needed: two virtual CPU devices stand in for two GPUs). The data is full
@@ -64,6 +67,7 @@
 
 # %%
 # Import kerasdist first (it starts TensorFlow quietly), then the libraries this lesson uses.
+import inspect
 import os
 import tempfile
 import time
@@ -71,6 +75,7 @@ import time
 import h5py
 import kerasdist
 import kerasdist.data
+import kerasdist.loop
 import kerasdist.model
 import keras
 import numpy as np
@@ -168,7 +173,7 @@ def steady_samples_per_second(step_ends):
 
 
 # %%
-# Train the seed MLP for one epoch in the given strategy's scope, and describe what it made.
+# Train the guide's MLP (784-256-256-10, the model of TensorFlow's distributed-training guide) for one epoch in the given strategy's scope, and describe what it made.
 train_batches = kerasdist.data.train_dataset(mnist.x_train, mnist.y_train, GLOBAL_BATCH_SIZE,
                                              seed=0, first_epoch=0, last_epoch=1)
 val_batches = kerasdist.data.eval_dataset(mnist.x_val, mnist.y_val, GLOBAL_BATCH_SIZE)
@@ -235,7 +240,12 @@ print("all four strategies trained the same weights, to within 1e-5")
 # - **Same training.** The weights after one epoch agree to float rounding (`max |Δw|` is the
 #   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
 #   replicas compute the same updates as one device, only the order of the floating-point sums
-#   differs.
+#   differs. That holds for this MLP because it has no BatchNormalization and no dropout. A
+#   BatchNormalization layer normalises each replica's share with that share's own mean and variance
+#   (a batch of 32 here, not 64), unless it is built with `synchronized=True`, which all-reduces the
+#   statistics across replicas; dropout draws its own random mask on each replica. Lesson 3 runs
+#   the BatchNormalization case, 2 replicas against one device
+#   ([03_convergence.ipynb](03_convergence.ipynb)).
 # - **Check the reported metrics.** Under `CentralStorageStrategy` the model is right (our own
 #   accuracy matches the others), but the loss that `fit` reports and the accuracy that `evaluate`
 #   reports are not: with Keras 3 the metric variables are not aggregated correctly under this
@@ -351,6 +361,217 @@ for name, load in loads.items():
 print("every load reproduces the model trained under MirroredStrategy")
 
 # %% [markdown]
+# ## A custom training loop
+#
+# `fit()` hides the training loop. TensorFlow's tutorial *Custom training with
+# tf.distribute.Strategy* writes it out, and it is worth doing once: it is what runs where `fit()`
+# cannot (lesson 5: under `MultiWorkerMirroredStrategy`), and each of its lines says how a
+# synchronous step works. We write it here cell by cell under `MirroredStrategy` with 2 replicas,
+# train the guide's MLP with it for one epoch, and check step by step that it does what `fit()`
+# does on the same batches in the same order. To show how a regularization loss is handled, the MLP
+# gets an L2 penalty on its kernels (`L2_FACTOR` times the sum of their squares).
+#
+# First the data: `strategy.experimental_distribute_dataset` splits every global batch into
+# per-replica batches, as `fit()` does behind the scenes (lesson 4).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The strategy, and the batches that fit() gets above, distributed over its 2 replicas.
+strategy = kerasdist.make_strategy("mirrored", num_replicas=NUM_REPLICAS, verbose=False)
+distributed_train = strategy.experimental_distribute_dataset(train_batches)
+distributed_val = strategy.experimental_distribute_dataset(val_batches)
+images, labels = next(iter(distributed_train))
+print(type(images).__name__, [tuple(part.shape) for part in strategy.experimental_local_results(images)])
+
+# %% [markdown]
+# Everything that holds variables is created in the strategy's scope: the model, the optimizer
+# (built at once, before the first `tf.function` call, so that its slot variables are created
+# mirrored), and the metrics. The loss is made with `reduction=None`: it returns one loss per
+# example, and we do the averaging ourselves.
+
+# %%
+# The guide's MLP with an L2 penalty on its kernels, its optimizer, the loss and the metrics, all in the scope.
+L2_FACTOR = 1e-4
+
+
+def build_regularized_mlp():
+    """The guide's MLP (784-256-256-10), each kernel penalised by L2_FACTOR times the sum of its squares."""
+    inputs = keras.Input(shape=(784,), name="digits")
+    hidden = keras.layers.Dense(256, activation="relu", kernel_regularizer=keras.regularizers.L2(L2_FACTOR),
+                                name="dense_1")(inputs)
+    hidden = keras.layers.Dense(256, activation="relu", kernel_regularizer=keras.regularizers.L2(L2_FACTOR),
+                                name="dense_2")(hidden)
+    logits = keras.layers.Dense(10, kernel_regularizer=keras.regularizers.L2(L2_FACTOR), name="logits")(hidden)
+    return keras.Model(inputs, logits, name="regularized_mlp")
+
+
+keras.utils.set_random_seed(0)
+with strategy.scope():
+    loop_model = build_regularized_mlp()
+    optimizer = keras.optimizers.Adam(learning_rate=1e-3)
+    optimizer.build(loop_model.trainable_variables)
+    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    train_accuracy = keras.metrics.SparseCategoricalAccuracy(name="train_accuracy")
+    val_loss = keras.metrics.Mean(name="val_loss")
+    val_accuracy = keras.metrics.SparseCategoricalAccuracy(name="val_accuracy")
+
+# %% [markdown]
+# One training step, as one replica runs it on its share of the batch (32 examples):
+#
+# - `tf.nn.compute_average_loss(per_example_loss, global_batch_size=64)` sums the replica's
+#   per-example losses and divides by the **global** batch, not by the replica's 32. The optimizer's
+#   `apply_gradients` sums the replicas' gradients (the all-reduce), so the sum is the gradient of
+#   the mean loss over the global batch, as on one device.
+# - The L2 penalty does not depend on the batch: every replica holds all of it. Summed over 2
+#   replicas it would count twice, so `tf.nn.scale_regularization_loss` divides it by the number of
+#   replicas in sync (`tensorflow/python/ops/nn_impl_distribute.py`).
+# - The metric is updated on each replica with its own share; Keras made its variables
+#   `SyncOnReadVariable`s in the scope, which sum the replicas' counts when the result is read.
+#
+# The step returns its loss in three numbers: the whole loss, the cross-entropy part and the L2 part.
+
+# %%
+# One step on one replica: forward pass, loss over the GLOBAL batch plus the scaled L2 term, update, metric.
+def train_step_on_replica(images, labels):
+    with tf.GradientTape() as tape:
+        logits = loop_model(images, training=True)
+        per_example_loss = loss_object(labels, logits)
+        cross_entropy = tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH_SIZE)
+        l2_penalty = tf.nn.scale_regularization_loss(tf.add_n(loop_model.losses))
+        loss = cross_entropy + l2_penalty
+    gradients = tape.gradient(loss, loop_model.trainable_variables)
+    optimizer.apply_gradients(zip(gradients, loop_model.trainable_variables))
+    train_accuracy.update_state(labels, logits)
+    return tf.stack([loss, cross_entropy, l2_penalty])
+
+
+# %% [markdown]
+# `strategy.run` calls that function on every replica with its share of the batch and returns the
+# replicas' results as one `PerReplica` value; `strategy.reduce` sums them into the loss of the
+# global batch. Inside a `tf.function` the whole step becomes one graph; called eagerly,
+# `strategy.run` is slow (TensorFlow warns about it).
+
+# %%
+# The distributed step: run the replica step on every replica, in a tf.function, and sum what they return.
+@tf.function
+def distributed_train_step(images, labels):
+    per_replica = strategy.run(train_step_on_replica, args=(images, labels))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+
+# Evaluation: each replica updates the metrics with its share of a validation batch (the last one is uneven).
+def val_step_on_replica(images, labels):
+    logits = loop_model(images, training=False)
+    val_loss.update_state(loss_object(labels, logits))
+    val_accuracy.update_state(labels, logits)
+
+
+@tf.function
+def distributed_val_step(images, labels):
+    strategy.run(val_step_on_replica, args=(images, labels))
+
+
+# %% [markdown]
+# Now the loop itself: one epoch of training steps, then one pass over the validation set.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Train one epoch with the loop, step by step, then evaluate; the first call also traces the step.
+loop_losses = np.array([distributed_train_step(images, labels).numpy() for images, labels in distributed_train])
+for images, labels in distributed_val:
+    distributed_val_step(images, labels)
+print(f"{len(loop_losses)} steps; step 1: loss {loop_losses[0, 0]:.4f} = {loop_losses[0, 1]:.4f} (cross-entropy) "
+      f"+ {loop_losses[0, 2]:.4f} (L2)")
+
+# %% [markdown]
+# **Predict, then run.** `fit()` now trains the same model (same seed, same scope) on the same
+# batches. Will its per-step losses, which include the L2 term, equal the loop's to within 1e-4?
+# Will its weights after the epoch? (`fit()` reports a running mean of the loss after each batch;
+# the callback below recovers each step's own loss from it.)
+
+# %%
+# fit() on the same model and batches, recording each step's loss, then evaluate() on the validation set.
+class StepLosses(keras.callbacks.Callback):
+    """Each step's loss, recovered from the running mean that fit() reports after each batch."""
+
+    def on_train_begin(self, logs=None):
+        self.running_means = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.running_means.append(logs["loss"])
+
+    def losses(self):
+        means = np.array(self.running_means, dtype=np.float64)
+        steps = np.arange(1, len(means) + 1)  # Keras numbers batches from 0: batch b is step b + 1
+        return means * steps - np.concatenate([[0.0], means[:-1] * steps[:-1]])
+
+
+keras.utils.set_random_seed(0)
+with strategy.scope():
+    fit_model = build_regularized_mlp()
+    fit_model.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=[keras.metrics.SparseCategoricalAccuracy()])
+step_losses = StepLosses()
+history = fit_model.fit(train_batches, epochs=1, shuffle=False, verbose=0, callbacks=[step_losses])
+evaluated = fit_model.evaluate(val_batches, verbose=0, return_dict=True)
+
+# %%
+# Check the prediction: per-step losses, weights, and the metrics of the loop against fit() and evaluate().
+loss_difference = float(np.max(np.abs(step_losses.losses() - loop_losses[:, 0])))
+weight_difference = max(float(np.max(np.abs(a - b))) for a, b in zip(loop_model.get_weights(), fit_model.get_weights()))
+# evaluate() reports the cross-entropy plus the model's L2 penalty, as fit() does; our val_loss holds the cross-entropy.
+l2_now = float(tf.add_n(loop_model.losses))
+print(f"custom loop vs fit(): {len(loop_losses)} steps, max |per-step loss difference| {loss_difference:.1e}, "
+      f"max |weight difference| {weight_difference:.1e}")
+print(f"train accuracy: loop {float(train_accuracy.result()):.4f}, fit() {history.history['sparse_categorical_accuracy'][0]:.4f}")
+print(f"validation loss + L2: loop {float(val_loss.result()) + l2_now:.4f}, evaluate() {evaluated['loss']:.4f}; "
+      f"validation accuracy: loop {float(val_accuracy.result()):.4f}, evaluate() {evaluated['sparse_categorical_accuracy']:.4f}")
+assert loss_difference < 1e-4 and weight_difference < 1e-5, (loss_difference, weight_difference)
+assert abs(float(train_accuracy.result()) - history.history["sparse_categorical_accuracy"][0]) < 1e-6
+assert abs(float(val_loss.result()) + l2_now - evaluated["loss"]) < 1e-4
+assert abs(float(val_accuracy.result()) - evaluated["sparse_categorical_accuracy"]) < 1e-6
+
+# %% [markdown]
+# The loop and `fit()` trained the same weights (the printed difference is what remains after
+# float rounding), and the per-step losses agree to the rounding of recovering them from `fit()`'s
+# running mean. The metrics agree too: the per-replica updates were summed across replicas.
+#
+# ### kerasdist's loop engine is this loop
+#
+# kerasdist's loop engine (`engine="loop"`, and every multi-worker run of lesson 5) is this loop
+# with one change: it runs **many steps per `tf.function` call**. `DistributedSteps._train_steps`
+# in `kerasdist/loop.py` loops over `tf.range(num_steps)` inside the function, calling `strategy.run`
+# once per step, keeps each step's loss sum, correct predictions and example count on the replicas,
+# and reduces them once per call; Python is entered once per call instead of once per step. Its
+# replica step is the one above (`compute_average_loss` over the global batch, and
+# `scale_regularization_loss` for the model's losses). The source, from the installed package:
+
+# %%
+# The training function and the replica step of kerasdist's loop engine.
+print(inspect.getsource(kerasdist.loop.DistributedSteps._train_steps))
+print(inspect.getsource(kerasdist.loop.DistributedSteps._gradients_on_replica))
+
+# %%
+# The same epoch with kerasdist's DistributedSteps, all steps in ONE tf.function call, against our loop.
+keras.utils.set_random_seed(0)
+with strategy.scope():
+    engine_model = build_regularized_mlp()
+    engine_model.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-3),
+                         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    engine_model.optimizer.build(engine_model.trainable_variables)
+steps = len(loop_losses)
+engine = kerasdist.loop.DistributedSteps(engine_model, strategy, GLOBAL_BATCH_SIZE, steps_per_execution=steps)
+totals = engine.train(iter(strategy.experimental_distribute_dataset(train_batches)), steps)
+engine_cross_entropy = totals[:, 0] / totals[:, 2]  # per step: summed loss / examples (the L2 term is not in it)
+engine_loss_difference = float(np.max(np.abs(engine_cross_entropy - loop_losses[:, 1])))
+engine_weight_difference = max(float(np.max(np.abs(a - b)))
+                               for a, b in zip(loop_model.get_weights(), engine_model.get_weights()))
+print(f"DistributedSteps, {steps} steps in one call: max |per-step cross-entropy difference| "
+      f"{engine_loss_difference:.1e}, max |weight difference| {engine_weight_difference:.1e}")
+assert engine_loss_difference < 1e-5 and engine_weight_difference < 1e-5
+
+# %% [markdown]
 # ## Model parallelism by device placement
 #
 # Data parallelism copies the whole model to every device and splits the *batch*. Model
@@ -360,7 +581,8 @@ print("every load reproduces the model trained under MirroredStrategy")
 #
 # ![Data parallelism: every device holds the whole model and gets a share of the batch; model parallelism: each device holds some of the layers and the whole batch passes through them in turn](figures/data_vs_model_parallelism.svg)
 #
-# In TensorFlow 2 you place variables and operations with `tf.device`. Below, the first hidden
+# The manual way to place variables and operations in TensorFlow is `tf.device`: you decide where
+# each layer lives (the end of this section says where the automatic ways stand). Below, the first hidden
 # layer (784 x 256, most of the weights) lives on the first device, the second hidden layer and
 # the output layer on the second. The activations of the first half are copied to the second
 # device on every forward pass, and their gradients come back on every backward pass.
@@ -368,7 +590,7 @@ print("every load reproduces the model trained under MirroredStrategy")
 # %%
 # A model whose two halves live on two devices.
 class TwoDeviceMLP(keras.Model):
-    """The seed MLP with dense_1 on one device and dense_2 + logits on another."""
+    """The guide's MLP with dense_1 on one device and dense_2 + logits on another."""
 
     def __init__(self, first_device, second_device, **kwargs):
         super().__init__(**kwargs)
@@ -432,7 +654,7 @@ print(f"hidden {tuple(hidden.shape)} on {hidden.device.split('device:')[-1]}, "
       f"logits {tuple(logits.shape)} on {logits.device.split('device:')[-1]}")
 
 # %% [markdown]
-# **Predict, then run.** The split model has the seed MLP's layers, initialised with the same seed,
+# **Predict, then run.** The split model has the guide's MLP's layers, initialised with the same seed,
 # and trains on the same batches. Will its loss after one epoch equal the default strategy's loss
 # in the table above (to within 1e-4), or differ? Decide, then run the next two cells.
 
@@ -502,9 +724,16 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 # parallelism buys room for a model that is too large for one device.
 #
 # Large models combine both: model parallelism inside a group of devices, data parallelism across
-# groups. Keras 3's own `keras.distribution` API (`DataParallel`, `ModelParallel` with a
-# `LayoutMap` that shards each weight across a device mesh) expresses both without `tf.device`;
-# today it is implemented for the JAX backend (its TensorFlow version is a prototype).
+# groups. Placing layers by hand with `tf.device` does not scale to that; the newer APIs describe
+# where each tensor lives as a *layout* over a mesh of devices and let the framework place it:
+#
+# - **DTensor** (`tf.experimental.dtensor`) is TensorFlow's: it shards tensors over a mesh. It is
+#   still experimental.
+# - **`keras.distribution`** is Keras 3's (`DataParallel`, and `ModelParallel` with a `LayoutMap`
+#   that shards each weight across a device mesh), and it expresses both kinds for a Keras model.
+#   It is implemented for the JAX backend; its TensorFlow version is a prototype on DTensor that its
+#   source marks "DO NOT USE" (`keras/src/backend/tensorflow/distribution_lib.py` in Keras 3.15).
+#   Lesson 7 trains with it on JAX ([07_keras_distribution_jax.ipynb](07_keras_distribution_jax.ipynb)).
 
 # %% [markdown]
 # ## Performance tips
@@ -536,6 +765,11 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 # - With Keras 3, `CentralStorageStrategy` trains correctly but reports wrong metrics; verify.
 # - A saved model or checkpoint is independent of the strategy: mirrored variables are saved as one
 #   value each, and loading under another strategy (or none) gives the same weights and predictions.
+# - A custom loop under a strategy: `experimental_distribute_dataset`, `strategy.run` inside a
+#   `tf.function`, the per-example loss summed and divided by the **global** batch
+#   (`tf.nn.compute_average_loss`), regularization losses divided by the replicas
+#   (`tf.nn.scale_regularization_loss`), metrics updated on each replica. It trains what `fit()`
+#   trains, step for step; kerasdist's loop engine is this loop with many steps per call.
 # - Model parallelism places parts of the model on different devices with `tf.device`; each device
 #   stores less, but activations cross devices at every step and devices wait for each other.
 
@@ -673,6 +907,59 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 #
 # A `MirroredVariable`, one copy per replica, filled from the one value in the file; the
 # predictions are the same. Checkpoints go both ways between strategies.
+#
+# </details>
+#
+# 6. In the custom loop, forget `tf.nn.scale_regularization_loss`: add the L2 term as it is on each
+#    replica, and train one epoch from the same start. How much larger is step 1's loss than
+#    `fit()`'s, and do the weights still match?
+#
+# <details><summary>Hint</summary>
+#
+# Rebuild `loop_model` and `optimizer` in the scope with the same seed, define the replica step
+# again without the scaling, and wrap it in a **new** `tf.function`: the old one traced the old step.
+# Compare the first loss with `step_losses.losses()[0]` and the weights with `fit_model`'s.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```python
+# keras.utils.set_random_seed(0)
+# with strategy.scope():
+#     loop_model = build_regularized_mlp()
+#     optimizer = keras.optimizers.Adam(learning_rate=1e-3)
+#     optimizer.build(loop_model.trainable_variables)
+#
+#
+# def unscaled_step_on_replica(images, labels):
+#     with tf.GradientTape() as tape:
+#         logits = loop_model(images, training=True)
+#         cross_entropy = tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=GLOBAL_BATCH_SIZE)
+#         l2_penalty = tf.add_n(loop_model.losses)  # not divided by the number of replicas
+#         loss = cross_entropy + l2_penalty
+#     gradients = tape.gradient(loss, loop_model.trainable_variables)
+#     optimizer.apply_gradients(zip(gradients, loop_model.trainable_variables))
+#     return tf.stack([loss, cross_entropy, l2_penalty])
+#
+#
+# @tf.function
+# def unscaled_train_step(images, labels):
+#     per_replica = strategy.run(unscaled_step_on_replica, args=(images, labels))
+#     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+#
+#
+# unscaled = np.array([unscaled_train_step(images, labels).numpy() for images, labels in distributed_train])
+# print(unscaled[0, 0] - step_losses.losses()[0], unscaled[0, 2] / NUM_REPLICAS)
+# print(max(float(np.max(np.abs(a - b))) for a, b in zip(loop_model.get_weights(), fit_model.get_weights())))
+# ```
+#
+# Step 1's loss is larger by the L2 penalty itself (the first line prints it twice: the
+# difference, and the penalty that one replica added): the sum over 2 replicas counts the penalty
+# twice. Its gradient is counted twice too, so every step pulls the kernels towards zero twice as
+# hard as `fit()` does, and the weights drift away from `fit()`'s: the difference is no longer
+# float rounding. With N replicas the penalty would count N times: that is what
+# `scale_regularization_loss` divides away.
 #
 # </details>
 #

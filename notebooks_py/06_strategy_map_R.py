@@ -28,8 +28,11 @@
 #   you do;
 # - that a saved model does not depend on the strategy it was trained under: save under
 #   `MirroredStrategy`, load under another strategy or none;
-# - model parallelism by device placement (`tf$device()`, the TensorFlow 2 way): a model whose two
-#   halves live on two devices, contrasted with data parallelism.
+# - model parallelism by device placement (`tf$device()`, the manual way: you place each layer yourself):
+#   a model whose two halves live on two devices, contrasted with data parallelism, and where
+#   DTensor and Keras 3's `keras.distribution` stand;
+# - a custom training loop under `MirroredStrategy`, written cell by cell as in TensorFlow's
+#   "Custom training with tf.distribute.Strategy" tutorial, that matches `fit()` step for step.
 #
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
@@ -173,7 +176,8 @@ import kerasdist
 # steady_samples_per_second <- function(ends) global_batch_size / median(diff(ends[-seq_len(warmup_steps)]))
 
 # %% language="R"
-# # The seed MLP and the data, then a function that trains one epoch under a strategy and describes it.
+# # The guide's MLP (784-256-256-10, the model of TensorFlow's distributed-training guide) and the data,
+# # then a function that trains one epoch under a strategy and describes it.
 # build_model <- function() {
 #   inputs <- keras_input(shape = 784, name = "digits")
 #   logits <- inputs |>
@@ -260,7 +264,12 @@ import kerasdist
 # - **Same training.** The weights after one epoch agree to float rounding (`max |dw|` is the
 #   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
 #   replicas compute the same updates as one device, only the order of the floating-point sums
-#   differs.
+#   differs. That holds for this MLP because it has no BatchNormalization and no dropout. A
+#   BatchNormalization layer normalises each replica's share with that share's own mean and variance
+#   (a batch of 32 here, not 64), unless it is built with `synchronized=True`, which all-reduces the
+#   statistics across replicas; dropout draws its own random mask on each replica. Lesson 3 runs
+#   the BatchNormalization case, 2 replicas against one device
+#   ([03_convergence_R.ipynb](03_convergence_R.ipynb)).
 # - **Check the reported metrics.** Under `CentralStorageStrategy` the model is right (our own
 #   accuracy matches the others), but the loss that `fit()` reports and the accuracy that
 #   `evaluate()` reports are not: with Keras 3 the metric variables are not aggregated correctly
@@ -385,6 +394,233 @@ import kerasdist
 # cat("every load reproduces the model trained under MirroredStrategy\n")
 
 # %% [markdown]
+# ## A custom training loop
+#
+# `fit()` hides the training loop. TensorFlow's tutorial *Custom training with
+# tf.distribute.Strategy* writes it out, and it is worth doing once: it is what runs where `fit()`
+# cannot (lesson 5: under `MultiWorkerMirroredStrategy`), and each of its lines says how a
+# synchronous step works. We write it here cell by cell under `MirroredStrategy` with 2 replicas,
+# train the guide's MLP with it for one epoch, and check step by step that it does what `fit()`
+# does on the same batches in the same order. To show how a regularization loss is handled, the MLP
+# gets an L2 penalty on its kernels (`l2_factor` times the sum of their squares).
+#
+# First the data: `strategy$experimental_distribute_dataset()` splits every global batch into
+# per-replica batches, as `fit()` does behind the scenes (lesson 4).
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The strategy, and the batches that fit() gets above, distributed over its 2 replicas.
+# strategy <- kerasdist$make_strategy("mirrored", num_replicas = num_replicas, verbose = FALSE)
+# distributed_train <- strategy$experimental_distribute_dataset(train_batches)
+# distributed_val <- strategy$experimental_distribute_dataset(val_batches)
+# batch <- iter_next(as_iterator(distributed_train))
+# cat(batch[[1]]$`__class__`$`__name__`, paste0("(", vapply(strategy$experimental_local_results(batch[[1]]),
+#     function(part) paste(unlist(part$shape$as_list()), collapse = ", "), ""), ")"), "\n")
+
+# %% [markdown]
+# Everything that holds variables is created in the strategy's scope: the model, the optimizer
+# (built at once, before the first `tf_function()` call, so that its slot variables are created
+# mirrored), and the metrics. The loss is made with `reduction = NULL`: it returns one loss per
+# example, and we do the averaging ourselves.
+
+# %% language="R"
+# # The guide's MLP with an L2 penalty on its kernels, its optimizer, the loss and the metrics, all in the scope.
+# l2_factor <- 1e-4
+# build_regularized_mlp <- function() {  # the guide's MLP, each kernel penalised by l2_factor x its sum of squares
+#   inputs <- keras_input(shape = 784, name = "digits")
+#   logits <- inputs |>
+#     layer_dense(units = 256, activation = "relu", kernel_regularizer = regularizer_l2(l2_factor), name = "dense_1") |>
+#     layer_dense(units = 256, activation = "relu", kernel_regularizer = regularizer_l2(l2_factor), name = "dense_2") |>
+#     layer_dense(units = 10, kernel_regularizer = regularizer_l2(l2_factor), name = "logits")
+#   keras_model(inputs, logits, name = "regularized_mlp")
+# }
+# set_random_seed(0)
+# with(strategy$scope(), {
+#   loop_model <- build_regularized_mlp()
+#   optimizer <- optimizer_adam(learning_rate = 1e-3)
+#   optimizer$build(loop_model$trainable_variables)
+#   loss_object <- loss_sparse_categorical_crossentropy(from_logits = TRUE, reduction = NULL)
+#   train_accuracy <- metric_sparse_categorical_accuracy(name = "train_accuracy")
+#   val_loss <- metric_mean(name = "val_loss")
+#   val_accuracy <- metric_sparse_categorical_accuracy(name = "val_accuracy")
+# })
+
+# %% [markdown]
+# One training step, as one replica runs it on its share of the batch (32 examples):
+#
+# - `tf$nn$compute_average_loss(per_example_loss, global_batch_size = 64)` sums the replica's
+#   per-example losses and divides by the **global** batch, not by the replica's 32. The optimizer's
+#   `apply_gradients()` sums the replicas' gradients (the all-reduce), so the sum is the gradient of
+#   the mean loss over the global batch, as on one device.
+# - The L2 penalty does not depend on the batch: every replica holds all of it. Summed over 2
+#   replicas it would count twice, so `tf$nn$scale_regularization_loss()` divides it by the number of
+#   replicas in sync (`tensorflow/python/ops/nn_impl_distribute.py`).
+# - The metric is updated on each replica with its own share; Keras made its variables
+#   `SyncOnReadVariable`s in the scope, which sum the replicas' counts when the result is read.
+#
+# The step returns its loss in three numbers: the whole loss, the cross-entropy part and the L2 part.
+#
+# One thing cannot be R here: `strategy$run()` calls the replica step on TensorFlow's own threads,
+# one per replica, while R code runs only on R's main thread. An R function there waits for the main
+# thread, which waits for the replicas: the step never ends (we tried). So the replica steps are a
+# few lines of Python, made by a function that R calls with R's model, optimizer, loss and metrics;
+# everything around them (`tf_function()`, `strategy$run()`, `strategy$reduce()`, the loop) is R.
+
+# %% language="R"
+# # One step on one replica (Python, see above): forward pass, loss over the GLOBAL batch plus the scaled
+# # L2 term, update, metric; and one evaluation step. R passes in the objects they use.
+# py_run_string("
+# import tensorflow as tf
+#
+# def replica_steps(model, optimizer, loss_object, train_accuracy, val_loss, val_accuracy, global_batch_size):
+#     def train_step_on_replica(images, labels):
+#         with tf.GradientTape() as tape:
+#             logits = model(images, training=True)
+#             per_example_loss = loss_object(labels, logits)
+#             cross_entropy = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
+#             l2_penalty = tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+#             loss = cross_entropy + l2_penalty
+#         gradients = tape.gradient(loss, model.trainable_variables)
+#         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+#         train_accuracy.update_state(labels, logits)
+#         return tf.stack([loss, cross_entropy, l2_penalty])
+#
+#     def val_step_on_replica(images, labels):
+#         logits = model(images, training=False)
+#         val_loss.update_state(loss_object(labels, logits))
+#         val_accuracy.update_state(labels, logits)
+#
+#     return train_step_on_replica, val_step_on_replica
+# ")
+# replica_steps <- py$replica_steps(loop_model, optimizer, loss_object, train_accuracy, val_loss, val_accuracy,
+#                                   global_batch_size)
+# train_step_on_replica <- replica_steps[[1]]
+# val_step_on_replica <- replica_steps[[2]]
+
+# %% [markdown]
+# `strategy$run()` calls that function on every replica with its share of the batch and returns the
+# replicas' results as one `PerReplica` value; `strategy$reduce()` sums them into the loss of the
+# global batch. Inside a `tf_function()` the whole step becomes one graph; called eagerly,
+# `strategy$run()` is slow (TensorFlow warns about it).
+
+# %% language="R"
+# # The distributed steps: run the replica step on every replica, in a tf_function(), and sum what they return.
+# distributed_train_step <- tf_function(function(images, labels) {
+#   per_replica <- strategy$run(train_step_on_replica, args = list(images, labels))
+#   strategy$reduce(tf$distribute$ReduceOp$SUM, per_replica, axis = NULL)
+# })
+# # Evaluation: each replica updates the metrics with its share of a validation batch (the last one is uneven).
+# distributed_val_step <- tf_function(function(images, labels) {
+#   strategy$run(val_step_on_replica, args = list(images, labels))
+#   NULL
+# })
+
+# %% [markdown]
+# Now the loop itself: one epoch of training steps, then one pass over the validation set.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Train one epoch with the loop, step by step, then evaluate; the first call also traces the step.
+# loop_losses <- NULL
+# iterator <- as_iterator(distributed_train)
+# while (!is.null(batch <- iter_next(iterator)))
+#   loop_losses <- rbind(loop_losses, as.numeric(distributed_train_step(batch[[1]], batch[[2]])))
+# iterator <- as_iterator(distributed_val)
+# while (!is.null(batch <- iter_next(iterator))) distributed_val_step(batch[[1]], batch[[2]])
+# cat(sprintf("%d steps; step 1: loss %.4f = %.4f (cross-entropy) + %.4f (L2)\n", nrow(loop_losses),
+#             loop_losses[1, 1], loop_losses[1, 2], loop_losses[1, 3]))
+
+# %% [markdown]
+# **Predict, then run.** `fit()` now trains the same model (same seed, same scope) on the same
+# batches. Will its per-step losses, which include the L2 term, equal the loop's to within 1e-4?
+# Will its weights after the epoch? (`fit()` reports a running mean of the loss after each batch;
+# the callback below recovers each step's own loss from it.)
+
+# %% language="R"
+# # fit() on the same model and batches, recording each step's loss, then evaluate() on the validation set.
+# running_means <- numeric()
+# step_losses <- callback_lambda(
+#   on_train_begin = function(logs) running_means <<- numeric(),
+#   on_train_batch_end = function(batch, logs) running_means <<- c(running_means, logs$loss)
+# )
+# # Each step's own loss from the running means; keras3 numbers batches from 1, so after step k the mean is over k.
+# losses_from_running_means <- function(means) {
+#   steps <- seq_along(means)
+#   means * steps - c(0, head(means * steps, -1))
+# }
+# set_random_seed(0)
+# with(strategy$scope(), {
+#   fit_model <- build_regularized_mlp()
+#   fit_model |> compile(optimizer = optimizer_adam(learning_rate = 1e-3),
+#                        loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
+#                        metrics = list(metric_sparse_categorical_accuracy()))
+# })
+# history <- fit_model |> fit(train_batches, epochs = 1, shuffle = FALSE, verbose = 0, callbacks = list(step_losses))
+# evaluated <- fit_model |> evaluate(val_batches, verbose = 0)
+
+# %% language="R"
+# # Check the prediction: per-step losses, weights, and the metrics of the loop against fit() and evaluate().
+# loss_difference <- max(abs(losses_from_running_means(running_means) - loop_losses[, 1]))
+# weight_difference <- max(mapply(function(a, b) max(abs(a - b)), get_weights(loop_model), get_weights(fit_model)))
+# # evaluate() reports the cross-entropy plus the model's L2 penalty, as fit() does; our val_loss holds the cross-entropy.
+# l2_now <- as.numeric(tf$add_n(loop_model$losses))
+# loop_train_accuracy <- as.numeric(train_accuracy$result())
+# loop_val_loss <- as.numeric(val_loss$result()) + l2_now
+# loop_val_accuracy <- as.numeric(val_accuracy$result())
+# cat(sprintf("custom loop vs fit(): %d steps, max |per-step loss difference| %.1e, max |weight difference| %.1e\n",
+#             nrow(loop_losses), loss_difference, weight_difference))
+# cat(sprintf("train accuracy: loop %.4f, fit() %.4f\n", loop_train_accuracy,
+#             history$metrics$sparse_categorical_accuracy[1]))
+# cat(sprintf("validation loss + L2: loop %.4f, evaluate() %.4f; validation accuracy: loop %.4f, evaluate() %.4f\n",
+#             loop_val_loss, evaluated$loss, loop_val_accuracy, evaluated$sparse_categorical_accuracy))
+# stopifnot(loss_difference < 1e-4, weight_difference < 1e-5,
+#           abs(loop_train_accuracy - history$metrics$sparse_categorical_accuracy[1]) < 1e-6,
+#           abs(loop_val_loss - evaluated$loss) < 1e-4,
+#           abs(loop_val_accuracy - evaluated$sparse_categorical_accuracy) < 1e-6)
+
+# %% [markdown]
+# The loop and `fit()` trained the same weights (the printed difference is what remains after
+# float rounding), and the per-step losses agree to the rounding of recovering them from `fit()`'s
+# running mean. The metrics agree too: the per-replica updates were summed across replicas.
+#
+# ### kerasdist's loop engine is this loop
+#
+# kerasdist's loop engine (`engine = "loop"`, and every multi-worker run of lesson 5) is this loop
+# with one change: it runs **many steps per `tf.function` call**. `DistributedSteps._train_steps`
+# in `kerasdist/loop.py` loops over `tf.range(num_steps)` inside the function, calling `strategy.run`
+# once per step, keeps each step's loss sum, correct predictions and example count on the replicas,
+# and reduces them once per call; Python is entered once per call instead of once per step. Its
+# replica step is the one above (`compute_average_loss` over the global batch, and
+# `scale_regularization_loss` for the model's losses). The source, from the installed package:
+
+# %% language="R"
+# # The training function and the replica step of kerasdist's loop engine.
+# kerasdist_loop <- import("kerasdist.loop")
+# inspect <- import("inspect")
+# cat(inspect$getsource(kerasdist_loop$DistributedSteps$`_train_steps`), "\n")
+# cat(inspect$getsource(kerasdist_loop$DistributedSteps$`_gradients_on_replica`), "\n")
+
+# %% language="R"
+# # The same epoch with kerasdist's DistributedSteps, all steps in ONE tf.function call, against our loop.
+# set_random_seed(0)
+# with(strategy$scope(), {
+#   engine_model <- build_regularized_mlp()
+#   engine_model |> compile(optimizer = optimizer_adam(learning_rate = 1e-3),
+#                           loss = loss_sparse_categorical_crossentropy(from_logits = TRUE))
+#   engine_model$optimizer$build(engine_model$trainable_variables)
+# })
+# steps <- nrow(loop_losses)
+# engine <- kerasdist_loop$DistributedSteps(engine_model, strategy, global_batch_size, steps_per_execution = steps)
+# totals <- engine$train(as_iterator(strategy$experimental_distribute_dataset(train_batches)), steps)
+# engine_cross_entropy <- totals[, 1] / totals[, 3]  # per step: summed loss / examples (the L2 term is not in it)
+# engine_loss_difference <- max(abs(engine_cross_entropy - loop_losses[, 2]))
+# engine_weight_difference <- max(mapply(function(a, b) max(abs(a - b)), get_weights(loop_model),
+#                                        get_weights(engine_model)))
+# cat(sprintf("DistributedSteps, %d steps in one call: max |per-step cross-entropy difference| %.1e, max |weight difference| %.1e\n",
+#             steps, engine_loss_difference, engine_weight_difference))
+# stopifnot(engine_loss_difference < 1e-5, engine_weight_difference < 1e-5)
+
+# %% [markdown]
 # ## Model parallelism by device placement
 #
 # Data parallelism copies the whole model to every device and splits the *batch*. Model
@@ -394,7 +630,8 @@ import kerasdist
 #
 # ![Data parallelism: every device holds the whole model and gets a share of the batch; model parallelism: each device holds some of the layers and the whole batch passes through them in turn](figures/data_vs_model_parallelism.svg)
 #
-# In TensorFlow 2 you place variables and operations with `tf$device()`. Below, the first hidden
+# The manual way to place variables and operations in TensorFlow is `tf$device()`: you decide where
+# each layer lives (the end of this section says where the automatic ways stand). Below, the first hidden
 # layer (784 x 256, most of the weights) lives on the first device, the second hidden layer and
 # the output layer on the second. The activations of the first half are copied to the second
 # device on every forward pass, and their gradients come back on every backward pass.
@@ -473,7 +710,7 @@ import kerasdist
 #             paste(unlist(logits$shape$as_list()), collapse = ", "), sub(".*device:", "", logits$device)))
 
 # %% [markdown]
-# **Predict, then run.** The split model has the seed MLP's layers, initialised with the same seed,
+# **Predict, then run.** The split model has the guide's MLP's layers, initialised with the same seed,
 # and trains on the same batches. Will its loss after one epoch equal the default strategy's loss
 # in the table above (to within 1e-4), or differ? Decide, then run the next two cells.
 
@@ -548,9 +785,16 @@ import kerasdist
 # parallelism buys room for a model that is too large for one device.
 #
 # Large models combine both: model parallelism inside a group of devices, data parallelism across
-# groups. Keras 3's own distribution API (`layout_map()`, `DataParallel`, `ModelParallel`, which
-# shard each weight across a device mesh) expresses both without `tf$device()`; today it is
-# implemented for the JAX backend (its TensorFlow version is a prototype).
+# groups. Placing layers by hand with `tf$device()` does not scale to that; the newer APIs describe
+# where each tensor lives as a *layout* over a mesh of devices and let the framework place it:
+#
+# - **DTensor** (`tf$experimental$dtensor`) is TensorFlow's: it shards tensors over a mesh. It is
+#   still experimental.
+# - **`keras.distribution`** is Keras 3's (`DataParallel`, and `ModelParallel` with a `LayoutMap`
+#   that shards each weight across a device mesh), and it expresses both kinds for a Keras model.
+#   It is implemented for the JAX backend; its TensorFlow version is a prototype on DTensor that its
+#   source marks "DO NOT USE" (`keras/src/backend/tensorflow/distribution_lib.py` in Keras 3.15).
+#   Lesson 7 trains with it on JAX ([07_keras_distribution_jax.ipynb](07_keras_distribution_jax.ipynb)).
 
 # %% [markdown]
 # ## Performance tips
@@ -583,6 +827,11 @@ import kerasdist
 # - With Keras 3, `CentralStorageStrategy` trains correctly but reports wrong metrics; verify.
 # - A saved model or checkpoint is independent of the strategy: mirrored variables are saved as one
 #   value each, and loading under another strategy (or none) gives the same weights and predictions.
+# - A custom loop under a strategy: `experimental_distribute_dataset()`, `strategy$run()` inside a
+#   `tf_function()`, the per-example loss summed and divided by the **global** batch
+#   (`tf$nn$compute_average_loss()`), regularization losses divided by the replicas
+#   (`tf$nn$scale_regularization_loss()`), metrics updated on each replica. It trains what `fit()`
+#   trains, step for step; kerasdist's loop engine is this loop with many steps per call.
 # - Model parallelism places parts of the model on different devices with `tf$device()`; each
 #   device stores less, but activations cross devices at every step and devices wait for each other.
 
@@ -726,6 +975,63 @@ import kerasdist
 #
 # A `MirroredVariable`, one copy per replica, filled from the one value in the file; the
 # predictions are the same. Checkpoints go both ways between strategies.
+#
+# </details>
+#
+# 6. In the custom loop, forget `tf$nn$scale_regularization_loss()`: add the L2 term as it is on
+#    each replica, and train one epoch from the same start. How much larger is step 1's loss than
+#    `fit()`'s, and do the weights still match?
+#
+# <details><summary>Hint</summary>
+#
+# Rebuild `loop_model` and `optimizer` in the scope with the same seed, make the replica step again
+# without the scaling (a Python function, as above), and wrap it in a **new** `tf_function()`: the
+# old one traced the old step. Compare the first loss with
+# `losses_from_running_means(running_means)[1]` and the weights with `fit_model`'s.
+#
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# set_random_seed(0)
+# with(strategy$scope(), {
+#   loop_model <- build_regularized_mlp()
+#   optimizer <- optimizer_adam(learning_rate = 1e-3)
+#   optimizer$build(loop_model$trainable_variables)
+# })
+# py_run_string("
+# def unscaled_step(model, optimizer, loss_object, global_batch_size):
+#     def step_on_replica(images, labels):
+#         with tf.GradientTape() as tape:
+#             logits = model(images, training=True)
+#             cross_entropy = tf.nn.compute_average_loss(loss_object(labels, logits), global_batch_size=global_batch_size)
+#             l2_penalty = tf.add_n(model.losses)  # not divided by the number of replicas
+#             loss = cross_entropy + l2_penalty
+#         gradients = tape.gradient(loss, model.trainable_variables)
+#         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+#         return tf.stack([loss, cross_entropy, l2_penalty])
+#     return step_on_replica
+# ")
+# unscaled_step_on_replica <- py$unscaled_step(loop_model, optimizer, loss_object, global_batch_size)
+# unscaled_train_step <- tf_function(function(images, labels) {
+#   strategy$reduce(tf$distribute$ReduceOp$SUM,
+#                   strategy$run(unscaled_step_on_replica, args = list(images, labels)), axis = NULL)
+# })
+# unscaled <- NULL
+# iterator <- as_iterator(distributed_train)
+# while (!is.null(batch <- iter_next(iterator)))
+#   unscaled <- rbind(unscaled, as.numeric(unscaled_train_step(batch[[1]], batch[[2]])))
+# cat(unscaled[1, 1] - losses_from_running_means(running_means)[1], unscaled[1, 3] / num_replicas, "\n")
+# cat(max(mapply(function(a, b) max(abs(a - b)), get_weights(loop_model), get_weights(fit_model))), "\n")
+# ```
+#
+# Step 1's loss is larger by the L2 penalty itself (the first line prints it twice: the
+# difference, and the penalty that one replica added): the sum over 2 replicas counts the penalty
+# twice. Its gradient is counted twice too, so every step pulls the kernels towards zero twice as
+# hard as `fit()` does, and the weights drift away from `fit()`'s: the difference is no longer
+# float rounding. With N replicas the penalty would count N times: that is what
+# `scale_regularization_loss()` divides away.
 #
 # </details>
 #

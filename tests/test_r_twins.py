@@ -94,7 +94,13 @@ KEY_NUMBERS = {
          None, 0),
         ("per-input-pipeline batch",
          r"input pipeline (\d+) of (\d+): (\d+) replicas in sync, per-replica batch (\d+)", None, 0),
-        ("auto-shard policy", r"^(DATA|FILE|AUTO|OFF|HINT)$", None, 0),
+        ("auto-shard policy: the default, kerasdist's",
+         r"^(?:default|kerasdist|asked for):\s+(DATA|FILE|AUTO|OFF|HINT)$", None, 0),
+        ("two workers' DATA shards, unseeded and seeded shuffle",
+         (r"^(unseeded shuffle|shuffle\(seed=0\))\s*: (\d+) keys, worker 0 trains on (\d+), worker 1 on (\d+); "
+          r"(\w+) on both, (\w+) on neither"), None, 0),
+        ("the simulated shards against TensorFlow's rewrite",
+         r"auto-shard rewrite \(policy (\w+)\) kept the same slices as worker_share, for all (\d+) workers", None, 0),
     ],
     "05_multi_worker": [
         ("fit() fails, the loop trains, identical weights",
@@ -140,6 +146,17 @@ KEY_NUMBERS = {
          r"loss ([\d.]+), val acc ([\d.]+)", None, 0.002),
         ("numbers stored per device",
          r"^((?:data|model) parallel):\s+\{?'?CPU:0'?(?::| =) (\d+), '?CPU:1'?(?::| =) (\d+)", None, 0),
+        ("custom loop: steps, and step 1's loss in parts",
+         r"^(\d+) steps; step 1: loss ([\d.]+) = ([\d.]+) \(cross-entropy\) \+ ([\d.]+) \(L2\)", None, 1e-4),
+        ("custom loop vs fit(): steps, max |loss difference| per step, max |weight difference|",
+         (rf"custom loop vs fit\(\): (\d+) steps, max \|per-step loss difference\| {NUMBER}, "
+          rf"max \|weight difference\| {NUMBER}"), None, 1e-4),
+        ("custom loop's metrics vs fit() and evaluate()",
+         (r"^train accuracy: loop ([\d.]+), fit\(\) ([\d.]+)|^validation loss \+ L2: loop ([\d.]+), "
+          r"evaluate\(\) ([\d.]+); validation accuracy: loop ([\d.]+), evaluate\(\) ([\d.]+)"), None, 0.002),
+        ("kerasdist's DistributedSteps vs the custom loop",
+         (rf"DistributedSteps, (\d+) steps in one call: max \|per-step cross-entropy difference\| {NUMBER}, "
+          rf"max \|weight difference\| {NUMBER}"), None, 1e-5),
     ],
 }
 
