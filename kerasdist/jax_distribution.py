@@ -61,12 +61,16 @@ def read_arrays(path):
         return arrays["x"].astype(np.float32), arrays["y"].astype(np.int32)
 
 
+def check_weights_file(path):
+    """Raise a one-line ``KerasdistError`` unless ``path`` is an existing ``.weights.h5`` file."""
+    if not (path.endswith(".weights.h5") and os.path.isfile(path)):
+        raise KerasdistError(f"weights must be an existing .weights.h5 file. Received: weights={path}; "
+                             "write it with model.save_weights('initial.weights.h5')")
+
+
 def _model_from(weights_path):
     from kerasdist import model as model_module
 
-    if not os.path.isfile(weights_path):
-        raise KerasdistError(f"weights file not found. Received: weights={weights_path}; "
-                             "write it with model.save_weights('initial.weights.h5')")
     model = model_module.build_model(jit_compile="auto")
     with warnings.catch_warnings():  # the file holds no optimizer state: Adam starts from zero, as in the lesson
         warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
@@ -252,6 +256,8 @@ def main(argv=None):
         if options.command == "data":
             write_data(options.out, options.data, options.seed)
             return 0
+        read_arrays(options.arrays)  # user errors first, before a backend loads
+        check_weights_file(options.weights)
         common = dict(arrays=options.arrays, weights=options.weights,
                       global_batch_size=options.global_batch_size, epochs=options.epochs)
         if options.command == "mirrored":

@@ -504,7 +504,8 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 # Large models combine both: model parallelism inside a group of devices, data parallelism across
 # groups. Keras 3's own `keras.distribution` API (`DataParallel`, `ModelParallel` with a
 # `LayoutMap` that shards each weight across a device mesh) expresses both without `tf.device`;
-# today it is implemented for the JAX backend (its TensorFlow version is a prototype).
+# today it is implemented for the JAX backend (its TensorFlow version is a prototype), and
+# [lesson 7](07_keras_distribution_jax.ipynb) runs it there, beside tf.distribute.
 
 # %% [markdown]
 # ## Performance tips

@@ -550,7 +550,8 @@ import kerasdist
 # Large models combine both: model parallelism inside a group of devices, data parallelism across
 # groups. Keras 3's own distribution API (`layout_map()`, `DataParallel`, `ModelParallel`, which
 # shard each weight across a device mesh) expresses both without `tf$device()`; today it is
-# implemented for the JAX backend (its TensorFlow version is a prototype).
+# implemented for the JAX backend (its TensorFlow version is a prototype), and
+# [lesson 7](07_keras_distribution_jax_R.ipynb) runs it there, beside tf.distribute.
 
 # %% [markdown]
 # ## Performance tips
