@@ -17,6 +17,7 @@ of stdout. User errors print one line to stderr and exit 2.
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -54,10 +55,12 @@ def read_arrays(path):
         KerasdistError: if the file is missing or lacks ``x`` or ``y``.
     """
     if not os.path.isfile(path):
-        raise KerasdistError(f"arrays file not found. Received: arrays={path}; write it with numpy.savez(path, x=..., y=...)")
+        raise KerasdistError(f"arrays file not found. Received: arrays={path}; "
+                             "write it with numpy.savez(path, x=..., y=...)")
     with np.load(path) as arrays:
         if "x" not in arrays or "y" not in arrays:
-            raise KerasdistError(f"the arrays file must hold x and y. Received: keys {sorted(arrays.files)} in {path}")
+            raise KerasdistError(f"the arrays file must hold x and y. "
+                                 f"Received: keys {sorted(arrays.files)} in {path}")
         return arrays["x"].astype(np.float32), arrays["y"].astype(np.int32)
 
 
@@ -72,7 +75,7 @@ def _model_from(weights_path):
     from kerasdist import model as model_module
 
     model = model_module.build_model(jit_compile="auto")
-    with warnings.catch_warnings():  # the file holds no optimizer state: Adam starts from zero, as in the lesson
+    with warnings.catch_warnings():  # the file holds no optimizer state: Adam starts from zero
         warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
         model.load_weights(weights_path)
     return model
@@ -176,43 +179,43 @@ def launch(arrays, weights, processes=2, global_batch_size=64, epochs=1, timeout
                              f"Received: global_batch_size={global_batch_size}, processes={processes}")
     coordinator = f"127.0.0.1:{free_port()}"
     environment = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device per process
-    with tempfile.TemporaryDirectory(prefix="kerasdist-jax-") as logs:
-        workers, streams = [], []
+    with tempfile.TemporaryDirectory(prefix="kerasdist-jax-") as logs, contextlib.ExitStack() as files:
+        workers, outputs = [], []
         for process_id in range(processes):
-            streams.append((open(os.path.join(logs, f"{process_id}.out"), "w+"),
-                            open(os.path.join(logs, f"{process_id}.err"), "w+")))
+            outputs.append([files.enter_context(open(os.path.join(logs, f"{process_id}.{kind}"), "w+"))
+                            for kind in ("out", "err")])
             command = [sys.executable, "-m", "kerasdist.jax_distribution", "worker",
                        "--process-id", str(process_id), "--processes", str(processes),
                        "--coordinator", coordinator, "--arrays", arrays, "--weights", weights,
                        "--global-batch-size", str(global_batch_size), "--epochs", str(epochs)]
-            workers.append(subprocess.Popen(command, stdout=streams[-1][0], stderr=streams[-1][1], env=environment))
+            workers.append(subprocess.Popen(command, stdout=outputs[-1][0], stderr=outputs[-1][1],
+                                            env=environment))
         deadline = time.monotonic() + timeout_s
         try:
-            while any(w.poll() is None for w in workers) and time.monotonic() < deadline:
-                if any(w.poll() not in (None, 0) for w in workers):
-                    break  # one failed: the others would wait for it in the next all-reduce
+            # Until all end, one fails (the others would wait for it in the next all-reduce), or time runs out.
+            while (any(w.poll() is None for w in workers) and all(w.poll() in (None, 0) for w in workers)
+                   and time.monotonic() < deadline):
                 time.sleep(0.2)
         finally:
             for worker in workers:
                 if worker.poll() is None:
                     worker.kill()
                     worker.wait(timeout=30)
+        timed_out = time.monotonic() >= deadline
         results, failures = [], []
-        for process_id, (worker, (out, err)) in enumerate(zip(workers, streams)):
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
-            out.close()
-            err.close()
+        for process_id, (worker, (stdout, stderr)) in enumerate(zip(workers, outputs)):
+            stdout.seek(0)
+            stderr.seek(0)
             if worker.returncode == 0:
-                results.append(json.loads(stdout.strip().splitlines()[-1]))
-            else:
-                why = "stopped after the time limit" if worker.returncode < 0 else f"exit status {worker.returncode}"
+                results.append(json.loads(stdout.read().strip().splitlines()[-1]))
+            elif worker.returncode > 0 or timed_out:
+                why = f"exit status {worker.returncode}" if worker.returncode > 0 else f"stopped after {timeout_s} s"
                 failures.append(f"worker {process_id} failed ({why}); its stderr ends with:\n"
-                                f"{stderr[-STDERR_TAIL_CHARS:]}")
+                                f"{stderr.read()[-STDERR_TAIL_CHARS:]}")
+            else:
+                failures.append(f"worker {process_id} was stopped: another worker failed")
     if failures:
-        raise KerasdistError(f"the {processes}-process run did not finish within {timeout_s} s: "
-                             + "\n".join(failures))
+        raise KerasdistError(f"the {processes}-process run failed: " + "\n".join(failures))
     return results
 
 
@@ -220,13 +223,14 @@ def write_data(out, source, seed=0):
     """Load MNIST as every lesson does (printing its source) and save the splits to ``out`` (.npz)."""
     from kerasdist import data as data_module
 
-    data = data_module.checked(data_module.load_mnist(source, seed=seed))
+    data = data_module.load_mnist(source, seed=seed)
     np.savez(out, x_train=data.x_train, y_train=data.y_train, x_val=data.x_val, y_val=data.y_val,
-             x_test=data.x_test, y_test=data.y_test, summary=data.summary())
+             x_test=data.x_test, y_test=data.y_test)
 
 
 def _parser():
-    parser = argparse.ArgumentParser(prog="python -m kerasdist.jax_distribution", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m kerasdist.jax_distribution",
+                                     description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     data = commands.add_parser("data", help="save the lesson's MNIST splits to an .npz")
     data.add_argument("out")
@@ -258,8 +262,8 @@ def main(argv=None):
             return 0
         read_arrays(options.arrays)  # user errors first, before a backend loads
         check_weights_file(options.weights)
-        common = dict(arrays=options.arrays, weights=options.weights,
-                      global_batch_size=options.global_batch_size, epochs=options.epochs)
+        common = {"arrays": options.arrays, "weights": options.weights,
+                  "global_batch_size": options.global_batch_size, "epochs": options.epochs}
         if options.command == "mirrored":
             result = run_mirrored(replicas=options.replicas, **common)
         elif options.command == "worker":

@@ -86,7 +86,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 
 import jax
 import keras
@@ -152,8 +151,10 @@ print("Keras names them:", devices)
 # NBVAL_CHECK_OUTPUT
 # Load the digits in a kerasdist process (TensorFlow stays out of this kernel) and read them back.
 data_file = os.path.join(workdir, "mnist.npz")
-loaded = subprocess.run([sys.executable, "-m", "kerasdist.jax_distribution", "data", data_file, "--data", DATA_SOURCE],
-                        capture_output=True, text=True, timeout=WAIT_S)
+loaded = subprocess.run(
+    [sys.executable, "-m", "kerasdist.jax_distribution", "data", data_file, "--data", DATA_SOURCE],
+    capture_output=True, text=True, timeout=WAIT_S,
+)
 print(loaded.stdout.strip() or loaded.stderr[-3000:])
 data = np.load(data_file)
 x_train, y_train = data["x_train"], data["y_train"]
