@@ -71,6 +71,22 @@ def check_weights_file(path):
                              "write it with model.save_weights('initial.weights.h5')")
 
 
+def _import_keras(backend):
+    """Keras on ``backend``, which this process must not have loaded on another one."""
+    previous = os.environ.get("KERAS_BACKEND")
+    os.environ["KERAS_BACKEND"] = backend
+    import keras
+
+    if keras.config.backend() != backend:
+        if previous is None:
+            del os.environ["KERAS_BACKEND"]
+        else:
+            os.environ["KERAS_BACKEND"] = previous
+        raise KerasdistError(f"this command needs Keras on {backend} in a process of its own. Received: Keras "
+                             f"already loaded on {keras.config.backend()}; run python -m kerasdist.jax_distribution")
+    return keras
+
+
 def _model_from(weights_path):
     from kerasdist import model as model_module
 
@@ -102,12 +118,12 @@ def _step_losses(keras):
 
 def run_mirrored(arrays, weights, replicas, global_batch_size, epochs):
     """Train under TensorFlow's MirroredStrategy; return ``{"replicas", "losses", "digest"}``."""
-    os.environ["KERAS_BACKEND"] = "tensorflow"
+    keras = _import_keras("tensorflow")
+    import tensorflow as tf
+
     import kerasdist
 
     devices = kerasdist.configure_replicas(replicas)
-    import keras
-    import tensorflow as tf
 
     x, y = read_arrays(arrays)
     strategy = tf.distribute.MirroredStrategy(devices)
@@ -133,11 +149,10 @@ def run_worker(process_id, processes, coordinator, arrays, weights, global_batch
         ``{"process", "devices", "losses", "digest"}``: the global device
         count, each step's loss and the final weights' digest.
     """
-    os.environ["KERAS_BACKEND"] = "jax"
+    keras = _import_keras("jax")
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # all-reduce between CPU processes
-    import keras
 
     keras.distribution.initialize(job_addresses=coordinator, num_processes=processes, process_id=process_id)
     x, y = read_arrays(arrays)

@@ -373,14 +373,16 @@ print(f"max |loss difference| per step: ModelParallel vs one device {model_paral
 # Here two processes on 127.0.0.1 play the two machines, one CPU device each. Three choices make
 # it work on a CPU:
 #
-# - JAX's collectives between CPU processes are off by default; the worker sets them to gloo
+# - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, JAX 0.6's default
+#   (earlier versions had none); the worker sets it explicitly
 #   (`jax.config.update("jax_cpu_collectives_implementation", "gloo")`) before `initialize`;
 # - each process feeds **its own share** of every global batch: with a global batch of 64 and two
 #   processes, process 0 passes the first 32 digits of each batch and process 1 the last 32, and
 #   `fit(batch_size=32)` on each; Keras assembles the global batch from the processes' pieces;
 # - so the distribution's `auto_shard_dataset` is off. Left on, Keras shards the input itself in a
-#   multi-process run, which it can do only for a `tf.data.Dataset`; NumPy input then fails with
-#   "The dataset type ... is not supported for auto-sharding in multi-process setting".
+#   multi-process run, which it can do only for a `tf.data.Dataset`: `fit()` on NumPy arrays stops
+#   with "When using a multi-worker distribution with auto-sharding enabled, the data must be
+#   provided as a `tf.data.Dataset` instance" (`keras/src/trainers/data_adapters/__init__.py`).
 #
 # The worker is `kerasdist/jax_distribution.py` (`run_worker`); in short, each process runs:
 #
@@ -560,7 +562,8 @@ print(f"resumed vs uninterrupted, final weights: max |difference| {resume_gap:.1
 #
 #    </details>
 # 2. Make `ModelParallel` also split the `logits` layer: add
-#    `layout_map["logits.*kernel"] = (None, "model")`. What happens, and why?
+#    `layout_map["logits.*kernel"] = (None, "model")`. What happens with two devices, and with four
+#    (`NUM_DEVICES = 4`)? Why?
 #
 #    <details><summary>Hint</summary>
 #
@@ -569,8 +572,9 @@ print(f"resumed vs uninterrupted, final weights: max |difference| {resume_gap:.1
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    With two devices it works: 10 columns split into two pieces of 5. With three devices it fails,
-#    because 10 is not divisible by 3: a sharded dimension must divide evenly across its mesh axis.
+#    With two devices it works: 10 columns split into two pieces of 5. With four devices it fails
+#    (JAX: "the global size of its dimension 1 should be divisible by 4, but it is equal to 10"): a
+#    split dimension must divide evenly across its mesh axis, as the hidden layers' 256 columns do.
 #    Splitting rows instead, `("model", None)`, splits the 256 inputs of the layer.
 #
 #    </details>
@@ -579,15 +583,16 @@ print(f"resumed vs uninterrupted, final weights: max |difference| {resume_gap:.1
 #
 #    <details><summary>Hint</summary>
 #
-#    Read `Distribution.distribute_dataset` in `keras/src/distribution/distribution_lib.py`.
+#    Read `get_data_adapter` in `keras/src/trainers/data_adapters/__init__.py`.
 #
 #    </details>
 #    <details><summary>Solution</summary>
 #
 #    The launcher reports the failure with the tail of the worker's stderr, ending in
-#    `ValueError: The dataset type <class 'tuple'> is not supported for auto-sharding in
-#    multi-process setting.`: in a multi-process run Keras shards only a `tf.data.Dataset` itself.
-#    Passing a `tf.data.Dataset` of the whole global batches with auto-sharding on is the other way.
+#    `ValueError: When using a multi-worker distribution with auto-sharding enabled, the data must
+#    be provided as a tf.data.Dataset instance. Received: type(x)=<class 'numpy.ndarray'>.`: in a
+#    multi-process run Keras shards only a `tf.data.Dataset` itself. Passing a `tf.data.Dataset` of
+#    the whole global batches with auto-sharding on is the other way.
 #
 #    </details>
 # 4. Remove `XLA_FLAGS` from the first code cell, restart the kernel and run the first cells.

@@ -368,13 +368,16 @@
 #
 # Two processes on 127.0.0.1 play the two machines, one CPU device each. On a CPU:
 #
-# - JAX's collectives between CPU processes are off by default; the worker sets them to gloo
+# - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, JAX 0.6's default
+#   (earlier versions had none); the worker sets it explicitly
 #   (`jax.config.update("jax_cpu_collectives_implementation", "gloo")`) before `initialize`;
 # - each process feeds **its own share** of every global batch: with a global batch of 64 and two
 #   processes, process 0 passes the first 32 digits of each batch and process 1 the last 32, with
 #   `batch_size = 32` on each; Keras assembles the global batch from the pieces;
 # - so the distribution's `auto_shard_dataset` is off. Left on, Keras shards the input itself in a
-#   multi-process run, which it can do only for a `tf.data.Dataset`; NumPy input then fails.
+#   multi-process run, which it can do only for a `tf.data.Dataset`: `fit()` on arrays stops with
+#   "When using a multi-worker distribution with auto-sharding enabled, the data must be provided
+#   as a `tf.data.Dataset` instance".
 #
 # The workers are Python processes (`kerasdist/jax_distribution.py`, `run_worker`); an R worker
 # would make the same three calls through keras3. Each process runs, in short:
@@ -537,7 +540,8 @@
 #
 #    </details>
 # 2. Make `ModelParallel` also split the `logits` layer:
-#    `layout_map$__setitem__("logits.*kernel", reticulate::tuple(NULL, "model"))`. What happens?
+#    `layout_map$__setitem__("logits.*kernel", reticulate::tuple(NULL, "model"))`. What happens with
+#    two devices, and with four (`num_devices <- 4L`)? Why?
 #
 #    <details><summary>Hint</summary>
 #
@@ -546,8 +550,9 @@
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    With two devices it works: 10 columns split into two pieces of 5. With three devices it fails,
-#    because 10 is not divisible by 3: a sharded dimension must divide evenly across its mesh axis.
+#    With two devices it works: 10 columns split into two pieces of 5. With four devices it fails
+#    (JAX: "the global size of its dimension 1 should be divisible by 4, but it is equal to 10"): a
+#    split dimension must divide evenly across its mesh axis, as the hidden layers' 256 columns do.
 #
 #    </details>
 # 3. In the worker (`kerasdist/jax_distribution.py`), make `DataParallel` use the default
@@ -555,14 +560,14 @@
 #
 #    <details><summary>Hint</summary>
 #
-#    Read `Distribution.distribute_dataset` in Keras' `keras/src/distribution/distribution_lib.py`.
+#    Read `get_data_adapter` in Keras' `keras/src/trainers/data_adapters/__init__.py`.
 #
 #    </details>
 #    <details><summary>Solution</summary>
 #
 #    The launcher reports the failure with the tail of the worker's stderr, ending in
-#    `ValueError: The dataset type <class 'tuple'> is not supported for auto-sharding in
-#    multi-process setting.`
+#    `ValueError: When using a multi-worker distribution with auto-sharding enabled, the data must
+#    be provided as a tf.data.Dataset instance. Received: type(x)=<class 'numpy.ndarray'>.`
 #
 #    </details>
 # 4. Leave out the `XLA_FLAGS` line of the first `%%R` cell, restart the kernel and run the first

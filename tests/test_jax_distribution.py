@@ -2,6 +2,7 @@
 on JAX with keras.distribution.initialize), their bounded waits and their one-line errors."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 
 from kerasdist import model as model_module
 from kerasdist.errors import KerasdistError
-from kerasdist.jax_distribution import launch, weights_digest
+from kerasdist.jax_distribution import launch, run_worker, weights_digest
 
 pytest.importorskip("jax", reason="needs JAX (the jax extra: pip install -e '.[jax]')")
 
@@ -92,3 +93,10 @@ def test_user_errors_are_one_line_without_traceback(start, arguments, received):
     assert done.returncode == 2
     assert done.stderr.startswith("kerasdist: error: ") and len(done.stderr.strip().splitlines()) == 1
     assert received in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_worker_refuses_to_run_where_keras_is_loaded_on_another_backend(start, monkeypatch):
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")  # this test process runs Keras on TensorFlow
+    with pytest.raises(KerasdistError, match="needs Keras on jax in a process of its own"):
+        run_worker(0, 1, "127.0.0.1:1", *start, global_batch_size=GLOBAL_BATCH_SIZE, epochs=1)
+    assert os.environ["KERAS_BACKEND"] == "tensorflow"
