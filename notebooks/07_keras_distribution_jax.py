@@ -190,6 +190,8 @@ def compiled_mlp():
     return model
 
 
+# keras.utils.set_random_seed also seeds TensorFlow where it is installed, so TensorFlow loads here
+# (its start-up lines go to stderr); Keras stays on JAX.
 keras.utils.set_random_seed(0)
 weights_file = os.path.join(workdir, "initial.weights.h5")
 build_mlp().save_weights(weights_file)

@@ -194,6 +194,8 @@
 #                    metrics = list(metric_sparse_categorical_accuracy()))
 #   model
 # }
+# # set_random_seed() also seeds TensorFlow where it is installed, so TensorFlow loads here (its
+# # start-up lines go to stderr); Keras stays on JAX.
 # set_random_seed(0)
 # weights_file <- file.path(workdir, "initial.weights.h5")
 # save_model_weights(build_mlp(), weights_file)

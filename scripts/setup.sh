@@ -17,8 +17,8 @@
 # NumPy 1 (numpy<2, ml-dtypes<0.6, mlxtend<0.24) only where R's reticulate is older than 1.38
 # (it rejects NumPy 2) and Python has NumPy 1.26 wheels (3.12 or older); rpy2 3.5 for R < 4.5, 3.6
 # for R >= 4.5. rpy2 builds from source: as root, set-up installs the Python headers it needs.
-# JAX (the `jax` extra, lesson 07's backend) is 0.6.x everywhere: the last JAX that takes NumPy 1.26,
-# and it has wheels for NumPy 2 and Python 3.13 too.
+# JAX (the `jax` extra, lesson 07's backend) is 0.6.x everywhere: it takes NumPy 1.26 (JAX 0.7.2 and
+# later require NumPy 2) and has wheels for Python 3.13 with NumPy 2 as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
