@@ -1,4 +1,5 @@
-"""nbval support for the lessons: pinned data, keras3 R twins skipped without keras3, stderr not compared.
+"""nbval support for the lessons: pinned data, keras3 R twins skipped without keras3 (lesson 07 without JAX),
+stderr not compared.
 
 Run with ``pytest --nbval-lax --nbval-current-env notebooks``; pytest finds this file at the top
 of the repository, which keeps the lessons folder to the lessons. Cells marked
@@ -7,6 +8,7 @@ absl log lines go to stderr, which is never compared.
 """
 
 import functools
+import importlib.util
 import json
 import os
 import re
@@ -20,10 +22,20 @@ NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 R_PACKAGES = ("keras3", "tfdatasets")
 # A keras3 R twin is an R notebook whose %%R cells load keras3 or tfdatasets.
 KERAS3_LIBRARY = re.compile(r"\blibrary\((keras3|tfdatasets)\b")
+# A lesson on Keras' JAX backend (lesson 07) chooses it in a code cell, in Python or in R.
+JAX_BACKEND = re.compile(r'KERAS_BACKEND"\]\s*=\s*"jax"|use_backend\("jax"\)')
 
 # Lessons read KERASDIST_DATA (default "auto"); tests pin the offline sample so that the
 # checked outputs (data provenance, sample counts) are the same on every machine.
 os.environ.setdefault("KERASDIST_DATA", "sample")
+
+
+@functools.lru_cache(maxsize=None)
+def needs_jax(path):
+    """True if a notebook runs Keras on the JAX backend."""
+    with open(path) as stream:
+        cells = json.load(stream)["cells"]
+    return any(cell["cell_type"] == "code" and JAX_BACKEND.search("".join(cell["source"])) for cell in cells)
 
 
 def is_keras3_twin(path):
@@ -70,6 +82,8 @@ def pytest_collection_modifyitems(config, items):
             notebook.skip_compare = tuple(notebook.skip_compare) + ("stderr",)
         if path not in twins:
             twins[path] = is_keras3_twin(path)
+        if needs_jax(path) and importlib.util.find_spec("jax") is None:
+            item.add_marker(pytest.mark.skip(reason="needs JAX, the jax extra (pip install -e '.[jax]')"))
         if twins[path] and missing_r_packages():
             item.add_marker(pytest.mark.skip(reason=(
                 f"needs the R packages {', '.join(missing_r_packages())} (not installed here); "

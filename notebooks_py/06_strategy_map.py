@@ -963,4 +963,4 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 #
 # </details>
 #
-# Next: back to the [course map](../README.md#lessons).
+# Next: [lesson 7](07_keras_distribution_jax.ipynb), Keras 3's own distribution API on JAX beside tf.distribute; or back to the [course map](../README.md#lessons).

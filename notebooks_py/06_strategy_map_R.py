@@ -794,7 +794,7 @@ import kerasdist
 #   that shards each weight across a device mesh), and it expresses both kinds for a Keras model.
 #   It is implemented for the JAX backend; its TensorFlow version is a prototype on DTensor that its
 #   source marks "DO NOT USE" (`keras/src/backend/tensorflow/distribution_lib.py` in Keras 3.15).
-#   Lesson 7 trains with it on JAX ([07_keras_distribution_jax.ipynb](07_keras_distribution_jax.ipynb)).
+#   Lesson 7 trains with it on JAX ([07_keras_distribution_jax_R.ipynb](07_keras_distribution_jax_R.ipynb)).
 
 # %% [markdown]
 # ## Performance tips
@@ -1035,4 +1035,4 @@ import kerasdist
 #
 # </details>
 #
-# Next: back to the [course map](../README.md#lessons).
+# Next: [lesson 7](07_keras_distribution_jax_R.ipynb), Keras 3's own distribution API on JAX beside tf.distribute; or back to the [course map](../README.md#lessons).

@@ -187,10 +187,56 @@ def cluster_tf_config():
     return figure
 
 
+def keras_distribution_mesh():
+    """Lesson 7's two layouts on a mesh of two devices: DataParallel copies the weights and splits the
+    batch; ModelParallel splits the hidden Dense kernels by columns and keeps the batch whole.
+
+    Returns:
+        The matplotlib Figure.
+    """
+    figure, axis = _canvas(124, 80, "keras.distribution: one device mesh, two layouts")
+    panels = (
+        (4, "DataParallel: mesh (2,), axis \"batch\"",
+         ("dense_1/kernel 784 x 256", "dense_2/kernel 256 x 256", "logits/kernel 256 x 10"),
+         ("dense_1/kernel 784 x 256", "dense_2/kernel 256 x 256", "logits/kernel 256 x 10"),
+         "every weight whole on each device:\nPartitionSpec()", REPLICA),
+        (66, "ModelParallel: mesh (1, 2), axes \"batch\", \"model\"",
+         ("dense_1/kernel 784 x 128\n(columns 0-127)", "dense_2/kernel 256 x 128\n(columns 0-127)",
+          "logits/kernel 256 x 10"),
+         ("dense_1/kernel 784 x 128\n(columns 128-255)", "dense_2/kernel 256 x 128\n(columns 128-255)",
+          "logits/kernel 256 x 10"),
+         "LayoutMap: \"dense.*kernel\" -> (None, \"model\");\nno key for logits: whole on each device", UPDATE),
+    )
+    for x, title, left, right, note, color in panels:
+        axis.text(x + 27, 71, title, ha="center", fontsize=10.5, fontweight="bold")
+        for device, (device_x, layers) in enumerate(((x, left), (x + 31, right))):
+            axis.add_patch(patches.Rectangle((device_x, 24), 23, 42, facecolor=NEUTRAL, edgecolor=EDGE,
+                                             linestyle="--"))
+            axis.text(device_x + 11.5, 63, f"device {device} (cpu:{device})", ha="center", va="center", fontsize=9,
+                      fontweight="bold")
+            for row, name in enumerate(reversed(layers)):
+                _box(axis, device_x + 1.5, 27 + row * 11, 20, 8.5, name,
+                     REPLICA if "(columns" not in name else color, fontsize=7.5)
+        axis.text(x + 27, 19, note, ha="center", va="center", fontsize=8)
+        axis.plot([x - 2, x + 56], [14.5, 14.5], color="#cccccc", linewidth=0.6)
+    # Left: the batch is split along the batch axis; XLA inserts the all-reduce of the gradients.
+    for device, device_x in enumerate((4, 35)):
+        _box(axis, device_x + 1.5, 5, 20, 6, f"half {device + 1} of the global batch", DATA, fontsize=8)
+    _arrow(axis, (27.5, 45), (34.5, 45), color=ACCENT, both=True)
+    axis.text(31, 40, "gradients\nall-reduced", ha="center", va="center", fontsize=7.5, color=ACCENT)
+    # Right: the whole batch on both devices; activations move between the devices.
+    _box(axis, 67.5, 5, 51, 6, "the whole global batch on both devices (batch axis of size 1)", DATA, fontsize=8)
+    _arrow(axis, (89.5, 45), (96.5, 45), color=ACCENT, both=True)
+    axis.text(93, 40, "activations\ngathered", ha="center", va="center", fontsize=7.5, color=ACCENT)
+    axis.plot([62, 62], [4, 74], color="#999999", linewidth=0.8)
+    return figure
+
+
 DIAGRAMS = {
     "sync_step_all_reduce.svg": sync_step_all_reduce,
     "data_vs_model_parallelism.svg": data_vs_model_parallelism,
     "cluster_tf_config.svg": cluster_tf_config,
+    "keras_distribution_mesh.svg": keras_distribution_mesh,
 }
 
 

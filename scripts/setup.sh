@@ -2,7 +2,7 @@
 # Set up everything kerasdist needs, idempotently: Debian's R (when root and missing),
 # a virtualenv in .venv with the package and its extras, and the R package in .Rlib.
 #
-#   bash scripts/setup.sh              TensorFlow + the test and R extras (make setup, make demo)
+#   bash scripts/setup.sh              TensorFlow + the test, R and JAX extras (make setup, make demo)
 #   bash scripts/setup.sh lab          + the notebooks extra (JupyterLab; make lab)
 #   bash scripts/setup.sh site         + the docs extra (Sphinx, MyST-NB, the book theme; make site)
 #   bash scripts/setup.sh test         + the notebooks and docs extras and, as root, Debian's chromium and Slurm (make test)
@@ -17,6 +17,8 @@
 # NumPy 1 (numpy<2, ml-dtypes<0.6, mlxtend<0.24) only where R's reticulate is older than 1.38
 # (it rejects NumPy 2) and Python has NumPy 1.26 wheels (3.12 or older); rpy2 3.5 for R < 4.5, 3.6
 # for R >= 4.5. rpy2 builds from source: as root, set-up installs the Python headers it needs.
+# JAX (the `jax` extra, lesson 07's backend) is 0.6.x everywhere: it takes NumPy 1.26 (JAX 0.7.2 and
+# later require NumPy 2) and has wheels for Python 3.13 with NumPy 2 as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -118,7 +120,7 @@ PY
 }
 
 choose_tensorflow
-extras="$TF_BUILD test r"
+extras="$TF_BUILD test r jax"
 case "$purpose" in
     lab) extras="$extras notebooks" ;;
     site) extras="$extras docs" ;;
@@ -166,7 +168,7 @@ for extra in $extras; do
     grep -qw "$extra" "$STAMP" 2>/dev/null || needed=1
 done
 if [ -n "$needed" ] || [ pyproject.toml -nt "$STAMP" ] || ! .venv/bin/python -c \
-        "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ('kerasdist', 'nbval', 'rpy2', 'tensorflow')))"; then
+        "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ('kerasdist', 'nbval', 'rpy2', 'tensorflow', 'jax')))"; then
     echo "TensorFlow build: $TF_BUILD ($TF_REASON)"
     echo "$DEPENDENCIES"
     remove=$(other_build_installed)

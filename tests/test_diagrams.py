@@ -10,7 +10,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "draw_diagrams.py"
 FIGURES = REPO / "notebooks" / "figures"
-DIAGRAMS = ["sync_step_all_reduce.svg", "data_vs_model_parallelism.svg", "cluster_tf_config.svg"]
+DIAGRAMS = ["sync_step_all_reduce.svg", "data_vs_model_parallelism.svg", "cluster_tf_config.svg",
+            "keras_distribution_mesh.svg"]
 
 
 @pytest.fixture(scope="module")

@@ -158,6 +158,32 @@ KEY_NUMBERS = {
          (rf"DistributedSteps, (\d+) steps in one call: max \|per-step cross-entropy difference\| {NUMBER}, "
           rf"max \|weight difference\| {NUMBER}"), None, 1e-5),
     ],
+    "07_keras_distribution_jax": [
+        ("backend, before and after KERAS_BACKEND changes", r"Keras backend: (\w+)$", None, 0),
+        ("JAX devices", r"^JAX [\d.]+: (\d+) devices", None, 0),
+        ("data source and counts", r"\[(\w+)\]: (\d+) train / (\d+) val / (\d+) test samples", None, 0),
+        ("steps and left-over digits", r"(\d+) steps of (\d+) digits; (\d+) digits left over", None, 0),
+        ("meshes", r"^mesh shape ([\d ]+) axes ([\w ]+)$", None, 0),
+        ("DataParallel: the kernel's layout and shards",
+         r"^(dense_1/kernel) \((\d+), (\d+)\) -> (PartitionSpec\(.*\))$|^\s+(TFRT_CPU_\d): \((\d+), (\d+)\)$", None, 0),
+        ("MirroredStrategy replicas and steps", r"MirroredStrategy: (\d+) replicas, (\d+) steps", None, 0),
+        ("self-checks that held",
+         r"^(?:the same loss at every step on all three runs|ModelParallel gives the one-device loss at every step|"
+         r"identical weights in both processes|the one-device loss at every step): (\w+)$", None, 0),
+        ("max |loss difference|: DataParallel, MirroredStrategy, ModelParallel, two processes vs one device",
+         rf"(?:DataParallel|MirroredStrategy \(TensorFlow\)|ModelParallel|two processes) vs one device(?: \(JAX\))? "
+         rf"{NUMBER}", None, 1e-5),
+        ("first and last step's loss", r"the loss went from ([\d.]+) to ([\d.]+)", None, 1e-3),
+        ("ModelParallel: each weight's layout and pieces",
+         r"^(\w+/\w+)\s+\((\d+),? ?(\d*)\)\s+(PartitionSpec\(.*?\))\s+TFRT_CPU_0: \((\d+),? ?(\d*)\)", None, 0),
+        ("ModelParallel: split after training", r"its kernel is still split after training: (PartitionSpec\(.*\))", None, 0),
+        ("two processes: devices, steps, weight digests",
+         r"process (\d): (\d+) devices in the cluster, (\d+) steps, weights sha256 (\w+)", None, 0),
+        ("BackupAndRestore: files, epochs resumed", r"the backup holds: (.+)$|second fit\(\) trained epochs (\d+) of (\d+)",
+         None, 0),
+        ("resumed = uninterrupted", r"resumed = uninterrupted weights: (\w+) ; optimizer steps equal: (\w+)", None, 0),
+        ("resumed vs uninterrupted, max |difference|", rf"final weights: max \|difference\| {NUMBER}", None, 1e-6),
+    ],
 }
 
 

@@ -49,7 +49,7 @@ def test_setup_picks_the_tensorflow_build(tmp_path, nvidia_smi, environment, bui
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"TensorFlow build: {build} (")
-    assert lines[1] == f"would install: .[{build},test,r]"
+    assert lines[1] == f"would install: .[{build},test,r,jax]"
     if nvidia_smi and not environment:
         assert GPU_LINE in lines[0] if build == "gpu" else "no NVIDIA driver" in lines[0]
     # Switching builds removes the other one first, so both are never installed together.
@@ -61,8 +61,8 @@ def test_setup_picks_the_tensorflow_build(tmp_path, nvidia_smi, environment, bui
         assert len(lines) == 3
 
 
-@pytest.mark.parametrize("purpose, extras", [("demo", "test,r"), ("lab", "test,r,notebooks"),
-                                             ("site", "test,r,docs"), ("test", "test,r,notebooks,docs")])
+@pytest.mark.parametrize("purpose, extras", [("demo", "test,r,jax"), ("lab", "test,r,jax,notebooks"),
+                                             ("site", "test,r,jax,docs"), ("test", "test,r,jax,notebooks,docs")])
 def test_each_purpose_installs_its_extras(tmp_path, purpose, extras):
     done = _dry_run(tmp_path, None, purpose, KERASDIST_TF="cpu")
     assert done.returncode == 0, done.stderr

