@@ -25,12 +25,13 @@ def training_flops_per_sample(model):
     return {"forward": forward, "backward": backward, "total": forward + backward}
 
 
-def matmul_flops_per_s(dtype="float32", size=2048, repeats=10, rounds=3):
+def matmul_flops_per_s(dtype="float32", size=1024, repeats=20, rounds=10):
     """The best FLOP/s of ``repeats`` chained ``size x size`` matmuls in one ``tf.function``, over ``rounds``.
 
     Each product feeds the next, so no matmul can be skipped as a repeat of
     another; float32 and bfloat16 run the same op, ``tf.linalg.matmul``, on
-    the same device.
+    the same device. Many short rounds: on a shared machine the best of them
+    is the one least slowed down by other programs.
 
     Example:
         >>> matmul_flops_per_s("bfloat16") / matmul_flops_per_s("float32")  # doctest: +SKIP

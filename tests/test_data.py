@@ -171,8 +171,9 @@ def test_fashion_without_the_package_or_network_fails_in_one_line_naming_the_pac
         tmp_path, "raise SystemExit(cli.main(['train', '--data', 'fashion', '--epochs', '1']))",
         FASHION_DEBIAN_DIR=str(tmp_path / "not-installed"), FASHION_ORIGIN="http://127.0.0.1:1/")
     assert completed.returncode == 2
-    assert completed.stderr.splitlines() == [
+    assert completed.stderr.splitlines() == [(
         "kerasdist: error: Fashion-MNIST is not in the Keras cache and "
         "http://127.0.0.1:1/train-labels-idx1-ubyte.gz cannot be downloaded (Connection refused); "
-        "install Debian's dataset-fashion-mnist package to use it offline (apt-get install dataset-fashion-mnist)"]
+        "install Debian's dataset-fashion-mnist package to use it offline (apt-get install dataset-fashion-mnist)"
+    )]
     assert os.listdir(tmp_path / "datasets" / "fashion-mnist") == []  # the dangling link went, nothing half-written
