@@ -29,7 +29,7 @@ FASHION_FILES = ("train-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
 FASHION_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
 FASHION_DEBIAN_PACKAGE = "dataset-fashion-mnist"
 FASHION_DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
-FASHION_DESCRIPTION = "Fashion-MNIST, real photos of clothing in 10 classes (Zalando)"
+FASHION_DESCRIPTION = "Fashion-MNIST, real photos of clothing in ten classes (Zalando)"
 FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
 
@@ -184,8 +184,16 @@ def fashion_files(verbose=False):
         if os.path.exists(cached):
             origins[name] = "cache"
         elif os.path.isfile(packaged):
-            os.makedirs(os.path.dirname(cached), exist_ok=True)
-            os.symlink(packaged, cached)
+            try:
+                os.makedirs(os.path.dirname(cached), exist_ok=True)
+                os.symlink(packaged, cached)
+            except FileExistsError:  # another process (a local worker) linked it first
+                pass
+            except OSError as error:
+                raise KerasdistError(
+                    f"Fashion-MNIST cannot be linked into the Keras cache ({error.strerror}: "
+                    f"{os.path.dirname(cached)}); set KERAS_HOME to a folder you can write to"
+                ) from None
             origins[name] = "debian"
         else:
             download(FASHION_ORIGIN + name, cached, what="Fashion-MNIST",

@@ -154,7 +154,7 @@ def test_fashion_is_read_by_keras_from_the_debian_files_linked_into_its_cache(tm
     lines = completed.stdout.splitlines()
     assert lines[0] == ("Fashion-MNIST: linked the files of Debian's dataset-fashion-mnist package "
                         "into the Keras cache")
-    assert lines[1] == ("Data: Fashion-MNIST, real photos of clothing in 10 classes (Zalando) [fashion]: "
+    assert lines[1] == ("Data: Fashion-MNIST, real photos of clothing in ten classes (Zalando) [fashion]: "
                         "50000 train / 10000 val / 10000 test samples")
     assert lines[2] == f"(50000, 784) float32 1.0 {list(range(10))}"
     assert lines[3] == str({name: "cache" for name in data.FASHION_FILES})  # the second time: Keras' cache
