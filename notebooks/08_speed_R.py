@@ -153,7 +153,8 @@ import kerasdist
 #             ratio, diff(range(accuracy))))
 
 # %% [markdown]
-# Many steps per call and XLA each help, most of all together; none changes what is computed, so
+# Many steps per call and XLA each remove work around the arithmetic, most of all together (on a busy
+# machine a single setting can still come out slower than it should); none changes what is computed, so
 # the accuracies differ only by the randomness of initial weights and data order.
 
 # %% [markdown]
