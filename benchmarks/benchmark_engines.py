@@ -1,16 +1,21 @@
 """Throughput of the seed's code, kerasdist's fit engine and its loop engine (1/2/4 replicas, 2 workers).
 
 Every setup runs in its own process (replicas must be made before TensorFlow
-starts) on the same data: the 3,333 training digits of the offline MNIST
-sample, repeated to 50,000 images per epoch, global batch 64, validated on
-the 667 held-out digits and tested on the 1,000 test digits. Each setup
-trains a few epochs; the first includes tracing and compilation, so the
-score is the best samples/s of the later epochs (and, with ``--repeats``,
-of several runs: on a shared CPU other work slows single runs down).
+starts) on the same data, global batch 64: with ``--data fashion``, full-size
+Fashion-MNIST (50,000 training images, 10,000 validation, 10,000 test; needs
+Debian's dataset-fashion-mnist package offline); with ``--data sample``, the
+3,333 training digits of the offline MNIST sample repeated to 50,000 images
+per epoch, validated on the 667 held-out digits and tested on 1,000. Each
+setup trains a few epochs; the first includes tracing and compilation, so
+the score is the best samples/s of the later epochs (and, with
+``--repeats``, of several runs: on a shared CPU other work slows single
+runs down). The machine's limit is the measured matmul throughput (float32,
+and bfloat16 for the mixed-precision rows) divided by the model's training
+FLOPs per sample; each row's share of it is printed.
 
 Usage:
-    python benchmarks/benchmark_engines.py [--epochs 3] [--repeats 1] [--steps-per-execution 50]
-                                           [--out benchmarks/results]
+    python benchmarks/benchmark_engines.py [--data sample|fashion] [--epochs 3] [--repeats 1]
+                                           [--steps-per-execution 50] [--out benchmarks/results]
 
 Writes ``engines.md`` and ``engines.csv`` to ``--out`` and prints the table.
 """
@@ -26,7 +31,7 @@ import time
 
 import keras
 
-TRAIN_IMAGES = 50_000
+SAMPLE_TRAIN_IMAGES = 50_000
 GLOBAL_BATCH_SIZE = 64
 SEED = 0
 
@@ -34,7 +39,7 @@ SEED = 0
 def setups(steps_per_execution):
     """The setups to measure, in order; ``kind`` says which runner trains it."""
     k = steps_per_execution
-    fit = {"kind": "train", "engine": "fit", "xla": False, "k": 1}
+    fit = {"kind": "train", "engine": "fit", "xla": False, "k": 1, "precision": "float32"}
     rows = [
         {"name": "seed code: Keras fit, default strategy", "replicas": 1, **fit, "kind": "seed"},
         {"name": "kerasdist fit engine", "replicas": 1, **fit},
@@ -43,32 +48,48 @@ def setups(steps_per_execution):
     for xla in (False, True):
         for replicas in (1, 2, 4):
             rows.append({"name": "kerasdist loop engine" + (", mirrored" if replicas > 1 else ""),
-                         "kind": "train", "engine": "loop", "replicas": replicas, "xla": xla, "k": k})
+                         "kind": "train", "engine": "loop", "replicas": replicas, "xla": xla, "k": k,
+                         "precision": "float32"})
+    for xla in (False, True):
+        rows.append({"name": "kerasdist loop engine, mixed_bfloat16", "kind": "train", "engine": "loop",
+                     "replicas": 1, "xla": xla, "k": k, "precision": "mixed_bfloat16"})
     for xla in (False, True):
         for workers in (1, 2):
             rows.append({"name": f"kerasdist loop engine, {workers} local worker{'s' * (workers > 1)}",
-                         "kind": "workers", "workers": workers, "replicas": workers, "xla": xla, "k": k})
+                         "kind": "workers", "workers": workers, "replicas": workers, "xla": xla, "k": k,
+                         "precision": "float32"})
     return rows
 
 
-def benchmark_data():
-    """The sample's training digits repeated to ``TRAIN_IMAGES``; validation and test stay as they are."""
+def benchmark_data(source):
+    """Fashion-MNIST as it is, or the sample's training digits repeated to ``SAMPLE_TRAIN_IMAGES``."""
     import numpy as np
 
     from kerasdist.data import load_mnist
 
-    data = load_mnist("sample", seed=SEED, verbose=False)
-    repeat = np.resize(np.arange(len(data.y_train)), TRAIN_IMAGES)
-    data.x_train, data.y_train = data.x_train[repeat], data.y_train[repeat]
-    data.description += f", training digits repeated to {TRAIN_IMAGES}"
+    data = load_mnist(source, seed=SEED, verbose=False)
+    if source == "sample":
+        repeat = np.resize(np.arange(len(data.y_train)), SAMPLE_TRAIN_IMAGES)
+        data.x_train, data.y_train = data.x_train[repeat], data.y_train[repeat]
+        data.description += f", training digits repeated to {SAMPLE_TRAIN_IMAGES}"
     return data
 
 
-def run_seed_code(epochs):
+def run_limit():
+    """The model's training FLOPs per sample and this CPU's matmul FLOP/s in float32 and bfloat16."""
+    import kerasdist
+    from kerasdist.model import build_model
+
+    return {"flops_per_sample": kerasdist.training_flops_per_sample(build_model())["total"],
+            "float32": kerasdist.matmul_flops_per_s("float32"),
+            "mixed_bfloat16": kerasdist.matmul_flops_per_s("bfloat16")}
+
+
+def run_seed_code(source, epochs):
     """The seed's single-host code as the TensorFlow guide writes it: plain Keras ``fit``, batch 64."""
     import tensorflow as tf
 
-    data = benchmark_data()
+    data = benchmark_data(source)
     keras.utils.set_random_seed(SEED)
     train = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train)).cache()
     train = train.shuffle(10_000).batch(GLOBAL_BATCH_SIZE)
@@ -83,7 +104,7 @@ def run_seed_code(epochs):
     timer = EpochTimer()
     model.fit(train, epochs=epochs, callbacks=[timer], verbose=0)
     _, accuracy = model.evaluate(data.x_test, data.y_test, verbose=0)
-    return {"samples_per_s": [TRAIN_IMAGES / seconds for seconds in timer.seconds], "test_accuracy": accuracy}
+    return {"samples_per_s": [len(data.y_train) / seconds for seconds in timer.seconds], "test_accuracy": accuracy}
 
 
 class EpochTimer(keras.callbacks.Callback):
@@ -101,35 +122,36 @@ class EpochTimer(keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def run_kerasdist(setup, epochs):
+def run_kerasdist(setup, source, epochs):
     """kerasdist's ``run_training`` with the fit or loop engine on ``replicas`` local devices."""
     import kerasdist
 
     kerasdist.configure_replicas(setup["replicas"])
+    keras.mixed_precision.set_global_policy(setup["precision"])
     result = kerasdist.run_training(
-        replicas=setup["replicas"], epochs=epochs, global_batch_size=GLOBAL_BATCH_SIZE, data=benchmark_data(),
+        replicas=setup["replicas"], epochs=epochs, global_batch_size=GLOBAL_BATCH_SIZE, data=benchmark_data(source),
         seed=SEED, engine=setup["engine"], jit_compile=setup["xla"], steps_per_execution=setup["k"],
         verbose=0,
     )
     return {"samples_per_s": result.history["samples_per_s"], "test_accuracy": result.test["accuracy"]}
 
 
-def run_worker(setup, epochs):
+def run_worker(setup, source, epochs):
     """One worker of a local cluster (TF_CONFIG set by the parent); only the chief reports."""
     from kerasdist import cluster, roles
 
     task = cluster.parse_tf_config(os.environ["TF_CONFIG"])
     record = roles.run_worker(task, {
-        "epochs": epochs, "global_batch_size": GLOBAL_BATCH_SIZE, "data": benchmark_data(), "seed": SEED,
+        "epochs": epochs, "global_batch_size": GLOBAL_BATCH_SIZE, "data": benchmark_data(source), "seed": SEED,
         "jit_compile": setup["xla"], "steps_per_execution": setup["k"],
     }, verbose=0)
     return {"samples_per_s": record["history"]["samples_per_s"], "test_accuracy": record["test"]["accuracy"],
             "weights_sha256": record["weights_sha256"]}
 
 
-def measure(setup, epochs):
+def measure(setup, source, epochs):
     """Run one setup in fresh processes; return its per-epoch samples/s and test accuracy."""
-    command = [sys.executable, __file__, "--epochs", str(epochs), "--run", json.dumps(setup)]
+    command = [sys.executable, __file__, "--data", source, "--epochs", str(epochs), "--run", json.dumps(setup)]
     if setup["kind"] != "workers":
         return _result(subprocess.run(command, capture_output=True, text=True, check=False))
     from kerasdist import cluster
@@ -163,25 +185,29 @@ def _result(completed):
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def table(rows):
-    """Markdown table: samples/s, ratio to the seed's code, time ratio to the loop's 1 device, accuracy."""
+def table(rows, limit):
+    """Markdown table: samples/s, ratio to the seed's code, time ratio to the loop's 1 device, share of the
+    machine's limit (``limit``: see ``run_limit``), accuracy."""
     seed_rate = rows[0]["samples_per_s"]
-    one_device = {row["xla"]: row["samples_per_s"] for row in rows
-                  if row["kind"] == "train" and row["engine"] == "loop" and row["replicas"] == 1}
+    one_device = {row["xla"]: row["samples_per_s"] for row in rows if row["kind"] == "train"
+                  and row["engine"] == "loop" and row["replicas"] == 1 and row["precision"] == "float32"}
     columns = ["setup", "replicas", "XLA", "steps/call", "samples/s", "x seed code", "time vs loop 1 device",
-               "test accuracy"]
+               "share of limit", "test accuracy"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         is_loop = row["kind"] == "workers" or row.get("engine") == "loop"
         time_ratio = f"{one_device[row['xla']] / row['samples_per_s']:.2f}" if is_loop else ""
+        share = row["samples_per_s"] * limit["flops_per_sample"] / limit[row["precision"]]
         lines.append(f"| {row['name']} | {row['replicas']} | {'on' if row['xla'] else 'off'} | {row['k']} | "
                      f"{row['samples_per_s']:,.0f} | {row['samples_per_s'] / seed_rate:.2f} | {time_ratio} | "
-                     f"{row['test_accuracy']:.3f} |")
+                     f"{share:.0%} | {row['test_accuracy']:.3f} |")
     return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", choices=("sample", "fashion"), default="sample",
+                        help="fashion: full-size Fashion-MNIST; sample: the MNIST sample repeated (default)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per setup; the first is not scored")
     parser.add_argument("--repeats", type=int, default=1,
                         help="measure every setup this many times, in rounds, and keep the best (default 1)")
@@ -193,26 +219,34 @@ def main():
         parser.error(f"--epochs must be >= 2 (the first epoch is not scored). Received: {args.epochs}")
     if args.run:
         setup = json.loads(args.run)
-        runner = {"seed": run_seed_code, "train": run_kerasdist, "workers": run_worker}[setup["kind"]]
-        result = runner(args.epochs) if setup["kind"] == "seed" else runner(setup, args.epochs)
+        if setup["kind"] == "limit":
+            result = run_limit()
+        elif setup["kind"] == "seed":
+            result = run_seed_code(args.data, args.epochs)
+        else:
+            result = {"train": run_kerasdist, "workers": run_worker}[setup["kind"]](setup, args.data, args.epochs)
         print(json.dumps(result), flush=True)
         return
     rows = [dict(setup, samples_per_s=0.0) for setup in setups(args.steps_per_execution)]
     for _ in range(args.repeats):  # rounds, so that a busy spell on a shared CPU hits one run of each setup
         for row in rows:
             started = time.perf_counter()
-            result = measure(row, args.epochs)
+            result = measure(row, args.data, args.epochs)
             rate = max(result["samples_per_s"][1:])
             if rate > row["samples_per_s"]:
                 row.update(samples_per_s=rate, test_accuracy=result["test_accuracy"])
-            print(f"{row['name']} (replicas {row['replicas']}, XLA {'on' if row['xla'] else 'off'}): "
+            print(f"{row['name']} (replicas {row['replicas']}, XLA {'on' if row['xla'] else 'off'}, "
+                  f"{row['precision']}): "
                   f"{rate:,.0f} samples/s [{time.perf_counter() - started:.0f} s]", flush=True)
-    markdown = table(rows)
+    limit = measure({"kind": "limit"}, args.data, args.epochs)
+    print(f"limit: {limit['flops_per_sample']:,} FLOPs per sample; matmul {limit['float32'] / 1e9:,.0f} GFLOP/s "
+          f"float32, {limit['mixed_bfloat16'] / 1e9:,.0f} GFLOP/s bfloat16", flush=True)
+    markdown = table(rows, limit)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "engines.md"), "w") as stream:
         stream.write(markdown + "\n")
     with open(os.path.join(args.out, "engines.csv"), "w", newline="") as stream:
-        columns = ["name", "kind", "replicas", "xla", "k", "samples_per_s", "test_accuracy"]
+        columns = ["name", "kind", "replicas", "xla", "k", "precision", "samples_per_s", "test_accuracy"]
         writer = csv.DictWriter(stream, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)

@@ -55,6 +55,9 @@ _EXPORTS = {
     "TrainingResult": "kerasdist.train",
     "run_training": "kerasdist.train",
     "run_comparison": "kerasdist.compare",
+    "training_flops_per_sample": "kerasdist.speed",
+    "matmul_flops_per_s": "kerasdist.speed",
+    "cpu_bfloat16_instructions": "kerasdist.speed",
 }
 
 
@@ -82,9 +85,12 @@ __all__ = [
     "KerasdistError",
     "TrainingResult",
     "configure_replicas",
+    "cpu_bfloat16_instructions",
     "describe_devices",
     "load_mnist",
     "make_strategy",
+    "matmul_flops_per_s",
     "run_comparison",
     "run_training",
+    "training_flops_per_sample",
 ]

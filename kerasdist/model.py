@@ -98,7 +98,8 @@ def build_model(learning_rate=1e-3, jit_compile=False):
     inputs = keras.Input(shape=(784,), name="digits")
     hidden = keras.layers.Dense(256, activation="relu", name="dense_1")(inputs)
     hidden = keras.layers.Dense(256, activation="relu", name="dense_2")(hidden)
-    logits = keras.layers.Dense(10, name="logits")(hidden)
+    # float32 logits under a mixed-precision policy too: the loss and its statistics stay in float32.
+    logits = keras.layers.Dense(10, name="logits", dtype="float32")(hidden)
     model = keras.Model(inputs, logits, name="mnist_mlp")
     optimizer = keras.optimizers.Adam(learning_rate=learning_rate)
     model.compile(

@@ -161,7 +161,7 @@ def training_options(
         else path("checkpoint_dir", checkpoint_dir, "name a folder, or leave it out for no checkpoints"),
         data=data
         if not isinstance(data, (str, bytes)) and not hasattr(data, "__fspath__")
-        else path("data", data, "use auto, keras, sample or the path of an .npz file"),
+        else path("data", data, "use a data source name (e.g. sample) or the path of an .npz file"),
         seed=random_seed(seed),
         engine=choice("engine", engine, ENGINES),
         strategy=None if strategy is None else _strategy_name(strategy),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up everything kerasdist needs, idempotently: Debian's R (when root and missing),
+# Set up everything kerasdist needs, idempotently: Debian's R and Fashion-MNIST (when root and missing),
 # a virtualenv in .venv with the package and its extras, and the R package in .Rlib.
 #
 #   bash scripts/setup.sh              TensorFlow + the test, R and JAX extras (make setup, make demo)
@@ -24,6 +24,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite r-cran-processx"
+DEBIAN_PACKAGES="$DEBIAN_PACKAGES dataset-fashion-mnist"  # --data fashion offline (lesson 08, the benchmark)
 STAMP=.venv/.installed
 CONSTRAINTS=.venv/constraints.txt
 
@@ -152,7 +153,7 @@ if [ -n "$missing" ]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
     else
-        echo "Note: the R parts (rpy2 builds against the Python headers), the Slurm test and the browser test need these Debian packages (run as root or with sudo):$missing" >&2
+        echo "Note: the R parts (rpy2 builds against the Python headers), --data fashion offline, the Slurm test and the browser test need these Debian packages (run as root or with sudo):$missing" >&2
     fi
 fi
 

@@ -132,3 +132,48 @@ def test_batches_hold_the_global_batch_and_drop_the_partial_one(sample_data):
 def test_global_batch_larger_than_the_data_is_refused():
     with pytest.raises(KerasdistError, match="must not exceed the 100 training samples"):
         data.steps_per_epoch(100, 128)
+
+
+def _fashion_in_fresh_process(keras_home, script, **constants):
+    """Run ``script`` after ``from kerasdist import data`` with ``data.NAME = value`` for each constant,
+    in a process whose Keras cache is ``keras_home`` (Keras reads KERAS_HOME when it is imported)."""
+    settings = "".join(f"data.{name} = {value!r}; " for name, value in constants.items())
+    return subprocess.run([sys.executable, "-c", f"from kerasdist import cli, data; {settings}{script}"],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, KERAS_HOME=str(keras_home)))
+
+
+def test_fashion_is_read_by_keras_from_the_debian_files_linked_into_its_cache(tmp_path):
+    if not os.path.isdir(data.FASHION_DEBIAN_DIR):
+        pytest.skip(f"Debian's {data.FASHION_DEBIAN_PACKAGE} package is not installed (scripts/setup.sh installs it)")
+    script = ("import numpy as np; d = data.load_mnist('fashion'); "
+              "print(d.x_train.shape, d.x_train.dtype, float(d.x_train.max()), sorted(set(d.y_test.tolist()))); "
+              "print(data.fashion_files())")
+    completed = _fashion_in_fresh_process(tmp_path, script)
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0] == ("Fashion-MNIST: linked the files of Debian's dataset-fashion-mnist package "
+                        "into the Keras cache")
+    assert lines[1] == ("Data: Fashion-MNIST, real photos of clothing in ten classes (Zalando) [fashion]: "
+                        "50000 train / 10000 val / 10000 test samples")
+    assert lines[2] == f"(50000, 784) float32 1.0 {list(range(10))}"
+    assert lines[3] == str({name: "cache" for name in data.FASHION_FILES})  # the second time: Keras' cache
+    cache = tmp_path / "datasets" / "fashion-mnist"
+    assert {os.readlink(cache / name) for name in data.FASHION_FILES} == {
+        os.path.join(data.FASHION_DEBIAN_DIR, name) for name in data.FASHION_FILES}
+    assert "Downloading data from" not in completed.stdout + completed.stderr
+
+
+def test_fashion_without_the_package_or_network_fails_in_one_line_naming_the_package(tmp_path):
+    (tmp_path / "datasets" / "fashion-mnist").mkdir(parents=True)
+    os.symlink(tmp_path / "removed.gz", tmp_path / "datasets" / "fashion-mnist" / data.FASHION_FILES[0])
+    completed = _fashion_in_fresh_process(
+        tmp_path, "raise SystemExit(cli.main(['train', '--data', 'fashion', '--epochs', '1']))",
+        FASHION_DEBIAN_DIR=str(tmp_path / "not-installed"), FASHION_ORIGIN="http://127.0.0.1:1/")
+    assert completed.returncode == 2
+    assert completed.stderr.splitlines() == [(
+        "kerasdist: error: Fashion-MNIST is not in the Keras cache and "
+        "http://127.0.0.1:1/train-labels-idx1-ubyte.gz cannot be downloaded (Connection refused); "
+        "install Debian's dataset-fashion-mnist package to use it offline (apt-get install dataset-fashion-mnist)"
+    )]
+    assert os.listdir(tmp_path / "datasets" / "fashion-mnist") == []  # the dangling link went, nothing half-written

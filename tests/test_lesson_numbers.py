@@ -83,11 +83,12 @@ def typed_numbers(cell):
 
 
 def run_with_data(lesson, data):
-    """Execute a copy of ``lesson`` with KERASDIST_DATA set to ``data``; return it as a dict."""
+    """Execute a copy of ``lesson`` with KERASDIST_DATA (and lesson 8's KERASDIST_SPEED_DATA) set to ``data``;
+    return it as a dict."""
     notebook = nbformat.read(lesson, as_version=4)
     NotebookClient(notebook, timeout=RUN_TIMEOUT_S, kernel_name="python3",
                    resources={"metadata": {"path": str(NOTEBOOKS)}}).execute(
-        env=dict(os.environ, KERASDIST_DATA=str(data)))
+        env=dict(os.environ, KERASDIST_DATA=str(data), KERASDIST_SPEED_DATA=str(data)))
     return json.loads(nbformat.writes(notebook))
 
 

@@ -184,6 +184,23 @@ KEY_NUMBERS = {
         ("resumed = uninterrupted", r"resumed = uninterrupted weights: (\w+) ; optimizer steps equal: (\w+)", None, 0),
         ("resumed vs uninterrupted, max |difference|", rf"final weights: max \|difference\| {NUMBER}", None, 1e-6),
     ],
+    # Speeds differ run to run (and the twins run at different moments): only what does not is compared.
+    "08_speed": [
+        ("data and classes", r"^(Data: .+ samples)$|^classes: (.+)$", None, 0),
+        ("jit_compile='auto' of the seed's fit", r"^the seed's fit chose jit_compile=(\w+)", None, 0),
+        ("test accuracy after the same epochs, per setting",
+         r"^(fit \(seed\)|fit, 50 steps/call(?:, XLA)?|loop(?: \+ XLA)?)\s+[\d,]+ samples/s\s+[\d.]+x the seed's\s+"
+         r"test accuracy ([\d.]+)$", None, 0.01),
+        ("test accuracy under mixed_bfloat16",
+         r"^(loop(?: \+ XLA)?, bfloat16)\s+[\d,]+ samples/s\s+test accuracy ([\d.]+)$", None, 0.01),
+        ("bfloat16 instructions", r"^this CPU (has bfloat16 instructions: .+|lacks bfloat16 instructions.*)$", None, 0),
+        ("a small gradient in float16 and bfloat16", rf"^a gradient of {NUMBER} in (\w+): {NUMBER}$", None, 0),
+        ("mixed_float16: dtypes and LossScaleOptimizer", r"^under mixed_float16: (.+)$", None, 0),
+        ("FLOPs per layer", r"^Dense\s+(\d+) x\s+(\d+):\s+([\d,]+) FLOPs forward per sample$", None, 0),
+        ("training FLOPs per sample", r"^training FLOPs per sample: (.+)$", None, 0),
+        ("gradients under mixed_bfloat16", r"^gradients under mixed_bfloat16: (\[.+\]), ([\d.]+) MB per step$", None, 0),
+        ("cost model", r"^model, compute ([\d.]+) ms per step: 8 devices ([\d.]+)x as fast as 1$", None, 0),
+    ],
 }
 
 

