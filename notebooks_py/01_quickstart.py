@@ -51,10 +51,18 @@
 # variables](figures/sync_step_all_reduce.svg)
 #
 # Because the update is computed from the whole global batch, training with N replicas follows
-# the same path as training on one device with that batch, up to floating-point rounding
-# (lesson 3 measures how close). `tf.distribute.MirroredStrategy` does all of this on one
-# machine; Keras `fit()` works with it unchanged, as long as the model is created inside the
-# strategy's scope.
+# the same path as training on one device with that batch, up to floating-point rounding (lesson 3
+# measures how close), under one condition given below. `tf.distribute.MirroredStrategy` does all
+# of this on one machine; Keras `fit()` works with it unchanged, as long as the model is created
+# inside the strategy's scope.
+#
+# The condition: each example's loss must depend only on the weights and on that example. The
+# guide's MLP used here meets it. A **BatchNormalization** layer does not (during training it
+# normalises with the mean and variance of the batch it sees, and each replica sees only its local
+# batch), nor does **dropout** (each replica draws a random mask for its own local batch, not the
+# mask one device would draw for the global batch): with either, N replicas train correctly but
+# follow another path than one device. Lesson 3 measures this, and repairs BatchNormalization with
+# `synchronized=True`.
 
 # %% [markdown]
 # ## Data parallelism, not model parallelism
@@ -308,8 +316,11 @@ model.summary()
 # ## Train and evaluate
 #
 # `fit()` and `evaluate()` need no change: Keras sees the strategy the model was built under,
-# distributes the dataset and runs every step on all replicas. The dataset already shuffles
-# itself, so `shuffle=False` only tells `fit()` not to try.
+# distributes the dataset and runs every step on all replicas. The order of the examples is the
+# dataset's own (its seeded `shuffle()`): `fit()` ignores its `shuffle` argument when the data is a
+# `tf.data.Dataset` (Keras' data adapter only warns if it is `True`; see
+# `keras/src/trainers/data_adapters/__init__.py`), so `shuffle=False` changes nothing but keeps that
+# warning away.
 
 # %%
 # Train: each step splits a global batch across the replicas and all-reduces their gradients.
@@ -417,7 +428,8 @@ print(f"test accuracy {result.test['accuracy']:.3f}, {result.samples_per_s:.0f} 
 #   applies the same all-reduced update.
 # - Each replica divides its loss by the **global** batch, so the all-reduced sum of the
 #   gradients is the mean gradient: one step with N replicas is the step of one device on the
-#   global batch, as the step by hand showed.
+#   global batch, as the step by hand showed, as long as no layer looks across the batch
+#   (BatchNormalization, dropout).
 # - This is synchronous data parallelism, for speed on more devices; data that does not fit in
 #   memory is streamed by the input pipeline, and a model that does not fit calls for model
 #   parallelism.

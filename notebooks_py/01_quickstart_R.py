@@ -55,9 +55,17 @@
 # variables](figures/sync_step_all_reduce.svg)
 #
 # Training with N replicas therefore follows the same path as training on one device with the
-# global batch, up to floating-point rounding (lesson 3 measures how close).
-# `tf$distribute$MirroredStrategy` does this on one machine, and keras3's `fit()` works with it
-# unchanged, as long as the model is created inside the strategy's scope.
+# global batch, up to floating-point rounding (lesson 3 measures how close), under one condition
+# given below. `tf$distribute$MirroredStrategy` does this on one machine, and keras3's `fit()`
+# works with it unchanged, as long as the model is created inside the strategy's scope.
+#
+# The condition: each example's loss must depend only on the weights and on that example. The
+# guide's MLP used here meets it. A **BatchNormalization** layer does not (during training it
+# normalises with the mean and variance of the batch it sees, and each replica sees only its local
+# batch), nor does **dropout** (each replica draws a random mask for its own local batch, not the
+# mask one device would draw for the global batch): with either, N replicas train correctly but
+# follow another path than one device. Lesson 3 measures this, and repairs BatchNormalization with
+# `synchronized = TRUE`.
 
 # %% [markdown]
 # ## Data parallelism, not model parallelism
@@ -332,8 +340,11 @@ import kerasdist
 # ## Train and evaluate
 #
 # `fit()` and `evaluate()` need no change: Keras sees the strategy the model was built under,
-# distributes the dataset and runs every step on all replicas. The dataset shuffles itself, so
-# `shuffle = FALSE` only tells `fit()` not to try.
+# distributes the dataset and runs every step on all replicas. The order of the examples is the
+# dataset's own (its seeded `dataset_shuffle()`): `fit()` ignores its `shuffle` argument when the
+# data is a TensorFlow dataset (Keras' data adapter only warns if it is `TRUE`; see
+# `keras/src/trainers/data_adapters/__init__.py`), so `shuffle = FALSE` changes nothing but keeps
+# that warning away.
 
 # %% language="R"
 # # Train: each step splits a global batch across the replicas and all-reduces their gradients.
@@ -345,9 +356,23 @@ import kerasdist
 # scores <- model |> evaluate(test_dataset, verbose = 0)
 # cat(sprintf("test loss %.3f, test accuracy %.3f\n", scores$loss, scores$sparse_categorical_accuracy))
 
-# %% magic_args="-w 8 -h 4.5 --units in -r 100" language="R"
-# # Plot the learning curves: keras3's plot() method for the history that fit() returned.
-# plot(history)
+# %% magic_args="-w 9 -h 3.4 --units in -r 100" language="R"
+# # Plot the learning curves from the history that fit() returned, one panel per metric with a short
+# # title (keras3's plot(history) draws them too, labelled with the full metric names).
+# curves <- history$metrics
+# par(mfrow = c(1, 2), mar = c(4, 4, 2.5, 1), oma = c(0, 0, 1.5, 0), las = 1, cex.main = 0.95)
+# for (metric in c("loss", "sparse_categorical_accuracy")) {
+#   values <- cbind(unlist(curves[[metric]]), unlist(curves[[paste0("val_", metric)]]))
+#   matplot(seq_len(epochs), values, type = "o", pch = 19, lty = 1, col = c("steelblue", "darkorange"),
+#           xaxt = "n", xlab = "epoch", ylab = "",
+#           main = if (metric == "loss") "Loss (training: mean of the epoch's steps)" else "Accuracy")
+#   axis(1, at = seq_len(epochs))
+#   grid()
+#   legend(if (metric == "loss") "topright" else "bottomright", c("training", "validation"),
+#          col = c("steelblue", "darkorange"), lty = 1, pch = 19, bty = "n")
+# }
+# mtext(sprintf("%d replicas, global batch %d", strategy$num_replicas_in_sync, global_batch_size),
+#       side = 3, line = 0.2, outer = TRUE, cex = 0.85)
 
 # %% [markdown]
 # ## What a mirrored variable is
@@ -429,7 +454,8 @@ import kerasdist
 #   applies the same all-reduced update.
 # - Each replica divides its loss by the **global** batch, so the all-reduced sum of the
 #   gradients is the mean gradient: one step with N replicas is the step of one device on the
-#   global batch, as the step by hand showed.
+#   global batch, as the step by hand showed, as long as no layer looks across the batch
+#   (BatchNormalization, dropout).
 # - This is synchronous data parallelism, for speed on more devices; data that does not fit in
 #   memory is streamed by the input pipeline, and a model that does not fit calls for model
 #   parallelism.

@@ -223,16 +223,16 @@ import kerasdist
 # %% magic_args="-w 9 -h 3.4 --units in -r 100" language="R"
 # # Plot the CSV log; the dashed line marks where the run was interrupted and resumed.
 # log_epochs <- keras_log$epoch + 1
-# par(mfrow = c(1, 2), mar = c(4, 4.5, 2.5, 1), las = 1, cex.main = 1)
+# par(mfrow = c(1, 2), mar = c(4, 5.5, 2.5, 1), las = 1, cex.main = 0.9)
 # matplot(log_epochs, keras_log[, c("loss", "val_loss")], type = "o", pch = 19, lty = 1,
 #         col = c("steelblue", "darkorange"), xaxt = "n", xlab = "epoch", ylab = "loss",
-#         main = "Loss per epoch (one CSV log across two runs)")
+#         main = "Loss per epoch (one CSV log, two runs)")
 # axis(1, at = log_epochs)
 # abline(v = epochs_done + 0.5, col = "gray40", lty = 2)
 # legend("topright", c("training", "validation", "crash + resume"), col = c("steelblue", "darkorange", "gray40"),
 #        lty = c(1, 1, 2), pch = c(19, 19, NA), bty = "n")
 # plot(log_epochs, keras_log$val_sparse_categorical_accuracy, type = "o", pch = 19, col = "darkorange",
-#      xaxt = "n", xlab = "epoch", ylab = "accuracy", main = "Validation accuracy")
+#      xaxt = "n", xlab = "epoch", ylab = "", main = "Validation accuracy")
 # axis(1, at = log_epochs)
 # abline(v = epochs_done + 0.5, col = "gray40", lty = 2)
 

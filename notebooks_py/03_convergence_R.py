@@ -26,14 +26,17 @@
 # - that synchronous data parallelism at a fixed **global** batch trains the same model as one
 #   device: the loss curves coincide, and we measure how closely;
 # - why an uneven last batch would make them part, and why the last partial batch is dropped;
+# - that the claim needs a model whose loss does not depend on how the batch is split:
+#   BatchNormalization and dropout break it, and synchronized BatchNormalization repairs the first;
 # - how to read throughput on virtual CPU replicas, and what a cost model says about real GPUs;
 # - what happens at a fixed **per-replica** batch, where the global batch grows with the replicas;
-# - the linear learning-rate scaling rule with warm-up (Goyal et al., 2017), built from a keras3
-#   learning-rate schedule.
+# - the linear learning-rate scaling rule with warm-up (Goyal et al., 2017), built from Keras' own
+#   cosine-decay schedule, and what the warm-up costs, measured step by step;
+# - gradient accumulation: the large global batch without more devices.
 #
 # **What you need**: lesson 1, R with keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
-# about a minute on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
+# under two minutes on a 2-core CPU. The data is full MNIST when Keras has it cached or can download
 # it, otherwise a 5,000-digit sample of real MNIST digits (offline). The stored outputs come from a
 # run on that sample; `bash scripts/run_notebooks.sh --r-twins` runs the notebook again.
 
@@ -44,6 +47,13 @@
 # global batch. Here we test the claim: train the same model twice, on one device and on two
 # replicas, from the same initial weights and with the same data order, and compare the loss after
 # every step.
+#
+# The claim has a condition: each example's loss must depend only on the weights and on that
+# example, not on which other examples share its batch. The guide's MLP meets it. Two common layers
+# do not: **BatchNormalization** normalises with the mean and variance of the batch it sees, which
+# on N replicas is each replica's local batch, and **dropout** draws its random mask per replica,
+# for the local batch. A model with either follows another path on N replicas than on one device;
+# a section below measures how far, and how `BatchNormalization(synchronized=True)` brings it back.
 #
 # There are two ways to use more replicas, and they answer different questions:
 #
@@ -89,15 +99,21 @@ import kerasdist
 
 # %% language="R"
 # # The pieces of a fair comparison: one model builder, one data order, one training function.
-# build_model <- function(learning_rate = 1e-3) {
+# # The guide's MLP, compiled; optionally with BatchNormalization after dense_1 ("local" or
+# # "synchronized") and an optimizer that accumulates gradients (both used in later sections).
+# build_model <- function(learning_rate = 1e-3, normalization = NULL, gradient_accumulation_steps = NULL) {
 #   inputs <- keras_input(shape = 784, name = "digits")
-#   logits <- inputs |>
-#     layer_dense(units = 256, activation = "relu", name = "dense_1") |>
+#   hidden <- inputs |> layer_dense(units = 256, activation = "relu", name = "dense_1")
+#   if (!is.null(normalization))
+#     hidden <- hidden |> layer_batch_normalization(synchronized = normalization == "synchronized",
+#                                                   name = "batch_norm")
+#   logits <- hidden |>
 #     layer_dense(units = 256, activation = "relu", name = "dense_2") |>
 #     layer_dense(units = 10, name = "logits")
 #   model <- keras_model(inputs, logits, name = "mnist_mlp")
 #   model |> compile(
-#     optimizer = optimizer_adam(learning_rate = learning_rate),
+#     optimizer = optimizer_adam(learning_rate = learning_rate,
+#                                gradient_accumulation_steps = gradient_accumulation_steps),
 #     loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
 #     metrics = list(metric_sparse_categorical_accuracy())
 #   )
@@ -106,10 +122,10 @@ import kerasdist
 #
 # # Each epoch is shuffled with its own seed and the epochs are chained, so epoch k has the same
 # # order in every run, however many times the dataset is iterated (a reshuffling dataset would not).
-# train_batches <- function(global_batch_size, seed = 0L) {
+# train_batches <- function(global_batch_size, run_epochs = epochs, seed = 0L) {
 #   examples <- list(np_array(x_train, dtype = "float32"), np_array(y_train, dtype = "int32")) |>
 #     tensor_slices_dataset()
-#   per_epoch <- lapply(seq_len(epochs), function(epoch)
+#   per_epoch <- lapply(seq_len(run_epochs), function(epoch)
 #     examples |>
 #       dataset_shuffle(buffer_size = nrow(x_train), seed = seed * 1000L + epoch,
 #                       reshuffle_each_iteration = FALSE) |>
@@ -119,19 +135,21 @@ import kerasdist
 #
 # # Train from seed 0 under a strategy; keep each step's own batch loss and each epoch's time.
 # # Keras reports the running mean over the epoch; with equal batches the k-th batch's own loss is
-# # k * mean_k - (k - 1) * mean_(k-1) (`batch` counts from 0).
-# train_run <- function(name, strategy, global_batch_size, learning_rate = 1e-3) {
+# # k * mean_k - (k - 1) * mean_(k-1). keras3 numbers the batches from 1 (Python Keras from 0), so
+# # k is `batch` itself; the running mean restarts with every epoch.
+# train_run <- function(name, strategy, global_batch_size, learning_rate = 1e-3, run_epochs = epochs, ...) {
 #   set_random_seed(0)
 #   step_loss <- numeric()
 #   previous_mean <- 0
 #   epoch_seconds <- numeric()
 #   record_loss <- callback_lambda(
 #     on_train_batch_end = function(batch, logs) {
-#       step_loss <<- c(step_loss, (batch + 1) * logs$loss - batch * previous_mean)
+#       step_loss <<- c(step_loss, batch * logs$loss - (batch - 1) * previous_mean)
 #       previous_mean <<- logs$loss
 #       invisible(NULL)
 #     },
 #     on_epoch_begin = function(epoch, logs) {
+#       previous_mean <<- 0
 #       epoch_started <<- Sys.time()
 #       invisible(NULL)
 #     },
@@ -141,21 +159,22 @@ import kerasdist
 #     }
 #   )
 #   epoch_started <- Sys.time()
-#   with(strategy$scope(), model <- build_model(learning_rate))
+#   with(strategy$scope(), model <- build_model(learning_rate, ...))
 #   steps_per_epoch <- nrow(x_train) %/% global_batch_size
 #   started <- Sys.time()
-#   history <- model |> fit(train_batches(global_batch_size), epochs = epochs,
+#   history <- model |> fit(train_batches(global_batch_size, run_epochs), epochs = run_epochs,
 #                           steps_per_epoch = steps_per_epoch, validation_data = val_dataset,
 #                           shuffle = FALSE, verbose = 0, callbacks = list(record_loss))
 #   seconds <- as.numeric(difftime(Sys.time(), started, units = "secs"))
 #   list(
 #     steps = data.frame(run = name, epoch = seq_along(step_loss) / steps_per_epoch, loss = step_loss),
-#     epochs = data.frame(run = name, epoch = seq_len(epochs), loss = unlist(history$metrics$loss),
+#     epochs = data.frame(run = name, epoch = seq_len(run_epochs), loss = unlist(history$metrics$loss),
 #                         val_accuracy = unlist(history$metrics$val_sparse_categorical_accuracy)),
-#     samples_per_s = epochs * steps_per_epoch * global_batch_size / seconds,
+#     samples_per_s = run_epochs * steps_per_epoch * global_batch_size / seconds,
 #     # Steady state: the epochs after the first, which also pays for tracing the step.
-#     steady_samples_per_s = (epochs - 1) * steps_per_epoch * global_batch_size / sum(epoch_seconds[-1]),
-#     global_batch_size = global_batch_size
+#     steady_samples_per_s = (run_epochs - 1) * steps_per_epoch * global_batch_size / sum(epoch_seconds[-1]),
+#     global_batch_size = global_batch_size,
+#     model = model
 #   )
 # }
 #
@@ -164,7 +183,7 @@ import kerasdist
 #   colors <- c("black", "darkorange", "steelblue")[seq_along(runs)]
 #   styles <- c(1, 2, 2)[seq_along(runs)]
 #   labels <- vapply(runs, function(run) run$epochs$run[1], "")
-#   par(mfrow = c(1, 3), mar = c(4, 4.5, 2.5, 1), las = 1, cex = 0.9, cex.main = 1)
+#   par(mfrow = c(1, 3), mar = c(4, 4.5, 2.5, 2), las = 1, cex = 0.9, cex.main = 1)
 #   steps <- lapply(runs, function(run) run$steps)
 #   plot(NULL, xlim = range(unlist(lapply(steps, `[[`, "epoch"))), ylim = range(unlist(lapply(steps, `[[`, "loss"))),
 #        xlab = "epoch", ylab = "loss of each step's batch", main = title)
@@ -174,11 +193,13 @@ import kerasdist
 #   matplot(seq_len(epochs), accuracy, type = "o", pch = 19, col = colors, lty = styles, xaxt = "n",
 #           xlab = "epoch", ylab = "accuracy", main = "Validation accuracy")
 #   axis(1, at = seq_len(epochs))
-#   bars <- barplot(rev(vapply(runs, function(run) run$steady_samples_per_s, 0)), horiz = TRUE, col = "gray85",
+#   speeds <- rev(vapply(runs, function(run) run$steady_samples_per_s, 0))
+#   bars <- barplot(speeds, horiz = TRUE, col = "gray85", xlim = c(0, 1.05 * max(speeds)),
 #                   xlab = "samples/s", main = "Steady-state throughput (after epoch 1)")
 #   text(0, bars, rev(labels), pos = 4, cex = 0.9)  # each run's name, inside its bar
-#   mtext("virtual CPU replicas share the same cores: more replicas cannot be faster here",
-#         side = 1, line = 2.8, adj = 1, cex = 0.6, col = "firebrick")
+#   # The caveat goes between the title and the panel, clear of the x-axis label.
+#   mtext("virtual CPUs share the same cores: more replicas cannot be faster here",
+#         side = 3, line = 0.2, cex = 0.6, col = "firebrick")
 # }
 
 # %% [markdown]
@@ -226,9 +247,17 @@ import kerasdist
 # cat(sprintf("max |loss difference|: %.1e over all steps, %.1e over epochs\n", step_gap, epoch_gap))
 # cat(sprintf("median change of the batch loss from one step to the next: %.1e\n", median(step_change)))
 
+# %% language="R"
+# # The 1-device run's batch loss at every step (the Python lesson prints the same numbers: a test compares them).
+# losses <- one_device$steps$loss
+# rows <- split(sprintf("%.4f", losses), (seq_along(losses) - 1) %/% 12)
+# cat(sprintf("1 device, batch loss of steps 1-%d:\n", length(losses)),
+#     paste0(vapply(rows, paste, "", collapse = " "), "\n"), sep = "")
+
 # %% [markdown]
-# The dashed 2-replica curve lies on the 1-device curve; the largest difference over all steps is of
-# the size of float32 rounding, far smaller than the loss's own change from one step to the next.
+# In the figure the dashed 2-replica curve lies on the 1-device curve; the largest difference over all
+# steps is of the size of float32 rounding, far smaller than the loss's own change from one step to
+# the next.
 # It is not exactly zero because two replicas add up the gradient in a different order (each sums
 # over its 32 samples, then the all-reduce sums the two), and floating-point addition is not
 # associative. Such rounding differences can also grow during training (a unit whose input sits
@@ -279,21 +308,21 @@ import kerasdist
 #   all_reduce = if (n > 1) 2 * (n - 1) / n * gradient_bytes / model_bandwidth + 2 * (n - 1) * model_latency_s else 0,
 #   input = model_input_s
 # ))
-# par(mfrow = c(1, 2), mar = c(5, 4.5, 2.5, 1), las = 1, cex = 0.9, cex.main = 0.95)
+# par(mfrow = c(1, 2), mar = c(7, 5, 2.5, 1), las = 1, cex = 0.9, cex.main = 0.95)
 # barplot(1e3 * step_parts, names.arg = devices_n, col = c("steelblue", "darkorange", "gray70"),
 #         xlab = "devices N", ylab = "ms per step", main = "MODEL, not a measurement: time per step",
 #         legend.text = c("compute / N", "all-reduce (ring)", "input"), args.legend = list(bty = "n", cex = 0.8))
 # modelled_speed <- model_global_batch / colSums(step_parts)
-# plot(devices_n, modelled_speed, type = "o", pch = 19, ylim = c(0, max(modelled_speed[1] * devices_n)),
-#      xlab = "devices N", ylab = "samples/s", main = "MODEL: samples/s at a fixed global batch", xaxt = "n")
+# plot(devices_n, modelled_speed / 1e6, type = "o", pch = 19, ylim = c(0, max(modelled_speed[1] * devices_n) / 1e6),
+#      xlab = "devices N", ylab = "million samples/s", main = "MODEL: samples/s at a fixed global batch", xaxt = "n")
 # axis(1, at = devices_n)
-# lines(devices_n, modelled_speed[1] * devices_n, lty = 3, col = "gray40")
+# lines(devices_n, modelled_speed[1] * devices_n / 1e6, lty = 3, col = "gray40")
 # legend("topleft", c("model", "perfect scaling"), lty = c(1, 3), col = c("black", "gray40"), bty = "n", cex = 0.8)
 # mtext(sprintf("step time = compute/N + all-reduce(N) + input; global batch %d, compute %g ms on 1 device",
-#               model_global_batch, 1e3 * model_compute_s), side = 1, line = 3, adj = 1, cex = 0.6)
+#               model_global_batch, 1e3 * model_compute_s), side = 1, line = 4.5, adj = 1, cex = 0.6)
 # mtext(sprintf("gradients %.2f MB, link %g GB/s, hop latency %g us, input %g ms per step",
 #               gradient_bytes / 1e6, model_bandwidth / 1e9, 1e6 * model_latency_s, 1e3 * model_input_s),
-#       side = 1, line = 3.8, adj = 1, cex = 0.6)
+#       side = 1, line = 5.3, adj = 1, cex = 0.6)
 # cat(sprintf("model: gradients of %.2f MB; 8 devices would be %.1fx as fast as 1 (perfect scaling: 8x)\n",
 #             gradient_bytes / 1e6, modelled_speed[4] / modelled_speed[1]))
 
@@ -301,9 +330,13 @@ import kerasdist
 # The model says two things. Compute does shrink as 1/N, which virtual CPU devices cannot show. But
 # the all-reduce grows with N while the compute per device shrinks, so a small model like this MLP
 # soon spends more time exchanging gradients than computing them: its speed-up stays far below N.
-# A bigger model (more compute per byte of gradient), a bigger global batch, or faster links
-# (NVLink instead of PCIe) move the balance towards N. Measure on your own GPUs before you trust
-# any of these parameters.
+# What moves the balance towards N is more compute per byte of gradient, or faster links (NVLink
+# instead of PCIe). For a dense layer, the forward and backward pass cost about 6 floating-point
+# operations per weight **per example**, while its gradient is 4 bytes per weight whatever the
+# layer's width: a wider MLP has more compute *and* proportionally more gradient, so compute per
+# byte grows with the batch each device computes (a bigger global batch), not with the model's
+# size. Layers that use each weight many times per example (convolutions, sequence models) do more
+# compute per byte. Measure on your own GPUs before you trust any of these parameters.
 
 # %% [markdown]
 # ## Why an uneven last batch would make them part
@@ -362,6 +395,99 @@ import kerasdist
 # coincide again.
 
 # %% [markdown]
+# ## BatchNormalization and dropout: when the paths part
+#
+# BatchNormalization normalises each unit with the mean and variance of the batch it is given,
+# during training. On one device that is the global batch of 64; under `MirroredStrategy` each
+# replica computes the statistics of its own 32 examples, so the same weights give another loss on
+# the same global batch, from the very first step. `layer_batch_normalization(synchronized = TRUE)`
+# makes the replicas all-reduce the sums behind the mean and variance (in Keras' TensorFlow backend,
+# `keras/src/backend/tensorflow/nn.py`, `_compute_moments_sync`), so every replica normalises with
+# the statistics of the global batch, as one device does.
+#
+# Below, the guide's MLP gets a BatchNormalization layer after `dense_1`; each variant trains for
+# one epoch on 1 device and on 2 replicas, with the same seed and data order as before.
+#
+# **Predict, then run.** With plain BatchNormalization, do the two runs part at the first step or only
+# later? And with `synchronized = TRUE`, do they agree to float rounding, like the plain MLP?
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The MLP with BatchNormalization: local batch statistics, then synchronized ones; 1 device vs 2 replicas.
+# one_device_strategy <- tf$distribute$get_strategy()
+# bn_run <- function(n, run_strategy, normalization)
+#   train_run(sprintf("%d replica(s), %s", n, normalization), run_strategy, batch_size, run_epochs = 1L,
+#             normalization = normalization)
+# local_statistics <- list(bn_run(1L, one_device_strategy, "local"), bn_run(2L, strategy, "local"))
+# synchronized_statistics <- list(bn_run(1L, one_device_strategy, "synchronized"),
+#                                 bn_run(2L, strategy, "synchronized"))
+# local_gap <- abs(local_statistics[[2]]$steps$loss - local_statistics[[1]]$steps$loss)
+# synchronized_gap <- abs(synchronized_statistics[[2]]$steps$loss - local_statistics[[1]]$steps$loss)
+# stopifnot(max(synchronized_gap) < 1e-3, 1e-3 < max(local_gap))
+# cat("BatchNormalization, 2 replicas vs 1 device: the same loss at every step:", max(local_gap) < 1e-3, "\n")
+# cat("synchronized BatchNormalization, 2 replicas vs 1 device: the same loss at every step:",
+#     max(synchronized_gap) < 1e-3, "\n")
+
+# %% language="R"
+# # The measured gaps, next to the float noise of the plain MLP above.
+# cat(sprintf("BatchNormalization: |loss difference| %.1e at step 1, up to %.1e\n", local_gap[1], max(local_gap)))
+# cat(sprintf("synchronized BatchNormalization: max |loss difference| %.1e (the plain MLP: %.1e)\n",
+#             max(synchronized_gap), step_gap))
+
+# %% magic_args="-w 7 -h 3.2 --units in -r 100" language="R"
+# # Each step's batch loss in the first epoch: plain BatchNormalization parts, synchronized stays.
+# par(mar = c(4, 4.5, 2, 1), las = 1, cex.main = 1)
+# steps <- seq_along(local_gap)
+# plot(steps, local_statistics[[1]]$steps$loss, type = "l", lwd = 5, col = adjustcolor("black", alpha.f = 0.35),
+#      xlab = "step", ylab = "loss of each step's batch", main = "MLP with BatchNormalization, global batch 64")
+# lines(steps, local_statistics[[2]]$steps$loss, col = "darkorange", lwd = 1.2)
+# lines(steps, synchronized_statistics[[2]]$steps$loss, col = "steelblue", lty = 2, lwd = 1.2)
+# legend("topright", c("1 device, BatchNormalization", "2 replicas, BatchNormalization (each its own statistics)",
+#                      "2 replicas, synchronized = TRUE"), bty = "n", cex = 0.75,
+#        col = c(adjustcolor("black", alpha.f = 0.35), "darkorange", "steelblue"), lty = c(1, 1, 2), lwd = c(5, 1.2, 1.2))
+
+# %% [markdown]
+# Plain BatchNormalization parts the runs at the first step, before any update: the same weights give
+# another loss because each replica normalises its 32 examples with their own statistics. With
+# `synchronized = TRUE` the 2-replica run stays on the 1-device run to float rounding. (Synchronized
+# statistics are computed as E[x²] - E[x]², which rounds a little differently from one device's
+# computation; the gap is still of the size of the plain MLP's.) The price is three more all-reduces
+# (sums, sums of squares, counts) per BatchNormalization layer per step, in the forward pass.
+#
+# Dropout breaks the claim in another way: each replica draws a random mask for its own local batch,
+# which is not the mask one device draws for the global batch. The exercise below measures it.
+#
+# **Exercise.** Replace the BatchNormalization layer by `layer_dropout(rate = 0.5)` and train 1 device
+# and 2 replicas for one epoch. Do the paths part?
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# build_dropout_model <- function() {
+#   inputs <- keras_input(shape = 784)
+#   outputs <- inputs |> layer_dense(256, activation = "relu") |> layer_dropout(rate = 0.5) |>
+#     layer_dense(256, activation = "relu") |> layer_dense(10)
+#   model <- keras_model(inputs, outputs)
+#   model |> compile(optimizer = optimizer_adam(1e-3), loss = loss_sparse_categorical_crossentropy(from_logits = TRUE))
+#   model
+# }
+# dropout_loss <- function(run_strategy) {
+#   set_random_seed(0)
+#   with(run_strategy$scope(), model <- build_dropout_model())
+#   history <- model |> fit(train_batches(batch_size, 1L), epochs = 1, shuffle = FALSE, verbose = 0)
+#   unlist(history$metrics$loss)
+# }
+# c(dropout_loss(one_device_strategy), dropout_loss(strategy))  # far more than float rounding apart
+# ```
+# The paths part: each replica draws the dropout mask for its own local batch, not the mask one device
+# draws for the global batch. (The Python twin prints the masks: in Keras 3 the layer's seed state is
+# one mirrored variable, so both replicas draw the same mask, equal to the first half of the 1-device
+# mask. That needs a function run by `strategy.run` on TensorFlow's replica threads, which is Python's
+# job: an R function there would have to call back into R from those threads.) No synchronized
+# variant exists: a model with dropout trains correctly on N replicas, but not on one device's path.
+# </details>
+
+# %% [markdown]
 # ## Fixed per-replica batch: the global batch grows
 #
 # Now keep 64 samples **per replica**: 2 replicas make a global batch of 128, so an epoch has half
@@ -388,13 +514,15 @@ import kerasdist
 #   each step, to kη over the first epochs (5 of 90 in the paper), then hold kη, because a large
 #   rate applied to freshly initialized weights can diverge.
 #
-# keras3 has no schedule called "linear warm-up", but a piecewise-constant schedule with one boundary
-# per step is one: the rate climbs from the base rate η at step 0 to kη at the end of the warm-up,
-# one step at a time, then stays (the same schedule as kerasdist's `LinearWarmup`).
-# (A schedule written in R with `LearningRateSchedule()` would work on one device, but under
-# `MirroredStrategy` the schedule is evaluated while the replicas' training step is traced, on
-# TensorFlow's replica threads; keeping R code out of the traced step is the safe choice.) Here
-# k = 2: the rate goes from 1e-3 to 2e-3 over the first quarter epoch.
+# Keras has the schedule built in: `learning_rate_schedule_cosine_decay()` with `warmup_target` and
+# `warmup_steps` ramps linearly from `initial_learning_rate` to `warmup_target`, by the same amount
+# each step, then decays along a cosine for `decay_steps` steps down to `alpha` x `warmup_target`.
+# With `alpha = 1` the "decay" ends where it starts, so the rate holds at kη: Goyal et al.'s warm-up
+# exactly, and the same schedule kerasdist builds with `scale_learning_rate`. (A schedule written in
+# R with `LearningRateSchedule()` would work on one device, but under `MirroredStrategy` the schedule
+# is evaluated while the replicas' training step is traced, on TensorFlow's replica threads; a Keras
+# schedule keeps R code out of the traced step.) Here k = 2: the rate goes from 1e-3 to 2e-3 over the
+# first quarter epoch.
 
 # %% [markdown]
 # **Predict, then run.** What is the scaled run's learning rate at its very first step: 0, the base
@@ -402,20 +530,23 @@ import kerasdist
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Linear warm-up from η at step 0 to k x η at step warmup_steps, then held (steps are counted from 0).
+# # Keras' own warm-up from η to kη over the first quarter epoch, then held (alpha = 1: no decay).
 # k <- 2L
 # base_rate <- 1e-3
-# warmup_steps <- as.integer(0.25 * (nrow(x_train) %/% (k * batch_size)))
-# schedule <- learning_rate_schedule_piecewise_constant_decay(
-#   boundaries = as.list(seq_len(warmup_steps) - 1L),
-#   values = as.list(seq(base_rate, k * base_rate, length.out = warmup_steps + 1L))
+# steps_per_epoch <- nrow(x_train) %/% (k * batch_size)
+# warmup_steps <- as.integer(0.25 * steps_per_epoch)
+# schedule <- learning_rate_schedule_cosine_decay(
+#   initial_learning_rate = base_rate, warmup_target = k * base_rate, warmup_steps = warmup_steps,
+#   decay_steps = epochs * steps_per_epoch, alpha = 1
 # )
 # rate_at <- function(step) as.numeric(schedule(as.integer(step))$numpy())
-# stopifnot(isTRUE(all.equal(rate_at(0), base_rate, tolerance = 1e-6)),
-#           isTRUE(all.equal(rate_at(warmup_steps), k * base_rate, tolerance = 1e-6)),
-#           isTRUE(all.equal(rate_at(10 * warmup_steps), k * base_rate, tolerance = 1e-6)))
+# ramp <- vapply(0:(2 * warmup_steps), rate_at, 0)
+# expected <- base_rate * (1 + (k - 1) * pmin(0:(2 * warmup_steps) / warmup_steps, 1))
+# stopifnot(isTRUE(all.equal(ramp, expected, tolerance = 1e-6)),  # the same step up every step, then kη held
+#           rate_at(epochs * steps_per_epoch) == ramp[length(ramp)])  # still kη at the end of training
 # cat(sprintf("step 0: %g (the base rate); end of the warm-up and after: %g (k x base)\n",
-#             rate_at(0), rate_at(warmup_steps)))
+#             ramp[1], ramp[warmup_steps + 1]))
+# cat(sprintf("the rate at steps 0..%d: %s\n", length(ramp) - 1, paste(sprintf("%.5f", ramp), collapse = " ")))
 # cat(sprintf("peak learning rate %g, reached after %d warm-up steps\n", k * base_rate, warmup_steps))
 
 # %% language="R"
@@ -443,23 +574,176 @@ import kerasdist
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Training loss per epoch: the unscaled run lags; the scaled run is back with the 1-device run.
+# # Training loss per epoch (Keras' mean over each epoch's steps): the unscaled run lags.
 # for (run in runs)
 #   cat(sprintf("%-40s loss per epoch %s\n", run$epochs$run[1],
 #               paste(round(run$epochs$loss, 2), collapse = ", ")))
 
 # %% [markdown]
 # With the same learning rate, the 128-sample run ends its third epoch well above the 1-device loss:
-# half the steps, the same step size. Doubling the rate puts it back on the 1-device curve after the
-# first epoch, where the warm-up still holds it back a little. With k = 2 and Adam, the rate could
-# even be doubled without warm-up (try it); warm-up starts to matter when k is large, which is
-# exactly the regime of the paper.
+# half the steps, the same step size. Doubling the rate brings it back with the 1-device run by
+# epochs 2 and 3, but its epoch-1 loss is still higher. Is that the warm-up? The warm-up lasts only a
+# few steps, and the epoch-1 figure is the running mean over the whole epoch, which this lesson
+# warned about. So measure it step by step instead: each step's batch loss against the **samples
+# seen** (one step of the 128-sample runs sees as many samples as two of the 1-device run), averaged
+# over stretches of epoch 1, with a fourth run that doubles the rate without warm-up.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # A fourth run: the doubled rate from the first step, no warm-up.
+# no_warmup <- train_run("2 replicas, batch 128, scaled, no warm-up", strategy, k * batch_size,
+#                        learning_rate = k * base_rate)
+# cat(sprintf("no warm-up: batch %d, learning rate %g from step 1\n", no_warmup$global_batch_size, k * base_rate))
+
+# %% language="R"
+# # Mean batch loss over stretches of samples seen: epoch 1 in three parts, then epochs 2 and 3.
+# warmup_samples <- warmup_steps * k * batch_size
+# half_epoch <- nrow(x_train) %/% 2
+# stretches <- c("warm-up", "rest of 1st half", "2nd half", "epoch 2", "epoch 3")
+# stretch_means <- function(run) {
+#   per_epoch <- nrow(x_train) %/% run$global_batch_size
+#   index <- seq_along(run$steps$loss) - 1
+#   epoch <- index %/% per_epoch
+#   start <- (index %% per_epoch) * run$global_batch_size
+#   part <- ifelse(epoch > 0, epoch + 2, ifelse(start < warmup_samples, 0, ifelse(start < half_epoch, 1, 2)))
+#   vapply(seq_along(stretches) - 1, function(p) mean(run$steps$loss[part == p]), 0)
+# }
+# means <- list(`1 device, batch 64` = stretch_means(one_device), `same rate` = stretch_means(same_rate),
+#               `scaled + warm-up` = stretch_means(scaled), `scaled, no warm-up` = stretch_means(no_warmup))
+# cat(sprintf("%20s", "samples seen:"), sprintf("%17s", stretches), "\n", sep = "")
+# cat(sprintf("%20s", "(up to)"), sprintf("%17s", format(c(warmup_samples, half_epoch, nrow(x_train) * 1:3),
+#                                                          big.mark = ",", trim = TRUE)), "\n", sep = "")
+# for (name in names(means)) cat(sprintf("%20s", name), sprintf("%17.3f", means[[name]]), "\n", sep = "")
+# lag <- means[["scaled + warm-up"]] - means[["1 device, batch 64"]]
+# early_lag <- mean(lag[1:2])
+# late_lag <- lag[3]
+# epoch1 <- c(baseline = one_device$epochs$loss[1], scaled = scaled$epochs$loss[1],
+#             no_warmup = no_warmup$epochs$loss[1])
+# stopifnot(late_lag < early_lag,  # the lag is at the start of epoch 1
+#           abs(epoch1[["no_warmup"]] - epoch1[["baseline"]]) < epoch1[["scaled"]] - epoch1[["baseline"]])
+# cat(sprintf("scaled + warm-up minus 1 device: %+.3f in the first half of epoch 1, %+.3f in the second half\n",
+#             early_lag, late_lag))
+# cat(sprintf("epoch-1 mean loss: 1 device %.3f, scaled + warm-up %.3f, no warm-up %.3f\n",
+#             epoch1[["baseline"]], epoch1[["scaled"]], epoch1[["no_warmup"]]))
+
+# %% magic_args="-w 7 -h 3.2 --units in -r 100" language="R"
+# # Epoch 1 step by step against the samples seen: the warm-up's stretch is shaded.
+# par(mar = c(4, 4.5, 2, 1), las = 1, cex.main = 1)
+# first_epoch <- function(run) {
+#   per_epoch <- nrow(x_train) %/% run$global_batch_size
+#   list(seen = seq_len(per_epoch) * run$global_batch_size, loss = run$steps$loss[seq_len(per_epoch)])
+# }
+# curves <- lapply(list(one_device, scaled, no_warmup), first_epoch)
+# plot(NULL, xlim = c(0, max(curves[[1]]$seen)), ylim = range(unlist(lapply(curves, `[[`, "loss"))),
+#      xlab = "samples seen", ylab = "loss of each step's batch",
+#      main = "Epoch 1: each step's batch loss against samples seen")
+# rect(0, -1, warmup_samples, 10, col = adjustcolor("gray", alpha.f = 0.3), border = NA)
+# styles <- list(list(col = adjustcolor("black", alpha.f = 0.35), lwd = 5, lty = 1),
+#                list(col = "steelblue", lwd = 1.5, lty = 1), list(col = "darkorange", lwd = 1.5, lty = 2))
+# for (i in seq_along(curves))
+#   lines(curves[[i]]$seen, curves[[i]]$loss, col = styles[[i]]$col, lwd = styles[[i]]$lwd, lty = styles[[i]]$lty)
+# legend("topright", c("1 device, batch 64", "scaled + warm-up", "scaled, no warm-up", "warm-up"), bty = "n",
+#        cex = 0.75, col = c(vapply(styles, `[[`, "", "col"), adjustcolor("gray", alpha.f = 0.3)),
+#        lty = c(1, 1, 2, NA), lwd = c(5, 1.5, 1.5, NA), pch = c(NA, NA, NA, 15), pt.cex = 2)
+
+# %% [markdown]
+# What the measurement says: the scaled run falls behind while its rate ramps up and for a while
+# after (its rate is lower than kη there, so it has made less progress per sample), and by the second
+# half of epoch 1 most of that lag is gone; in epochs 2 and 3 it is with the 1-device run. The epoch-1
+# mean averages those early steps in, so it shows a gap that the model has nearly closed by the end
+# of the epoch. The run without warm-up keeps pace from the first samples, and its epoch-1 mean is
+# with the 1-device run's: at k = 2 with Adam the warm-up costs a little progress and buys no
+# stability that was missing. It earns its keep when k is large and kη is too much for freshly
+# initialized weights, which is the regime of the paper (exercise 3).
+#
+# **Exercise.** Build a schedule with `learning_rate_schedule_cosine_decay()` that warms up from 0 to
+# 2e-3 over 10 steps, then decays along the cosine to 1e-4 over the next 100 steps. Which `alpha` and
+# `decay_steps`? Check the rate at steps 0, 10, 60 and 110.
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# warm_then_decay <- learning_rate_schedule_cosine_decay(
+#   initial_learning_rate = 0, warmup_target = 2e-3, warmup_steps = 10, decay_steps = 100, alpha = 1e-4 / 2e-3)
+# vapply(c(0L, 10L, 60L, 110L), function(step) as.numeric(warm_then_decay(step)$numpy()), 0)  # 0 0.002 0.00105 1e-04
+# ```
+# `alpha` is a fraction of `warmup_target` (0.05), and `decay_steps` counts from the end of the
+# warm-up; halfway through the decay the rate is halfway between 2e-3 and 1e-4.
+# </details>
 #
 # Two cautions. The linear rule was derived and tested for SGD with momentum; Adam divides the step
 # by a running estimate of the gradient's size, and for adaptive optimizers a square-root rule
 # (rate x sqrt(k)) is often the better guess (Malladi et al., 2022). And every rule breaks down at
 # some batch size: beyond it, more replicas buy speed per epoch but need more epochs to reach the
 # same accuracy.
+
+# %% [markdown]
+# ## Gradient accumulation: a large batch without more devices
+#
+# A global batch of 128 does not need two devices. A Keras 3 optimizer built with
+# `gradient_accumulation_steps = k` adds up the gradients of k steps and updates the weights only at
+# every k-th step, with their average (`keras/src/optimizers/base_optimizer.py`, `apply`: the update
+# step uses `(g + accumulated) / steps`). Each step's gradient is the mean over its batch of b
+# examples, so the average of k of them is the mean gradient over k x b examples: the update of one
+# step with batch k x b. Adam counts updates, not steps, for its bias correction (`iterations` is
+# the step count divided by k).
+#
+# **Predict, then run.** On one device, train one epoch with batch 128, and one epoch with batch 64
+# and `gradient_accumulation_steps = 2`, on the same data order. Compare each update's loss: for the
+# accumulated run, the mean of its two batches' losses (both computed before the update).
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Batch 128 vs 2 accumulated steps of 64, one device, one epoch, the same data order.
+# accumulation_steps <- 2L
+# large_batch <- train_run("1 device, batch 128", one_device_strategy, accumulation_steps * batch_size,
+#                          run_epochs = 1L)
+# accumulated <- train_run("1 device, 2 x 64 accumulated", one_device_strategy, batch_size, run_epochs = 1L,
+#                          gradient_accumulation_steps = accumulation_steps)
+# # Steps that complete no update (an epoch that does not divide by 2) are left out.
+# updates_done <- nrow(large_batch$steps)
+# per_update <- colMeans(matrix(accumulated$steps$loss[seq_len(accumulation_steps * updates_done)],
+#                               nrow = accumulation_steps))
+# update_gap <- abs(per_update - large_batch$steps$loss)
+# weight_gap <- max(mapply(function(a, b) max(abs(a - b)), get_weights(large_batch$model),
+#                          get_weights(accumulated$model)))
+# updates <- c(as.integer(large_batch$model$optimizer$iterations$numpy()),
+#              as.integer(accumulated$model$optimizer$iterations$numpy()))
+# stopifnot(updates[1] == updates[2], max(update_gap) < 1e-3, 1e-3 < median(abs(diff(per_update))),
+#           weight_gap < 1e-4)
+# cat(sprintf("updates: %d with batch 128, %d from %d steps of 64\n", updates[1], updates[2],
+#             nrow(accumulated$steps)))
+# cat("the same loss at every update:", max(update_gap) < 1e-3, "\n")
+
+# %% language="R"
+# # The measured gaps: float rounding (the sums run in another order), as between 1 device and 2 replicas.
+# cat(sprintf("max |loss difference| per update: %.1e; max |weight difference| after the epoch: %.1e\n",
+#             max(update_gap), weight_gap))
+
+# %% [markdown]
+# Accumulating k steps of b examples gives the global batch k x b without more devices: the same
+# updates, k times slower per update on the same hardware. It combines with replicas (global batch
+# = replicas x per-replica batch x k) and it is a larger global batch in every respect, so the linear
+# scaling rule applies to k as it does to replicas: fewer updates per epoch, and a learning rate to
+# scale by k with a warm-up. One trap: Keras' learning-rate schedules count *steps*, not updates
+# (`_get_current_learning_rate` passes the optimizer's step counter; the optimizer's docstring says
+# so), so a warm-up of W updates needs `warmup_steps = k x W`. And accumulation shares the caveat of
+# the section on BatchNormalization: statistics are taken over each step's batch of b, not over k x b.
+#
+# **Exercise.** Accumulate 4 steps of 32 examples and compare with batch 128. Do the updates still
+# agree to float rounding?
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# four_steps <- train_run("1 device, 4 x 32 accumulated", one_device_strategy, 32L, run_epochs = 1L,
+#                         gradient_accumulation_steps = 4L)
+# four_per_update <- colMeans(matrix(four_steps$steps$loss[seq_len(4 * updates_done)], nrow = 4))
+# max(abs(four_per_update - large_batch$steps$loss))  # float rounding again
+# ```
+# They do: every update averages the gradients of 4 x 32 = 128 examples, the same examples in the same
+# order as one batch of 128, so only the order of the additions differs.
+# </details>
 
 # %% [markdown]
 # ## Performance tips
@@ -476,6 +760,12 @@ import kerasdist
 # - **Read throughput in the steady state and from real devices.** The first epoch pays for tracing;
 #   virtual CPUs share cores, so their samples/s shows the cost of the all-reduce, not the gain of
 #   parallelism.
+# - **Synchronize BatchNormalization when the per-replica batch is small**
+#   (`layer_batch_normalization(synchronized = TRUE)`): it costs all-reduces in the forward pass, and
+#   it buys the statistics of the global batch.
+# - **No more devices? Accumulate gradients** (`gradient_accumulation_steps = k`) to reach the global
+#   batch you need, and scale the learning rate as you would for k replicas, counting a schedule's
+#   warm-up in steps (k per update).
 
 # %% [markdown]
 # ## Summary
@@ -489,7 +779,16 @@ import kerasdist
 # - At a fixed per-replica batch the global batch grows with the replicas; with an unchanged
 #   learning rate, training falls behind per epoch.
 # - The linear scaling rule with warm-up (Goyal et al., 2017) brings it back: the rate ramps from η
-#   to kη over the first steps, then holds; for Adam, treat it as a starting point.
+#   to kη over the first steps, then holds (Keras' cosine-decay schedule with `warmup_target` and
+#   `alpha = 1`); for Adam, treat it as a starting point.
+# - Measured against samples seen, the warm-up's cost is a lag at the start of epoch 1 that is mostly
+#   gone by its end; the epoch-1 running mean makes it look larger. At k = 2 with Adam, a run
+#   without warm-up kept pace.
+# - N replicas follow one device's path only if no layer looks across the batch: BatchNormalization
+#   parts the paths from the first step (`synchronized = TRUE` joins them again, to float rounding),
+#   and dropout draws its masks per replica.
+# - Gradient accumulation over k steps of batch b follows the same updates as batch k x b, to float
+#   rounding: a large global batch without more devices, under the same scaling rule.
 
 # %% [markdown]
 # ## Exercises
@@ -521,20 +820,27 @@ import kerasdist
 # ```
 # </details>
 #
-# 2. Train the scaled run with `learning_rate = 2e-3` and no warm-up. Is warm-up needed at k = 2?
-#    Then write the same warm-up as an R `LearningRateSchedule()` and train it on one device.
+# 2. Lengthen the warm-up to one epoch (`warmup_steps = steps_per_epoch`, the length `kerasdist
+#    compare` uses). How does the lag against the 1-device run change, stretch by stretch? Then write
+#    the same warm-up as an R `LearningRateSchedule()` and train it on one device.
 #
 # <details><summary>Hint</summary>
 #
-# `train_run()` takes a number or a schedule as `learning_rate`. An R schedule is a class with a
-# `call(step)` method that returns `base + (peak - base) * min(1, step / warmup_steps)`.
+# Build the schedule like `schedule` above and pass the run to `stretch_means()` (the "warm-up"
+# stretch of the table still means the lesson's quarter-epoch ramp). `train_run()` takes a number or
+# a schedule as `learning_rate`. An R schedule is a class with a `call(step)` method that returns
+# `base + (peak - base) * min(1, step / warmup_steps)`.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
-# no_warmup <- train_run("2 replicas, batch 128, 2e-3, no warm-up", strategy, k * batch_size, learning_rate = 2e-3)
-# rbind(no_warmup$epochs$loss, scaled$epochs$loss)  # close at k = 2 with Adam
+# long_schedule <- learning_rate_schedule_cosine_decay(base_rate, decay_steps = epochs * steps_per_epoch, alpha = 1,
+#                                                      warmup_target = k * base_rate, warmup_steps = steps_per_epoch)
+# long_warmup <- train_run("2 replicas, batch 128, 1-epoch warm-up", strategy, k * batch_size,
+#                          learning_rate = long_schedule)
+# rbind(long = stretch_means(long_warmup) - means[["1 device, batch 64"]], lesson = lag)
+# # The lag grows and lasts through epoch 1: the rate stays below kη for the whole epoch.
 # LinearWarmup <- LearningRateSchedule("LinearWarmup",
 #   initialize = function(base, peak, warmup_steps) {
 #     self$base <- base; self$peak <- peak; self$warmup_steps <- warmup_steps
@@ -553,16 +859,16 @@ import kerasdist
 #
 # <details><summary>Hint</summary>
 #
-# Build the one-epoch warm-up like `schedule` above, with `nrow(x_train) %/% 512L` warm-up steps and
-# rates from 1e-3 to 8e-3; look at the first few `steps$loss`.
+# Build the one-epoch warm-up like `schedule` above, with `nrow(x_train) %/% 512L` warm-up steps from
+# 1e-3 to 8e-3; look at the first few `steps$loss`.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
 # big_steps <- nrow(x_train) %/% 512L
-# warm <- learning_rate_schedule_piecewise_constant_decay(
-#   boundaries = as.list(seq_len(big_steps) - 1L), values = as.list(seq(1e-3, 8e-3, length.out = big_steps + 1L)))
+# warm <- learning_rate_schedule_cosine_decay(1e-3, decay_steps = epochs * big_steps, alpha = 1,
+#                                             warmup_target = 8e-3, warmup_steps = big_steps)
 # cold_run <- train_run("batch 512, 8e-3", tf$distribute$get_strategy(), 512L, learning_rate = 8e-3)
 # warm_run <- train_run("batch 512, 8e-3, warm-up", tf$distribute$get_strategy(), 512L, learning_rate = warm)
 # rbind(head(cold_run$steps$loss), head(warm_run$steps$loss))  # the cold start jumps; the warm one does not

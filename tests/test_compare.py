@@ -3,13 +3,14 @@
 import csv
 import json
 
+import keras
 import pytest
 
 from helpers import last_json_line, run_cli
 from kerasdist import run_comparison
 from kerasdist.compare import steady_samples_per_s
 from kerasdist.errors import KerasdistError
-from kerasdist.model import learning_rate_for
+from kerasdist.model import build_model, learning_rate_for
 from kerasdist.plots import step_time_model
 
 
@@ -27,6 +28,15 @@ def test_fixed_global_batch_curves_coincide(comparison):
     assert runs["fixed_global", 1].global_batch_size == runs["fixed_global", 2].global_batch_size == 64
     assert runs["fixed_per_replica", 2].global_batch_size == 128
     assert runs["fixed_per_replica", 2].learning_rate == pytest.approx(2e-3)  # linear scaling rule
+
+
+def test_one_replica_runs_of_both_modes_are_the_same_run(comparison):
+    # k = 1: the linear scaling rule's warm-up goes from the base rate to 1 x the base rate, a flat rate.
+    runs = {(mode, r.replicas): r for mode, r in comparison.runs}
+    unscaled, scaled = runs["fixed_global", 1], runs["fixed_per_replica", 1]
+    assert scaled.global_batch_size == unscaled.global_batch_size == 64
+    assert scaled.steps["batch_loss"] and scaled.steps["batch_loss"] == unscaled.steps["batch_loss"]
+    assert scaled.history["val_loss"] == unscaled.history["val_loss"]
 
 
 def test_growing_the_global_batch_changes_the_curve(comparison):
@@ -75,6 +85,16 @@ def test_warmup_ramps_from_the_base_rate_to_k_times_it_as_goyal_et_al():
     unscaled = learning_rate_for(1e-3, 4, warmup_steps=10)  # no scaling: a ramp from near zero to the rate
     assert float(unscaled(0)) == pytest.approx(1e-4) and float(unscaled(10)) == pytest.approx(1e-3)
     assert learning_rate_for(1e-3, 4, scale_with_replicas=True) == pytest.approx(4e-3)
+    flat = learning_rate_for(1e-3, 1, scale_with_replicas=True, warmup_steps=10)  # k = 1: η to 1 x η
+    assert {float(flat(step)) for step in range(15)} == {float(keras.ops.convert_to_tensor(1e-3))}
+
+
+def test_a_warmup_adds_no_optimizer_variable_so_earlier_checkpoints_still_restore():
+    # Checkpoints written with a warm-up hold no learning-rate variable; a rebuilt optimizer must not ask for one.
+    for replicas in (1, 2):
+        built = build_model(learning_rate_for(1e-3, replicas, scale_with_replicas=True, warmup_steps=10))
+        assert not [v.path for v in built.optimizer.variables if "learning_rate" in v.path]
+    assert [v.path for v in build_model(1e-3).optimizer.variables if "learning_rate" in v.path]
 
 
 def test_step_time_model_splits_compute_and_pays_for_the_all_reduce():

@@ -71,8 +71,7 @@ KEY_NUMBERS = {
     ],
     "03_convergence": [
         ("max |loss difference| per step, per epoch",
-         rf"max \|loss difference\|: {NUMBER} over all logged steps, {NUMBER} over epochs",
-         rf"max \|loss difference\|: {NUMBER} over all steps, {NUMBER} over epochs", 5e-5),
+         rf"max \|loss difference\|: {NUMBER} over all steps, {NUMBER} over epochs", None, 5e-5),
         ("the same loss at every step", r"^the same loss at every step: (\w+)", None, 0),
         ("left-over digits", r"(\d+) training digits: (\d+) batches of (\d+) and (\d+) left over", None, 0),
         ("uneven split of 5 losses", r"mean of (?:5|\(3\) and \(2\)):\s+([\d.]+)", None, 0),
@@ -82,6 +81,18 @@ KEY_NUMBERS = {
         ("warm-up from the base rate", r"step 0: ([\d.e-]+) \(the base rate\); end of the warm-up and after: "
          r"([\d.e-]+)", None, 0),
         ("warm-up steps", r"peak learning rate ([\d.e-]+), reached after (\d+) warm-up steps", None, 0),
+        ("BatchNormalization, plain and synchronized: the same loss as 1 device",
+         r"^((?:synchronized )?BatchNormalization), 2 replicas vs 1 device: the same loss at every step: (\w+)",
+         None, 0),
+        ("BatchNormalization: loss difference at step 1",
+         rf"^BatchNormalization: \|loss difference\| {NUMBER} at step 1", None, 5e-4),
+        ("CosineDecay warm-up: the rate at every step", r"the rate at steps 0\.\.(\d+): ([\d. ]+)$", None, 0),
+        ("no warm-up run", r"no warm-up: batch (\d+), learning rate ([\d.e-]+) from step 1", None, 0),
+        ("samples seen: stretch ends", r"^\s+\(up to\)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)$",
+         None, 0),
+        ("gradient accumulation: updates and steps", r"updates: (\d+) with batch 128, (\d+) from (\d+) steps of 64",
+         None, 0),
+        ("gradient accumulation: the same loss at every update", r"^the same loss at every update: (\w+)", None, 0),
     ],
     "04_input_pipelines": [
         ("global batch split",
