@@ -270,7 +270,7 @@ resumed_history.set_index("epoch").round(4)
 # ```r
 # per_replica <- kd_compare(replicas = c(1, 2), epochs = 2, data = data_source, modes = "fixed_per_replica",
 #                           verbose = 0)
-# attr(per_replica, "max_abs_loss_difference")$fixed_per_replica  # step: NULL (not comparable); epoch: ~1e-2
+# attr(per_replica, "max_abs_loss_difference")$fixed_per_replica  # step: NULL (not comparable); epoch: far above rounding
 # attr(per_replica, "runs")[, c("run", "global_batch_size", "learning_rate")]
 # ```
 # The curves part: another global batch is another optimization (with the rate scaled by the linear
