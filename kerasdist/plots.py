@@ -3,6 +3,9 @@
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 
+from kerasdist.devices import on_virtual_cpus
+from kerasdist.train import steady_samples_per_s
+
 
 CPU_REPLICAS_NOTE = ("virtual CPU replicas share the same cores:\n"
                      "more replicas cannot be faster here,\nthey add the all-reduce")
@@ -25,8 +28,6 @@ def plot_convergence(comparison):
     Example:
         >>> figure = plot_convergence(run_comparison((1, 2), epochs=2, data="sample"))  # doctest: +SKIP
     """
-    from kerasdist.compare import on_virtual_cpus, steady_samples_per_s
-
     figure, (loss_axis, accuracy_axis, speed_axis) = plt.subplots(1, 3, figsize=(16, 4.2))
     labels, speeds = [], []
     for mode, result in comparison.runs:

@@ -11,7 +11,11 @@ import tempfile
 import threading
 import time
 
-from kerasdist.cluster import local_cluster, tf_config
+import psutil
+
+from kerasdist.cluster.config import tf_config
+from kerasdist.cluster.ports import local_cluster
+from kerasdist.cluster.watchdog_process import STOPPED
 
 # Set for each task: how long it may run on after the launcher is gone (see interrupt.stop_when_parent_dies).
 ORPHAN_GRACE_VARIABLE = "KERASDIST_ORPHAN_GRACE_S"
@@ -70,9 +74,9 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
             # A session of its own: a Ctrl-C reaches the task once, passed on by the launcher. Its stdin is a
             # pipe the launcher never writes to: when the launcher dies, even by SIGKILL, the task sees the
             # pipe end and stops (interrupt.stop_when_parent_dies).
-            process = subprocess.Popen(command, env=environment, stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                       errors="replace", bufsize=1, start_new_session=True)
+            process = psutil.Popen(command, env=environment, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="replace", bufsize=1, start_new_session=True)
             processes[name] = process
             record_files[name] = record_file
             thread = threading.Thread(target=_stream, args=(process.stdout, f"[{name}] ", print_lock),
@@ -128,7 +132,7 @@ def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded=(
             deadline = forwarded[0][1] + stop_grace_s
         for name, process in list(pending.items()):
             if process.poll() is None:
-                if deadline is not None and not forwarded and _is_stopped(process.pid):
+                if deadline is not None and not forwarded and _is_stopped(process):
                     _print(print_lock, f"[launch] {name} (pid {process.pid}) is stopped (SIGSTOP?) and "
                                        "cannot notice the failure: killing it")
                     process.kill()
@@ -151,12 +155,11 @@ def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded=(
     return statuses
 
 
-def _is_stopped(pid):
-    """Whether process ``pid`` is stopped by a signal (Linux ``/proc``; False where that is missing)."""
+def _is_stopped(process):
+    """Whether ``process`` (a ``psutil.Popen``) is stopped by a signal (SIGSTOP, Ctrl-Z) or a tracer."""
     try:
-        with open(f"/proc/{pid}/stat") as stream:
-            return stream.read().rpartition(")")[2].split()[0] in ("T", "t")
-    except (OSError, IndexError):
+        return process.status() in STOPPED
+    except psutil.Error:
         return False
 
 
@@ -182,17 +185,14 @@ def _print(print_lock, line):
 
 
 def _stop(processes, grace_s=5):
-    """Terminate processes, then kill those still running after ``grace_s``."""
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """Terminate processes (``psutil.Popen``), then kill those still running after ``grace_s``."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
+        process.terminate()
+    _, alive = psutil.wait_procs(running, timeout=grace_s)
+    for process in alive:
+        process.kill()
+        process.wait()
 
 
 def _read_record(path):
