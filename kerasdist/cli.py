@@ -11,9 +11,9 @@ import warnings
 
 from kerasdist import checks, cluster, data, files, interrupt
 from kerasdist.cluster import peers, slurm
+from kerasdist.errors import ClusterError, KerasdistError, StateWriteError, TrainingDivergedError
 from kerasdist.options import TrainingOptions
 from kerasdist.startup import import_tensorflow_quietly
-from kerasdist.errors import ClusterError, KerasdistError, StateWriteError, TrainingDivergedError
 
 EXIT_USER_ERROR = 2
 EXIT_WORKER_FAILED = 1
@@ -56,38 +56,61 @@ def build_parser():
         description="Synchronous data-parallel training of an MNIST MLP with Keras and tf.distribute.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add = TrainingOptions.add_arguments  # every training option's flag comes from its one definition
 
     devices = commands.add_parser("devices", help="show physical/logical devices and what a strategy uses")
-    devices.add_argument("--replicas", type=int, default=1, help="make this many replicas first")
+    add(devices, ["replicas"], {"replicas": {"help": "make this many replicas first"}})
     devices.add_argument("--json", action="store_true", help="print a JSON object as the last line")
 
     train = commands.add_parser("train", help="train (or resume) the MNIST MLP with N replicas")
-    TrainingOptions.add_arguments(train)
+    add(train)
     train.add_argument("--json", action="store_true", help="print the result record as the last line")
 
-    compare = commands.add_parser("compare", help="1 device vs N replicas: curves, throughput, results file")
-    compare.add_argument("--replicas", type=_replica_list, default=[1, 2], help="e.g. 1,2,4 (default 1,2)")
-    compare.add_argument("--epochs", type=int, default=3)
-    compare.add_argument("--global-batch-size", type=int, default=64,
-                         help="global batch (fixed-global) or per-replica batch (fixed-per-replica)")
-    compare.add_argument("--out", default="results", help="output directory (default results)")
-    compare.add_argument("--data", default="auto")
-    compare.add_argument("--seed", type=int, default=0)
-    compare.add_argument("--engine", default="auto", choices=("auto", "fit", "loop"))
-    compare.add_argument("--mode", default="fixed-global",
-                         choices=("fixed-global", "fixed-per-replica", "both"),
-                         help="keep the global batch fixed, or the per-replica batch (with linear LR scaling)")
-    compare.add_argument("--warmup-epochs", type=float, default=1,
-                         help="warm-up for fixed-per-replica (default 1)")
-    compare.add_argument("--json", action="store_true", help="print the results as the last line")
-
-    worker = commands.add_parser(
+    _add_compare(commands.add_parser(
+        "compare", help="1 device vs N replicas: curves, throughput, results file"))
+    _add_worker(commands.add_parser(
         "worker", help="run one task (chief, worker or evaluator) of a TF_CONFIG cluster or a Slurm step",
         description="Run the task TF_CONFIG names, or one task of `srun kerasdist worker` (every Slurm task "
                     "is a worker). Workers train with MultiWorkerMirroredStrategy and kerasdist's loop; the "
                     "chief (worker 0 when there is no chief) writes checkpoints and the metrics log to "
                     "--checkpoint-dir; the evaluator evaluates each new checkpoint there.",
-    )
+    ))
+    _add_launch(commands.add_parser(
+        "launch", help="run N local workers (and an evaluator) on 127.0.0.1",
+        description="Start N workers on free loopback ports, stream their output with a [worker i] prefix, "
+                    "and exit with the worst worker's status. Rerun the same command to resume.",
+    ))
+    _add_slurm_script(commands.add_parser(
+        "slurm-script", help="print a commented sbatch script that runs `srun kerasdist worker`",
+        description="Print an sbatch script to edit and submit: one kerasdist worker per Slurm task, "
+                    "checkpoints on a shared filesystem, and how to resume.",
+    ))
+
+    doctor = commands.add_parser("doctor", help="what this machine has, what each lesson needs, which engine")
+    doctor.add_argument("--no-probes", action="store_true",
+                        help="skip the probes of upstream bugs (use cached answers)")
+    doctor.add_argument("--probe-timeout-s", type=float, default=60,
+                        help="kill a probe after this many seconds (default 60)")
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object last")
+    return parser
+
+
+def _add_compare(compare):
+    add = TrainingOptions.add_arguments
+    compare.add_argument("--replicas", type=_replica_list, default=[1, 2], help="e.g. 1,2,4 (default 1,2)")
+    add(compare, ["epochs", "global_batch_size"], {"epochs": {"help": None}, "global_batch_size": {
+        "help": "global batch (fixed-global) or per-replica batch (fixed-per-replica)"}})
+    compare.add_argument("--out", default="results", help="output directory (default results)")
+    add(compare, ["data", "seed", "engine"], {name: {"help": None} for name in ("data", "seed", "engine")})
+    compare.add_argument("--mode", default="fixed-global",
+                         choices=("fixed-global", "fixed-per-replica", "both"),
+                         help="keep the global batch fixed, or the per-replica batch (with linear LR scaling)")
+    add(compare, ["warmup_epochs"], {"warmup_epochs": {"default": 1,
+                                                       "help": "warm-up for fixed-per-replica (default 1)"}})
+    compare.add_argument("--json", action="store_true", help="print the results as the last line")
+
+
+def _add_worker(worker):
     TrainingOptions.add_arguments(worker)
     _add_cluster_arguments(worker)
     worker.add_argument("--cluster", default="auto", choices=("auto", "slurm", "tf_config"),
@@ -99,11 +122,8 @@ def build_parser():
     worker.add_argument("--json", action="store_true", help="print the result record as the last line")
     worker.set_defaults(engine="loop")
 
-    launch = commands.add_parser(
-        "launch", help="run N local workers (and an evaluator) on 127.0.0.1",
-        description="Start N workers on free loopback ports, stream their output with a [worker i] prefix, "
-                    "and exit with the worst worker's status. Rerun the same command to resume.",
-    )
+
+def _add_launch(launch):
     launch.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
     launch.add_argument("--evaluator", action="store_true",
                         help="also run an evaluator (needs --checkpoint-dir)")
@@ -115,11 +135,8 @@ def build_parser():
                         help="print the chief's result record as the last line")
     launch.set_defaults(engine="loop")
 
-    script = commands.add_parser(
-        "slurm-script", help="print a commented sbatch script that runs `srun kerasdist worker`",
-        description="Print an sbatch script to edit and submit: one kerasdist worker per Slurm task, "
-                    "checkpoints on a shared filesystem, and how to resume.",
-    )
+
+def _add_slurm_script(script):
     script.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
     script.add_argument("--tasks-per-node", type=int, default=2, help="workers per node (default 2)")
     script.add_argument("--gpus-per-task", type=int, default=0,
@@ -128,28 +145,18 @@ def build_parser():
     script.add_argument("--time", default="00:30:00", help="time limit (default 00:30:00)")
     script.add_argument("--job-name", default="kerasdist", help="job name (default kerasdist)")
     script.add_argument("--partition", default=None, help="partition (default: a commented placeholder)")
-    script.add_argument("--epochs", type=int, default=3, help="total epochs to reach (default 3)")
-    script.add_argument("--global-batch-size", type=int, default=64, help="(default 64)")
-    script.add_argument("--data", default="auto", help="auto | keras | sample | PATH.npz (default auto)")
-    script.add_argument("--seed", type=int, default=0)
-    script.add_argument("--checkpoint-dir", default="checkpoints",
-                        help="on a filesystem every node sees (default checkpoints, beside the script)")
+    TrainingOptions.add_arguments(
+        script, ["epochs", "global_batch_size", "data", "seed", "checkpoint_dir"],
+        {"epochs": {"help": "total epochs to reach (default 3)"}, "global_batch_size": {"help": "(default 64)"},
+         "seed": {"help": None}, "checkpoint_dir": {
+             "default": "checkpoints",
+             "help": "on a filesystem every node sees (default checkpoints, beside the script)"}})
     script.add_argument("--kerasdist", default="kerasdist",
                         help="how the nodes run kerasdist (default kerasdist; e.g. ~/venv/bin/kerasdist)")
 
-    doctor = commands.add_parser("doctor", help="what this machine has, what each lesson needs, which engine")
-    doctor.add_argument("--no-probes", action="store_true",
-                        help="skip the probes of upstream bugs (use cached answers)")
-    doctor.add_argument("--probe-timeout-s", type=float, default=60,
-                        help="kill a probe after this many seconds (default 60)")
-    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object last")
-    return parser
-
 
 def _add_cluster_arguments(parser):
-    parser.add_argument("--collective-timeout-s", type=float, default=cluster.DEFAULT_COLLECTIVE_TIMEOUT_S,
-                        help="fail an all-reduce that waits longer than this for a peer "
-                             f"(default {cluster.DEFAULT_COLLECTIVE_TIMEOUT_S})")
+    TrainingOptions.add_arguments(parser, ["collective_timeout_s"])
     parser.add_argument("--peer-timeout-s", type=_seconds, default=peers.DEFAULT_PEER_TIMEOUT_S,
                         help="end a worker with one line naming its peers when they do not resolve, join or "
                              f"answer for this long (default {peers.DEFAULT_PEER_TIMEOUT_S})")
@@ -237,7 +244,6 @@ def launch_ports(args):
 def check_cluster_options(args):
     """Check the training and timeout options of ``worker`` and ``launch`` before any process starts."""
     TrainingOptions.from_args(args)
-    checks.number("collective_timeout_s", args.collective_timeout_s, 0.0, inclusive=False, fix="try 60")
     checks.number("evaluator_idle_timeout_s", args.evaluator_idle_timeout_s, 0.0, inclusive=False,
                       fix="try 600")
 
@@ -294,7 +300,6 @@ def run_launch(args):
         locking.check_free(args.checkpoint_dir)
     worker_arguments = TrainingOptions.from_args(args).argv() + [
         "--cluster", "tf_config",
-        "--collective-timeout-s", str(args.collective_timeout_s),
         "--peer-timeout-s", str(args.peer_timeout_s),
         "--evaluator-idle-timeout-s", str(args.evaluator_idle_timeout_s),
     ]

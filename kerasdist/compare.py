@@ -1,9 +1,6 @@
 """The convergence experiment: one device vs N replicas, same seed, same data order."""
 
-import csv
 import dataclasses
-import json
-import os
 
 from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file path) in every notebook
 
@@ -112,41 +109,29 @@ def run_comparison(
         >>> result.max_abs_loss_difference["fixed_global"]["step"] < 1e-3               # doctest: +SKIP
         True
     """
-    replicas, modes = _checked_plan(replicas, modes)
-    global_batch_size = checks.integer("global_batch_size", global_batch_size, 1, fix="try 64")
-    plan = [(mode, n) for mode in modes for n in replicas]
-    for mode, n in plan:  # every run's options, before the first run starts
-        TrainingOptions(
-            replicas=n, epochs=epochs, global_batch_size=_global_batch(mode, global_batch_size, n), seed=seed,
-            engine=engine, learning_rate=learning_rate, warmup_epochs=warmup_epochs, verbose=verbose,
-        )
+    plan = _checked_plan(replicas, modes, global_batch_size, dict(
+        epochs=epochs, seed=seed, engine=engine, learning_rate=learning_rate, warmup_epochs=warmup_epochs,
+        verbose=verbose))
     if out_dir is not None:
         out_dir = checks.path("out_dir", out_dir, "name a folder for the results")
         check_creatable_directory(out_dir)
-    configure_replicas(replicas[-1])
+    configure_replicas(max(n for _, n, _ in plan))
     if isinstance(data, data_module.MnistData):
         mnist = data_module.checked(data)
     else:
         mnist = data_module.load_mnist(data, seed, verbose > 0)
-    for mode, n in plan:
-        data_module.steps_per_epoch(len(mnist.y_train), _global_batch(mode, global_batch_size, n))
+    for _, _, batch in plan:
+        data_module.steps_per_epoch(len(mnist.y_train), batch)
     # One comparison writes to out_dir at a time; the lock goes when this call returns.
     _out_lock = locking.hold(out_dir, "output directory", "--out") if out_dir is not None else None
     runs = []
     bar = tqdm(plan, desc="runs", unit="run", disable=not verbose)
-    for mode, n in bar:
+    for mode, n, batch in bar:
         bar.set_postfix_str(f"{mode}, replicas={n}")
         scaled = mode == "fixed_per_replica"
         result = run_training(
-            replicas=n,
-            epochs=epochs,
-            global_batch_size=_global_batch(mode, global_batch_size, n),
-            data=mnist,
-            seed=seed,
-            engine=engine,
-            learning_rate=learning_rate,
-            scale_learning_rate=scaled,
-            warmup_epochs=warmup_epochs if scaled else 0,
+            replicas=n, epochs=epochs, global_batch_size=batch, data=mnist, seed=seed, engine=engine,
+            learning_rate=learning_rate, scale_learning_rate=scaled, warmup_epochs=warmup_epochs if scaled else 0,
             verbose=0,
         )
         result.model = None  # keep memory flat across runs
@@ -158,18 +143,22 @@ def run_comparison(
     return comparison
 
 
-def _checked_plan(replicas, modes):
-    """The sorted distinct replica counts and the modes, checked."""
+def _checked_plan(replicas, modes, global_batch_size, options):
+    """Every run's ``(mode, replicas, global batch)``, with every run's options checked before any starts."""
     if isinstance(replicas, (str, bytes)) or not hasattr(replicas, "__iter__"):
         checks.fail("replicas", "a list of integers >= 1", "replicas", replicas, "try (1, 2)")
     counts = sorted({checks.integer("replicas", n, 1, fix="try (1, 2)") for n in replicas})
     if not counts:
         checks.fail("replicas", "a non-empty list of integers >= 1", "replicas", list(replicas),
-                        "try (1, 2)")
+                    "try (1, 2)")
     modes = (modes,) if isinstance(modes, str) else tuple(modes)
     if not modes or any(mode not in MODES for mode in modes):
         checks.fail("modes", f"among {', '.join(MODES)}", "modes", list(modes), "try ('fixed_global',)")
-    return counts, modes
+    global_batch_size = checks.integer("global_batch_size", global_batch_size, 1, fix="try 64")
+    plan = [(mode, n, _global_batch(mode, global_batch_size, n)) for mode in modes for n in counts]
+    for _, n, batch in plan:
+        TrainingOptions(replicas=n, global_batch_size=batch, **options)
+    return plan
 
 
 def _global_batch(mode, global_batch_size, replicas):

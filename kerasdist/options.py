@@ -16,11 +16,13 @@ from kerasdist.errors import KerasdistError
 from kerasdist.strategy import STRATEGIES
 
 ENGINES = ("auto", "fit", "loop")
+# A killed worker is noticed at once (its connections reset); this bounds the wait for a hung one.
+DEFAULT_COLLECTIVE_TIMEOUT_S = 120
 _NO_FLAG = object()
 
 
 def option(default, check, doc, flag=_NO_FLAG, help=None, cli_default=_NO_FLAG, choices=None, kind=None,
-           in_r=True):
+           in_r=True, group="training"):
     """A ``TrainingOptions`` field and its metadata.
 
     Args:
@@ -33,10 +35,12 @@ def option(default, check, doc, flag=_NO_FLAG, help=None, cli_default=_NO_FLAG, 
         choices: the values the command line accepts, where it lists them.
         kind: the command line's type (``int``, ``float``, ``str``; ``bool`` for a switch).
         in_r: whether ``kd_train`` (the R wrapper) takes it too.
+        group: "training" (every training command has the flag) or "cluster" (``worker`` and ``launch``).
     """
     metadata = {"check": check, "doc": doc, "flag": None if flag is _NO_FLAG else flag, "help": help,
                 "cli_default": default if cli_default is _NO_FLAG else cli_default, "choices": choices,
-                "kind": kind or type(default), "in_r": in_r}
+                "kind": kind or type(default), "in_r": in_r,
+                "group": group}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -162,7 +166,9 @@ class TrainingOptions:
     collective_timeout_s: float = option(
         None, _optional_positive("try 60"),
         "multi_worker only: how long an all-reduce may wait for a missing worker before failing "
-        "(None: forever).", kind=float, in_r=False)
+        "(None: forever).", "--collective-timeout-s", "fail an all-reduce that waits longer than this for a "
+        f"peer (default {DEFAULT_COLLECTIVE_TIMEOUT_S})", cli_default=DEFAULT_COLLECTIVE_TIMEOUT_S, kind=float,
+        in_r=False, group="cluster")
     verbose: int = option(1, _verbose, "0 silent, 1 progress bar, 2 one line per epoch.")
     callbacks: tuple = option(
         (), _callbacks, "more Keras callbacks, driven by either engine after kerasdist's own.", in_r=False)
@@ -198,25 +204,32 @@ class TrainingOptions:
         return arguments
 
     @classmethod
-    def add_arguments(cls, parser):
-        """Add every option that has a flag to an ``argparse`` parser (the command-line contract)."""
-        for field in _flagged():
-            meta = field.metadata
+    def add_arguments(cls, parser, names=None, changes=None):
+        """Add options' flags to an ``argparse`` parser (the command-line contract).
+
+        Args:
+            parser: the (sub)command's parser.
+            names: the options to add, in this order; None: every option of group "training".
+            changes: option name -> ``add_argument`` keywords that differ for this command (help, default).
+        """
+        fields = {field.name: field for field in _flagged()}
+        if names is None:
+            names = [name for name, field in fields.items() if field.metadata["group"] == "training"]
+        for name in names:
+            meta = fields[name].metadata
             if meta["kind"] is bool:
-                parser.add_argument(meta["flag"], action="store_true", help=meta["help"])
-                continue
-            keywords = {"default": meta["cli_default"], "help": meta["help"]}
-            if meta["kind"] is not str:
-                keywords["type"] = meta["kind"]
-            if meta["choices"]:
-                keywords["choices"] = meta["choices"]
-            parser.add_argument(meta["flag"], **keywords)
+                keywords = {"action": "store_true", "help": meta["help"]}
+            else:
+                keywords = {"default": meta["cli_default"], "help": meta["help"]}
+                keywords.update({"type": meta["kind"]} if meta["kind"] is not str else {})
+                keywords.update({"choices": meta["choices"]} if meta["choices"] else {})
+            parser.add_argument(meta["flag"], **{**keywords, **(changes or {}).get(name, {})})
 
     @classmethod
     def from_args(cls, args, **overrides):
         """Checked options from parsed ``add_arguments`` options (plus keywords the command sets)."""
-        given = {field.name: getattr(args, field.name) for field in _flagged()}
-        return cls(**given, **overrides)
+        given = {field.name: getattr(args, field.name) for field in _flagged() if hasattr(args, field.name)}
+        return cls(**{**given, **overrides})
 
     @classmethod
     def signature(cls):

@@ -138,15 +138,7 @@ def run_training(**options):
     strategy_name = options.strategy or ("mirrored" if options.replicas > 1 else "default")
     engine, engine_reason = (engines.engine_for(strategy_name) if options.engine == "auto"
                              else (options.engine, None))
-    if strategy_name not in ("default", "multi_worker"):
-        configure_replicas(options.replicas)
-    if isinstance(options.data, data_module.MnistData):
-        mnist = data_module.checked(options.data)
-    else:
-        mnist = data_module.load_mnist(options.data, options.seed, options.verbose > 0)
-    if options.deterministic:
-        keras.utils.set_random_seed(options.seed)
-        tf.config.experimental.enable_op_determinism()
+    mnist = _prepare(options, strategy_name)
     distribution = make_strategy(strategy_name, options.replicas, options.collective_timeout_s,
                                  verbose=options.verbose > 0)
     interrupt.rearm()  # a multi-worker cluster's runtime has just taken SIGTERM over
@@ -158,29 +150,49 @@ def run_training(**options):
             f"{options.replicas}; use strategy 'mirrored' for several replicas"
         )
     context = _context(options, distribution, mnist, engine)
-    samples, seconds, message = _train(context, engine, options.checkpoint_dir)
+    trained = _train(context, engine, options.checkpoint_dir)
     test_dataset = data_module.eval_dataset(mnist.x_test, mnist.y_test, options.global_batch_size)
     if engine == "loop":  # Keras evaluate() meets keras-team/keras#20585 under multi_worker too
         test = loop.evaluate(context.model, distribution, test_dataset, options.global_batch_size)
     else:
         test = context.model.evaluate(test_dataset, verbose=0, return_dict=True)
-    replicas = distribution.num_replicas_in_sync
+    return _result(options, context, strategy_name, engine, trained, test)
+
+
+run_training.__doc__ = run_training.__doc__.format(args=TrainingOptions.docs())
+run_training.__signature__ = TrainingOptions.signature()
+
+
+def _prepare(options, strategy_name):
+    """Make the replicas' devices, load and check the data, seed everything; return the data."""
+    if strategy_name not in ("default", "multi_worker"):
+        configure_replicas(options.replicas)
+    if isinstance(options.data, data_module.MnistData):
+        mnist = data_module.checked(options.data)
+    else:
+        mnist = data_module.load_mnist(options.data, options.seed, options.verbose > 0)
+    if options.deterministic:
+        keras.utils.set_random_seed(options.seed)
+        tf.config.experimental.enable_op_determinism()
+    return mnist
+
+
+def _result(options, context, strategy_name, engine, trained, test):
+    """The ``TrainingResult`` of a run: its settings, what it trained, the whole history, the test metrics."""
+    samples, seconds, message = trained
+    replicas = context.strategy.num_replicas_in_sync
     return TrainingResult(
         replicas=replicas, strategy=strategy_name, engine=engine, epochs=options.epochs,
         initial_epoch=context.position.epoch, epochs_run=max(0, options.epochs - context.position.epoch),
         history=context.log.history(), steps=context.log.steps(),
         test={"loss": float(test["loss"]), "accuracy": float(test[ACCURACY_METRIC])},
         wall_time_s=seconds, samples_per_s=samples / seconds if seconds > 0 else None,
-        data_source=mnist.provenance(),
+        data_source=context.data.provenance(),
         checkpoint=(context.store.manager.latest_checkpoint if context.store else None),
         global_batch_size=options.global_batch_size, per_replica_batch_size=options.global_batch_size // replicas,
         learning_rate=options.learning_rate * (replicas if options.scale_learning_rate else 1),
         seed=options.seed, resumed_from_step=context.position.global_step, message=message, model=context.model,
     )
-
-
-run_training.__doc__ = run_training.__doc__.format(args=TrainingOptions.docs())
-run_training.__signature__ = TrainingOptions.signature()
 
 
 def _context(options, distribution, mnist, engine):

@@ -11,8 +11,6 @@ from kerasdist.errors import KerasdistError
 
 TRAINING_ROLES = ("chief", "worker")
 ROLES = TRAINING_ROLES + ("evaluator",)
-# A killed worker is noticed at once (its connections reset); this bounds the wait for a hung one.
-DEFAULT_COLLECTIVE_TIMEOUT_S = 120
 _EXAMPLE = ('{"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}, '
             '"task": {"type": "worker", "index": 0}}')
 

@@ -65,25 +65,14 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
                              for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         for name in names:
-            task_type, index = name.split()
-            record_file = os.path.join(record_directory, f"{task_type}-{index}.json")
-            command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments,
-                       "--record-file", record_file]
-            environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),
-                               PYTHONUNBUFFERED="1", **{ORPHAN_GRACE_VARIABLE: str(stop_grace_s)})
-            # A session of its own: a Ctrl-C reaches the task once, passed on by the launcher. Its stdin is a
-            # pipe the launcher never writes to: when the launcher dies, even by SIGKILL, the task sees the
-            # pipe end and stops (interrupt.stop_when_parent_dies).
-            process = psutil.Popen(command, env=environment, stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   errors="replace", bufsize=1, start_new_session=True)
-            processes[name] = process
-            record_files[name] = record_file
-            thread = threading.Thread(target=_stream, args=(process.stdout, f"[{name}] ", print_lock),
+            record_files[name] = os.path.join(record_directory, name.replace(" ", "-") + ".json")
+            processes[name] = _start_task(name, cluster, worker_arguments, record_files[name], stop_grace_s)
+            thread = threading.Thread(target=_stream, args=(processes[name].stdout, f"[{name}] ", print_lock),
                                       daemon=True)
             thread.start()
             threads.append(thread)
-            _print(print_lock, f"[launch] {name}: pid {process.pid}, {cluster[task_type][int(index)]}")
+            task_type, index = name.split()
+            _print(print_lock, f"[launch] {name}: pid {processes[name].pid}, {cluster[task_type][int(index)]}")
         statuses = _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded, stop_grace_s)
         records = {name: _read_record(record_file) for name, record_file in record_files.items()}
     except BaseException:
@@ -101,6 +90,20 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
     if forwarded and worst == 128 + signal.SIGINT:
         worst = 128 + forwarded[0][0]  # the workers stopped on the passed-on SIGINT; report what we got
     return worst, records
+
+
+def _start_task(name, cluster, worker_arguments, record_file, stop_grace_s):
+    """Start task ``name`` (e.g. "worker 1") as ``python -m kerasdist worker``; return its ``psutil.Popen``."""
+    task_type, index = name.split()
+    command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments, "--record-file", record_file]
+    environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),
+                       PYTHONUNBUFFERED="1", **{ORPHAN_GRACE_VARIABLE: str(stop_grace_s)})
+    # A session of its own: a Ctrl-C reaches the task once, passed on by the launcher. Its stdin is a
+    # pipe the launcher never writes to: when the launcher dies, even by SIGKILL, the task sees the
+    # pipe end and stops (interrupt.stop_when_parent_dies).
+    return psutil.Popen(command, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+                        start_new_session=True)
 
 
 def _forward_signal(processes, forwarded, print_lock, signal_number, frame):
