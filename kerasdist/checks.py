@@ -24,10 +24,10 @@ def fail(what, rule, name, value, fix):
     """Raise the one-line ``KerasdistError`` of a failed check.
 
     Example:
-        >>> fail("seed", "an integer in [0, 2**32)", "seed", -1, "pick a seed such as 0")
+        >>> fail("seed", "an integer >= 0", "seed", -1, "try 0")
         Traceback (most recent call last):
         ...
-        kerasdist.errors.KerasdistError: seed must be an integer in [0, 2**32). Received: seed=-1; pick a seed such as 0
+        kerasdist.errors.KerasdistError: seed must be an integer >= 0. Received: seed=-1; try 0
     """
     raise KerasdistError(f"{what} must be {rule}. Received: {name}={_shown(value)}; {fix}")
 

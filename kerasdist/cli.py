@@ -104,7 +104,8 @@ def _add_compare(compare):
     add(compare, ["data", "seed", "engine"], {name: {"help": None} for name in ("data", "seed", "engine")})
     compare.add_argument("--mode", default="fixed-global",
                          choices=("fixed-global", "fixed-per-replica", "both"),
-                         help="keep the global batch fixed, or the per-replica batch (with linear LR scaling)")
+                         help="keep the global batch fixed, or the per-replica batch "
+                              "(with linear LR scaling)")
     add(compare, ["warmup_epochs"], {"warmup_epochs": {"default": 1,
                                                        "help": "warm-up for fixed-per-replica (default 1)"}})
     compare.add_argument("--json", action="store_true", help="print the results as the last line")
@@ -147,8 +148,8 @@ def _add_slurm_script(script):
     script.add_argument("--partition", default=None, help="partition (default: a commented placeholder)")
     TrainingOptions.add_arguments(
         script, ["epochs", "global_batch_size", "data", "seed", "checkpoint_dir"],
-        {"epochs": {"help": "total epochs to reach (default 3)"}, "global_batch_size": {"help": "(default 64)"},
-         "seed": {"help": None}, "checkpoint_dir": {
+        {"epochs": {"help": "total epochs to reach (default 3)"},
+         "global_batch_size": {"help": "(default 64)"}, "seed": {"help": None}, "checkpoint_dir": {
              "default": "checkpoints",
              "help": "on a filesystem every node sees (default checkpoints, beside the script)"}})
     script.add_argument("--kerasdist", default="kerasdist",
@@ -187,7 +188,8 @@ def run_train(args):
     from kerasdist.train import run_training
 
     with interrupt.stop_on_signals():
-        return run_training(**TrainingOptions.from_args(args, verbose=_progress_verbosity()).keywords()).to_dict()
+        options = TrainingOptions.from_args(args, verbose=_progress_verbosity())
+        return run_training(**options.keywords()).to_dict()
 
 
 def run_compare(args):
@@ -275,7 +277,8 @@ def run_worker(args):
                                          args.global_batch_size, idle_timeout_s=args.evaluator_idle_timeout_s)
         else:
             with interrupt.stop_on_signals():
-                record = roles.run_worker(task, TrainingOptions.from_args(args).keywords(), args.collective_timeout_s,
+                options = TrainingOptions.from_args(args).keywords()
+                record = roles.run_worker(task, options, args.collective_timeout_s,
                                           verbose=_progress_verbosity(), peer_timeout_s=args.peer_timeout_s)
     except ClusterError as error:
         print(f"kerasdist: error: {error}", file=sys.stderr, flush=True)

@@ -58,7 +58,8 @@ class ComparisonResult:
                         continue
                     for position, value in enumerate(values):
                         index = table[index_name][position] + (1 if level == "epoch" else 0)
-                        rows.append({**base, "level": level, "index": index, "metric": metric, "value": value})
+                        rows.append({**base, "level": level, "index": index, "metric": metric,
+                                     "value": value})
         return rows
 
 
@@ -131,8 +132,8 @@ def run_comparison(
         scaled = mode == "fixed_per_replica"
         result = run_training(
             replicas=n, epochs=epochs, global_batch_size=batch, data=mnist, seed=seed, engine=engine,
-            learning_rate=learning_rate, scale_learning_rate=scaled, warmup_epochs=warmup_epochs if scaled else 0,
-            verbose=0,
+            learning_rate=learning_rate, scale_learning_rate=scaled,
+            warmup_epochs=warmup_epochs if scaled else 0, verbose=0,
         )
         result.model = None  # keep memory flat across runs
         runs.append((mode, result))
@@ -175,7 +176,8 @@ def _loss_differences(runs):
         for other in results[1:]:
             for level, table, key in (("step", "steps", "global_step"), ("epoch", "history", "epoch")):
                 base_table, other_table = getattr(baseline, table), getattr(other, table)
-                metric = "batch_loss" if "batch_loss" in base_table and "batch_loss" in other_table else "loss"
+                both = "batch_loss" in base_table and "batch_loss" in other_table
+                metric = "batch_loss" if both else "loss"
                 base_loss = dict(zip(base_table.get(key, []), base_table.get(metric, [])))
                 for index, loss in zip(other_table.get(key, []), other_table.get(metric, [])):
                     if index in base_loss:

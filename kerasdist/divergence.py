@@ -27,10 +27,10 @@ def check_losses(losses, epoch, first_step):
 
     Example:
         >>> check_losses([0.5, 0.4], epoch=0, first_step=1)
-        >>> check_losses([0.5, float("nan")], epoch=0, first_step=1)
+        >>> check_losses([0.5, float("nan")], epoch=0, first_step=1)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerasdist.errors.TrainingDivergedError: the training loss must be finite. Received: loss=nan at epoch 1, step 2; try a 10x smaller --learning-rate (or --warmup-epochs 1) and rerun: with --checkpoint-dir training resumes from the last good checkpoint
+        kerasdist.errors.TrainingDivergedError: the training loss must be finite. Received: loss=nan ... step 2; ...
     """
     finite = np.isfinite(np.asarray(losses, dtype="float64"))
     if not finite.all():

@@ -62,7 +62,8 @@ def save_answers(answers):
     """Cache probe answers (name -> result dict) for the installed TensorFlow/Keras; never raises."""
     try:
         os.makedirs(os.path.dirname(cache_path()), exist_ok=True)
-        files.atomic_write_text(cache_path(), json.dumps({"versions": versions(), "answers": answers}, indent=1))
+        text = json.dumps({"versions": versions(), "answers": answers}, indent=1)
+        files.atomic_write_text(cache_path(), text)
     except (OSError, StateWriteError):
         pass  # a read-only or full home only costs the cache
 

@@ -1,4 +1,4 @@
-"""kerasdist's exceptions: user mistakes (one line, exit 2) and the failures the command line maps to exit codes."""
+"""kerasdist's exceptions: user mistakes (one line, exit 2) and the failures the CLI maps to exit codes."""
 
 
 class KerasdistError(ValueError):

@@ -33,9 +33,9 @@ class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, peak_learning_rate, warmup_steps, initial_learning_rate=None):
         self.peak_learning_rate = float(peak_learning_rate)
         self.warmup_steps = max(1, int(warmup_steps))
-        self.initial_learning_rate = float(
-            self.peak_learning_rate / self.warmup_steps if initial_learning_rate is None else initial_learning_rate
-        )
+        if initial_learning_rate is None:
+            initial_learning_rate = self.peak_learning_rate / self.warmup_steps
+        self.initial_learning_rate = float(initial_learning_rate)
 
     def __call__(self, step):
         fraction = keras.ops.minimum(1.0, keras.ops.cast(step, "float32") / self.warmup_steps)

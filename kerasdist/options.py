@@ -66,23 +66,26 @@ def _strategy(name, value):
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        checks.fail(name, "a strategy name", name, value, f"use {', '.join(STRATEGIES[:-1])} or {STRATEGIES[-1]}")
+        checks.fail(name, "a strategy name", name, value,
+                    f"use {', '.join(STRATEGIES[:-1])} or {STRATEGIES[-1]}")
     return value
 
 
 def _verbose(name, value):
     if checks.whole(value) not in (0, 1, 2):
-        checks.fail(name, "0, 1 or 2", name, value, "use 0 (silent), 1 (progress bar) or 2 (a line per epoch)")
+        checks.fail(name, "0, 1 or 2", name, value,
+                    "use 0 (silent), 1 (progress bar) or 2 (a line per epoch)")
     return int(value)
 
 
 def _callbacks(name, value):
+    rule = "a list of Keras callbacks"
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        checks.fail(name, "a list of Keras callbacks", name, value, "pass e.g. [keras.callbacks.CSVLogger(path)]")
+        checks.fail(name, rule, name, value, "pass e.g. [keras.callbacks.CSVLogger(path)]")
     callbacks = tuple(value)
     for callback in callbacks:
         if not callable(getattr(callback, "on_train_batch_end", None)):
-            checks.fail(name, "a list of Keras callbacks", name, callback, "pass keras.callbacks.Callback objects")
+            checks.fail(name, rule, name, callback, "pass keras.callbacks.Callback objects")
     return callbacks
 
 
@@ -100,10 +103,10 @@ class TrainingOptions:
     Example:
         >>> TrainingOptions(replicas=2, epochs=3.0).epochs
         3
-        >>> TrainingOptions(replicas=2, global_batch_size=63)
+        >>> TrainingOptions(replicas=2, global_batch_size=63)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerasdist.errors.KerasdistError: global_batch_size must be divisible by replicas=2 so each replica gets an equal share. Received: global_batch_size=63; try 62
+        kerasdist.errors.KerasdistError: global_batch_size must be divisible by replicas=2 ... try 62
     """
 
     replicas: int = option(
@@ -167,8 +170,8 @@ class TrainingOptions:
         None, _optional_positive("try 60"),
         "multi_worker only: how long an all-reduce may wait for a missing worker before failing "
         "(None: forever).", "--collective-timeout-s", "fail an all-reduce that waits longer than this for a "
-        f"peer (default {DEFAULT_COLLECTIVE_TIMEOUT_S})", cli_default=DEFAULT_COLLECTIVE_TIMEOUT_S, kind=float,
-        in_r=False, group="cluster")
+        f"peer (default {DEFAULT_COLLECTIVE_TIMEOUT_S})", cli_default=DEFAULT_COLLECTIVE_TIMEOUT_S,
+        kind=float, in_r=False, group="cluster")
     verbose: int = option(1, _verbose, "0 silent, 1 progress bar, 2 one line per epoch.")
     callbacks: tuple = option(
         (), _callbacks, "more Keras callbacks, driven by either engine after kerasdist's own.", in_r=False)
@@ -178,9 +181,10 @@ class TrainingOptions:
             value = field.metadata["check"](field.name, getattr(self, field.name))
             object.__setattr__(self, field.name, value)
         if self.global_batch_size % self.replicas:
-            batch = self.global_batch_size
-            checks.fail("global_batch_size", f"divisible by replicas={self.replicas} so each replica gets an "
-                        "equal share", "global_batch_size", batch, f"try {batch - batch % self.replicas or self.replicas}")
+            batch, replicas = self.global_batch_size, self.replicas
+            checks.fail("global_batch_size", f"divisible by replicas={replicas} so each replica gets an "
+                        "equal share", "global_batch_size", batch,
+                        f"try {batch - batch % replicas or replicas}")
         _check_strategy_combination(self)
 
     def keywords(self):
@@ -241,7 +245,8 @@ class TrainingOptions:
     @classmethod
     def docs(cls, indent="        "):
         """The ``Args:`` lines of ``run_training``'s docstring."""
-        return "\n".join(f"{indent}{field.name}: {field.metadata['doc']}" for field in dataclasses.fields(cls))
+        fields = dataclasses.fields(cls)
+        return "\n".join(f"{indent}{field.name}: {field.metadata['doc']}" for field in fields)
 
 
 def _flagged():
@@ -251,14 +256,15 @@ def _flagged():
 def _check_strategy_combination(options):
     strategy, engine, replicas = options.strategy, options.engine, options.replicas
     if strategy == "multi_worker" and engine == "fit":
-        checks.fail("engine", "loop under strategy multi_worker (Keras 3 fit() fails there, keras-team/keras#20585)",
-                    "engine", engine, "use --engine loop")
+        checks.fail("engine", "loop under strategy multi_worker (Keras 3 fit() fails there, "
+                    "keras-team/keras#20585)", "engine", engine, "use --engine loop")
     if strategy in ("default", "one_device", "multi_worker") and replicas != 1:
         checks.fail("replicas", f"1: strategy {strategy} runs 1 replica per process", "replicas", replicas,
                     "use strategy mirrored for several replicas")
     if strategy == "central_storage" and engine == "loop" and options.jit_compile:
-        checks.fail("jit_compile", "False under strategy central_storage with the loop engine (XLA cannot read "
-                    "variables kept on another device)", "jit_compile", True, "use strategy mirrored for XLA")
+        checks.fail("jit_compile", "False under strategy central_storage with the loop engine (XLA cannot "
+                    "read variables kept on another device)", "jit_compile", True,
+                    "use strategy mirrored for XLA")
 
 
 def check_worker_options(replicas, global_batch_size, num_workers):

@@ -1,6 +1,3 @@
-"""Moved to ``kerasdist.cluster.roles``; ``import kerasdist.roles`` (as older lessons do) still gives that module."""
+"""Moved to ``kerasdist.cluster.roles``; its public names stay here for code written before the move."""
 
-import importlib
-import sys
-
-sys.modules[__name__] = importlib.import_module("kerasdist.cluster.roles")
+from kerasdist.cluster.roles import *  # noqa: F403

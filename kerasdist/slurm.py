@@ -1,6 +1,3 @@
-"""Moved to ``kerasdist.cluster.slurm``; ``import kerasdist.slurm`` (as older lessons do) still gives that module."""
+"""Moved to ``kerasdist.cluster.slurm``; its public names stay here for code written before the move."""
 
-import importlib
-import sys
-
-sys.modules[__name__] = importlib.import_module("kerasdist.cluster.slurm")
+from kerasdist.cluster.slurm import *  # noqa: F403

@@ -103,7 +103,8 @@ class TrainingContext:
         """``(first epoch, end epoch, batches to skip)`` stretches: after a mid-epoch checkpoint, that
         epoch's rest from the next batch, then whole epochs."""
         epoch, skip = self.position.epoch, self.position.step_in_epoch
-        stretches = [(epoch, epoch + 1, skip), (epoch + 1, self.epochs, 0)] if skip else [(epoch, self.epochs, 0)]
+        stretches = [(epoch, epoch + 1, skip), (epoch + 1, self.epochs, 0)] if skip else [
+            (epoch, self.epochs, 0)]
         return [(first, last, skip_batches) for first, last, skip_batches in stretches if first < last]
 
     def validation_dataset(self):
@@ -189,9 +190,11 @@ def _result(options, context, strategy_name, engine, trained, test):
         wall_time_s=seconds, samples_per_s=samples / seconds if seconds > 0 else None,
         data_source=context.data.provenance(),
         checkpoint=(context.store.manager.latest_checkpoint if context.store else None),
-        global_batch_size=options.global_batch_size, per_replica_batch_size=options.global_batch_size // replicas,
+        global_batch_size=options.global_batch_size,
+        per_replica_batch_size=options.global_batch_size // replicas,
         learning_rate=options.learning_rate * (replicas if options.scale_learning_rate else 1),
-        seed=options.seed, resumed_from_step=context.position.global_step, message=message, model=context.model,
+        seed=options.seed, resumed_from_step=context.position.global_step, message=message,
+        model=context.model,
     )
 
 

@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite r-cran-processx"
+DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite r-cran-processx r-cran-rlang r-cran-cli r-cran-roxygen2"
 STAMP=.venv/.installed
 CONSTRAINTS=.venv/constraints.txt
 

@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kerasdist import checks, cli, data, run_comparison, run_training
-from kerasdist.options import TrainingOptions
 from kerasdist.errors import KerasdistError
+from kerasdist.options import TrainingOptions
 
 # `<what> must be <rule>. Received: <name>=<value>; <what to do>`, all on one line.
 MESSAGE = re.compile(r"^\S.* must be .+\. Received: [^=;]+=.*; \S.*$")

@@ -11,9 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 import browser
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_NAME, KERNEL_DISPLAY_NAME = "kerasdist", "Python (kerasdist)"

@@ -13,9 +13,8 @@ import threading
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
-import pytest
-
 import browser
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON, TWIN = "notebooks/01_quickstart", "notebooks/01_quickstart_R"

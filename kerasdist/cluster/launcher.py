@@ -72,7 +72,8 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
             thread.start()
             threads.append(thread)
             task_type, index = name.split()
-            _print(print_lock, f"[launch] {name}: pid {processes[name].pid}, {cluster[task_type][int(index)]}")
+            address = cluster[task_type][int(index)]
+            _print(print_lock, f"[launch] {name}: pid {processes[name].pid}, {address}")
         statuses = _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded, stop_grace_s)
         records = {name: _read_record(record_file) for name, record_file in record_files.items()}
     except BaseException:
@@ -93,7 +94,7 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
 
 
 def _start_task(name, cluster, worker_arguments, record_file, stop_grace_s):
-    """Start task ``name`` (e.g. "worker 1") as ``python -m kerasdist worker``; return its ``psutil.Popen``."""
+    """Start task ``name`` ("worker 1") as ``python -m kerasdist worker``; return its ``psutil.Popen``."""
     task_type, index = name.split()
     command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments, "--record-file", record_file]
     environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),

@@ -102,7 +102,7 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
 
 
 def _prepared(task, training_options, peer_timeout_s):
-    """Check the task and its options, resolve its peers, set TF_CONFIG; return the ``run_training`` options."""
+    """Check the task and its options, resolve its peers, set TF_CONFIG; return ``run_training``'s options."""
     if task.task_type not in TRAINING_ROLES:
         raise KerasdistError(f"run_worker trains chief or worker tasks. Received: {task.name}")
     options = dict(training_options, strategy="multi_worker", engine=training_options.get("engine", "loop"))

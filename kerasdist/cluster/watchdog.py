@@ -76,7 +76,7 @@ class PeerWatchdog:
 
 
 class ProgressBeat(keras.callbacks.Callback):
-    """Call ``beat`` at each sign of progress an engine reports: training began, a batch, validation, an epoch.
+    """Call ``beat`` at each sign of progress an engine reports: training began, a batch, validation, epochs.
 
     Example:
         >>> model.fit(ds, callbacks=[ProgressBeat(lambda: print("moved on"))])  # doctest: +SKIP

@@ -79,7 +79,7 @@ def process_state(pid):
 
 
 def watch(pid, name, peers, timeout_s, cleanup=None, beats=sys.stdin):
-    """Watch worker ``pid`` until its beats end (return 0) or it stalls for ``timeout_s`` (kill it, return 1)."""
+    """Watch worker ``pid`` until its beats end (return 0) or it stalls ``timeout_s`` (kill it, return 1)."""
     interval = min(1.0, timeout_s / 4)
     last_progress, cpu_before, checked = time.monotonic(), process_state(pid)[1], time.monotonic()
     descriptor = beats.fileno()

@@ -35,7 +35,7 @@ def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
 
     Example:
         >>> report = diagnose(run_probes=False)  # doctest: +SKIP
-        >>> report["engines"]["multi_worker"]["engine"]
+        >>> report["engines"]["multi_worker"]["engine"]  # doctest: +SKIP
         'loop'
     """
     start = time.perf_counter()
