@@ -63,19 +63,8 @@ class ComparisonResult:
         return rows
 
 
-def run_comparison(
-    replicas=(1, 2),
-    epochs=3,
-    global_batch_size=64,
-    data="auto",
-    seed=0,
-    out_dir=None,
-    modes=("fixed_global",),
-    learning_rate=1e-3,
-    warmup_epochs=1,
-    engine="fit",
-    verbose=1,
-):
+def run_comparison(replicas=(1, 2), epochs=3, global_batch_size=64, data="auto", seed=0, out_dir=None,
+                   modes=("fixed_global",), learning_rate=1e-3, warmup_epochs=1, engine="fit", verbose=1):
     """Train the same model with 1 and N replicas and compare their curves.
 
     ``fixed_global``: every run uses the same global batch, seed and data
@@ -117,31 +106,41 @@ def run_comparison(
         out_dir = checks.path("out_dir", out_dir, "name a folder for the results")
         check_creatable_directory(out_dir)
     configure_replicas(max(n for _, n, _ in plan))
+    mnist = _data_for(plan, data, seed, verbose)
+    # One comparison writes to out_dir at a time; the lock goes when this call returns.
+    _out_lock = locking.hold(out_dir, "output directory", "--out") if out_dir is not None else None
+    runs = _train_runs(plan, dict(epochs=epochs, data=mnist, seed=seed, engine=engine,
+                                  learning_rate=learning_rate), warmup_epochs, verbose)
+    comparison = ComparisonResult(runs, _loss_differences(runs), {})
+    if out_dir is not None:
+        comparison.files = write_comparison(comparison, out_dir)
+    return comparison
+
+
+def _data_for(plan, data, seed, verbose):
+    """The data every run trains on, checked to give each run's global batch at least one step."""
     if isinstance(data, data_module.MnistData):
         mnist = data_module.checked(data)
     else:
         mnist = data_module.load_mnist(data, seed, verbose > 0)
     for _, _, batch in plan:
         data_module.steps_per_epoch(len(mnist.y_train), batch)
-    # One comparison writes to out_dir at a time; the lock goes when this call returns.
-    _out_lock = locking.hold(out_dir, "output directory", "--out") if out_dir is not None else None
+    return mnist
+
+
+def _train_runs(plan, options, warmup_epochs, verbose):
+    """Train every ``(mode, replicas, global batch)`` of the plan; return ``[(mode, TrainingResult)]``."""
     runs = []
     bar = tqdm(plan, desc="runs", unit="run", disable=not verbose)
     for mode, n, batch in bar:
         bar.set_postfix_str(f"{mode}, replicas={n}")
         scaled = mode == "fixed_per_replica"
-        result = run_training(
-            replicas=n, epochs=epochs, global_batch_size=batch, data=mnist, seed=seed, engine=engine,
-            learning_rate=learning_rate, scale_learning_rate=scaled,
-            warmup_epochs=warmup_epochs if scaled else 0, verbose=0,
-        )
+        result = run_training(replicas=n, global_batch_size=batch, scale_learning_rate=scaled,
+                              warmup_epochs=warmup_epochs if scaled else 0, verbose=0, **options)
         result.model = None  # keep memory flat across runs
         runs.append((mode, result))
     bar.close()
-    comparison = ComparisonResult(runs, _loss_differences(runs), {})
-    if out_dir is not None:
-        comparison.files = write_comparison(comparison, out_dir)
-    return comparison
+    return runs
 
 
 def _checked_plan(replicas, modes, global_batch_size, options):

@@ -19,6 +19,8 @@ from kerasdist.cluster.watchdog_process import STOPPED
 
 # Set for each task: how long it may run on after the launcher is gone (see interrupt.stop_when_parent_dies).
 ORPHAN_GRACE_VARIABLE = "KERASDIST_ORPHAN_GRACE_S"
+# The signals launch passes on to its tasks.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_grace_s=60,
@@ -57,22 +59,18 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
     record_directory = tempfile.mkdtemp(prefix="kerasdist-launch-")
     processes, record_files, threads, print_lock = {}, {}, [], threading.Lock()
     forwarded = []  # the signal passed on to the tasks, if any
-    in_main_thread = threading.current_thread() is threading.main_thread()
     previous_handlers = {}
-    if in_main_thread:
+    if threading.current_thread() is threading.main_thread():
         handler = functools.partial(_forward_signal, processes, forwarded, print_lock)
-        previous_handlers = {number: signal.signal(number, handler)
-                             for number in (signal.SIGINT, signal.SIGTERM)}
+        previous_handlers = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
     try:
         for name in names:
             record_files[name] = os.path.join(record_directory, name.replace(" ", "-") + ".json")
             processes[name] = _start_task(name, cluster, worker_arguments, record_files[name], stop_grace_s)
-            thread = threading.Thread(target=_stream, args=(processes[name].stdout, f"[{name}] ", print_lock),
-                                      daemon=True)
-            thread.start()
-            threads.append(thread)
-            task_type, index = name.split()
-            address = cluster[task_type][int(index)]
+            threads.append(threading.Thread(target=_stream, daemon=True,
+                                            args=(processes[name].stdout, f"[{name}] ", print_lock)))
+            threads[-1].start()
+            address = cluster[name.split()[0]][int(name.split()[1])]
             _print(print_lock, f"[launch] {name}: pid {processes[name].pid}, {address}")
         statuses = _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded, stop_grace_s)
         records = {name: _read_record(record_file) for name, record_file in record_files.items()}
@@ -80,17 +78,22 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
         _stop(list(processes.values()))
         raise
     finally:
-        for process in processes.values():
-            process.stdin.close()
-        for number, previous in previous_handlers.items():
-            signal.signal(number, previous)
-        for thread in threads:
-            thread.join(timeout=5)
-        shutil.rmtree(record_directory, ignore_errors=True)
+        _clean_up(processes, previous_handlers, threads, record_directory)
     worst = max(status for name, status in statuses.items() if name.startswith("worker"))
     if forwarded and worst == 128 + signal.SIGINT:
         worst = 128 + forwarded[0][0]  # the workers stopped on the passed-on SIGINT; report what we got
     return worst, records
+
+
+def _clean_up(processes, previous_handlers, threads, record_directory):
+    """Close the tasks' stdin, restore the signal handlers, end the output threads, remove the records."""
+    for process in processes.values():
+        process.stdin.close()
+    for number, previous in previous_handlers.items():
+        signal.signal(number, previous)
+    for thread in threads:
+        thread.join(timeout=5)
+    shutil.rmtree(record_directory, ignore_errors=True)
 
 
 def _start_task(name, cluster, worker_arguments, record_file, stop_grace_s):

@@ -72,12 +72,7 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
         >>> record = run_worker(task, options)                # doctest: +SKIP
     """
     options = _prepared(task, training_options, peer_timeout_s)
-    chief_directory = options.get("checkpoint_dir")
-    own_directory = None
-    if chief_directory is not None and not task.is_chief:
-        own_directory = tempfile.mkdtemp(prefix=f"kerasdist-{task.task_type}{task.task_index}-")
-        _copy_resume_files(chief_directory, own_directory)
-        options["checkpoint_dir"] = own_directory
+    own_directory = _own_copy(task, options)
     try:
         with PeerWatchdog(task, peer_timeout_s, cleanup=own_directory) as watchdog:
             options.update(collective_timeout_s=collective_timeout_s, verbose=verbose,
@@ -99,6 +94,17 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
         record["checkpoint"] = None  # the copy is gone; the chief's record names the checkpoint
     record.update(task=task.name, is_chief=task.is_chief, weights_sha256=digest)
     return record
+
+
+def _own_copy(task, options):
+    """A non-chief worker trains in a temporary copy of the chief's directory; return it (or None)."""
+    chief_directory = options.get("checkpoint_dir")
+    if chief_directory is None or task.is_chief:
+        return None
+    own_directory = tempfile.mkdtemp(prefix=f"kerasdist-{task.task_type}{task.task_index}-")
+    _copy_resume_files(chief_directory, own_directory)
+    options["checkpoint_dir"] = own_directory
+    return own_directory
 
 
 def _prepared(task, training_options, peer_timeout_s):
