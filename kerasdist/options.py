@@ -22,7 +22,7 @@ _NO_FLAG = object()
 
 
 def option(default, check, doc, flag=_NO_FLAG, help=None, cli_default=_NO_FLAG, choices=None, kind=None,
-           in_r=True, group="training"):
+           in_r=True, group="training", recorded=False):
     """A ``TrainingOptions`` field and its metadata.
 
     Args:
@@ -36,11 +36,13 @@ def option(default, check, doc, flag=_NO_FLAG, help=None, cli_default=_NO_FLAG, 
         kind: the command line's type (``int``, ``float``, ``str``; ``bool`` for a switch).
         in_r: whether ``kd_train`` (the R wrapper) takes it too.
         group: "training" (every training command has the flag) or "cluster" (``worker`` and ``launch``).
+        recorded: whether the result record repeats it as given (others are recorded as resolved: the
+            strategy and engine picked, the replicas made, the learning rate after scaling).
     """
     metadata = {"check": check, "doc": doc, "flag": None if flag is _NO_FLAG else flag, "help": help,
                 "cli_default": default if cli_default is _NO_FLAG else cli_default, "choices": choices,
                 "kind": kind or type(default), "in_r": in_r,
-                "group": group}
+                "group": group, "recorded": recorded}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -116,11 +118,11 @@ class TrainingOptions:
     epochs: int = option(
         3, _count("epochs is the total to reach, e.g. 3"),
         'the total number of epochs to reach (not "epochs to add").',
-        "--epochs", "total epochs to reach; a rerun resumes rather than adds (default 3)")
+        "--epochs", "total epochs to reach; a rerun resumes rather than adds (default 3)", recorded=True)
     global_batch_size: int = option(
         64, _count("try 64"),
         "samples per step across all replicas; must be a multiple of ``replicas``.",
-        "--global-batch-size", "samples per step across all replicas (default 64)")
+        "--global-batch-size", "samples per step across all replicas (default 64)", recorded=True)
     checkpoint_dir: str = option(
         None, lambda name, value: None if value is None else checks.path(
             name, value, "name a folder, or leave it out for no checkpoints"),
@@ -132,7 +134,8 @@ class TrainingOptions:
         "--data", f"{' | '.join(SOURCES)} | PATH.npz (default auto)")
     seed: int = option(
         0, lambda name, value: checks.random_seed(value, name),
-        "seeds weights, validation split and data order.", "--seed", "seeds weights, split and data order")
+        "seeds weights, validation split and data order.", "--seed", "seeds weights, split and data order",
+        recorded=True)
     engine: str = option(
         "fit", lambda name, value: checks.choice(name, value, ENGINES),
         '"fit" (Keras ``model.fit``), "loop" (kerasdist\'s own loop, required for multi_worker), or '
@@ -190,6 +193,11 @@ class TrainingOptions:
     def keywords(self):
         """The options as ``run_training`` keyword arguments (a shallow dict: data arrays are not copied)."""
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def recorded(self):
+        """The options the result record repeats as given: ``{name: value}``."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if field.metadata["recorded"]}
 
     def argv(self):
         """The options as command-line options (to forward them to ``kerasdist worker``).

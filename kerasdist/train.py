@@ -183,17 +183,16 @@ def _result(options, context, strategy_name, engine, trained, test):
     samples, seconds, message = trained
     replicas = context.strategy.num_replicas_in_sync
     return TrainingResult(
-        replicas=replicas, strategy=strategy_name, engine=engine, epochs=options.epochs,
+        **options.recorded(), replicas=replicas, strategy=strategy_name, engine=engine,
         initial_epoch=context.position.epoch, epochs_run=max(0, options.epochs - context.position.epoch),
         history=context.log.history(), steps=context.log.steps(),
         test={"loss": float(test["loss"]), "accuracy": float(test[ACCURACY_METRIC])},
         wall_time_s=seconds, samples_per_s=samples / seconds if seconds > 0 else None,
         data_source=context.data.provenance(),
         checkpoint=(context.store.manager.latest_checkpoint if context.store else None),
-        global_batch_size=options.global_batch_size,
         per_replica_batch_size=options.global_batch_size // replicas,
         learning_rate=options.learning_rate * (replicas if options.scale_learning_rate else 1),
-        seed=options.seed, resumed_from_step=context.position.global_step, message=message,
+        resumed_from_step=context.position.global_step, message=message,
         model=context.model,
     )
 

@@ -109,3 +109,11 @@ def test_kd_compare_takes_run_comparisons_arguments_with_their_defaults():
     assert {"epochs", "global_batch_size", "data", "seed", "learning_rate", "engine"} <= options & set(parameters)
     for name, r_default in formals:
         assert _same(r_default, parameters[name].default), (name, r_default)
+
+
+def test_the_recorded_options_are_keys_of_the_result_record():
+    from kerasdist.train import TrainingResult
+
+    recorded = TrainingOptions(epochs=2, global_batch_size=32, seed=5).recorded()
+    assert recorded == {"epochs": 2, "global_batch_size": 32, "seed": 5}
+    assert set(recorded) <= {field.name for field in dataclasses.fields(TrainingResult)}
