@@ -15,10 +15,10 @@ import tempfile
 
 import numpy as np
 import pytest
-from helpers import kerasdist_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import kerasdist_command
 from kerasdist import checks, cli, data, run_comparison, run_training
 from kerasdist.errors import KerasdistError
 from kerasdist.options import TrainingOptions

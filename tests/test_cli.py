@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 import pytest
-from helpers import last_json_line, run_cli
 
+from helpers import last_json_line, run_cli
 from kerasdist import cli
 
 

@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-from helpers import kerasdist_command, last_json_line, run_cli
 
+from helpers import kerasdist_command, last_json_line, run_cli
 from kerasdist import cli, cluster
 
 TWO_WORKERS = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}

@@ -4,8 +4,8 @@ import csv
 import json
 
 import pytest
-from helpers import last_json_line, run_cli
 
+from helpers import last_json_line, run_cli
 from kerasdist import run_comparison
 from kerasdist.compare import steady_samples_per_s
 from kerasdist.errors import KerasdistError

@@ -6,8 +6,8 @@ import io
 
 import numpy as np
 import pytest
-from helpers import checkpoint_tensors
 
+from helpers import checkpoint_tensors
 from kerasdist import cli, divergence, run_training
 from kerasdist.checkpoint import CheckpointStore
 from kerasdist.errors import TrainingDivergedError

@@ -9,8 +9,8 @@ import sys
 
 import numpy
 import pytest
-from helpers import last_json_line, run_cli
 
+from helpers import last_json_line, run_cli
 from kerasdist import doctor, engines, run_training
 from kerasdist.doctor import checks, probes
 from kerasdist.strategy import STRATEGIES

@@ -11,8 +11,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import browser
 import pytest
+
+import browser
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_NAME, KERNEL_DISPLAY_NAME = "kerasdist", "Python (kerasdist)"

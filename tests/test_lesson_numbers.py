@@ -23,10 +23,10 @@ import re
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from standin import write_standin
-from test_notebooks import NOTEBOOKS, all_notebooks, ids, is_keras3_twin, load, source, twin_of
 
 from kerasdist.data import SAMPLE_DESCRIPTION
+from standin import write_standin
+from test_notebooks import NOTEBOOKS, all_notebooks, ids, is_keras3_twin, load, source, twin_of
 
 # A number as a lesson prints it: 3333, 3,333, 0.908, 18 (of 18%), 2.4 (the mantissa of 2.4e-07). Versions
 # such as 2.21.0 are one token and skipped; the lookbehind keeps "ckpt-52" -> 52, "v3.1" out.

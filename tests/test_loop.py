@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 import pytest
-from helpers import checkpoint_tensors, kill_when_logged, last_json_line, run_cli
 
+from helpers import checkpoint_tensors, kill_when_logged, last_json_line, run_cli
 from kerasdist import loop
 from kerasdist.train import run_training
 

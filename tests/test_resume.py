@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import pytest
+
 from helpers import (
     checkpoint_tensors,
     kerasdist_command,

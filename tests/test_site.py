@@ -13,8 +13,9 @@ import threading
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
-import browser
 import pytest
+
+import browser
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON, TWIN = "notebooks/01_quickstart", "notebooks/01_quickstart_R"

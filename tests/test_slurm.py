@@ -13,8 +13,8 @@ import time
 
 import pytest
 import tensorflow as tf
-from helpers import kerasdist_command, last_json_line
 
+from helpers import kerasdist_command, last_json_line
 from kerasdist import cli, cluster
 from kerasdist.cluster import slurm
 
