@@ -35,7 +35,7 @@ GOOD_TF_CONFIG = {
 
 @dataclasses.dataclass
 class Case:
-    """One bad input: the command-line arguments, extra environment, data files to prepare, the status expected."""
+    """One bad input: command-line arguments, extra environment, data files to prepare, expected status."""
 
     label: str
     argv: list
@@ -459,7 +459,8 @@ def main(argv=None):
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
             row = future.result()
             print(f"[{done}/{len(futures)}] {row['input']}: exit {row['status']} in {row['seconds']:.0f} s, "
-                  f"{'ok' if kept_promise(row) else 'FAILED'}: {row['first_line'][:100]}", file=sys.stderr, flush=True)
+                  f"{'ok' if kept_promise(row) else 'FAILED'}: {row['first_line'][:100]}", file=sys.stderr,
+                  flush=True)
         rows = [future.result() for future in futures]
     text = table(rows)
     hangs = sum(row["status"] == "HANG" for row in rows)

@@ -138,7 +138,8 @@ def run_kerasdist(setup, source, epochs):
 
 def run_worker(setup, source, epochs):
     """One worker of a local cluster (TF_CONFIG set by the parent); only the chief reports."""
-    from kerasdist import cluster, roles
+    from kerasdist import cluster
+    from kerasdist.cluster import roles
 
     task = cluster.parse_tf_config(os.environ["TF_CONFIG"])
     record = roles.run_worker(task, {

@@ -1,10 +1,16 @@
-"""Keras callbacks that feed the metrics log, write checkpoints and stop on a signal during ``fit``."""
+"""The Keras callbacks both engines drive: the NaN guard, the metrics log, checkpoints, the stop on a signal.
 
+``fit`` calls them itself; kerasdist's loop calls the same ones through a
+``keras.callbacks.CallbackList`` (``kerasdist.loop``), so both engines log,
+save, stop and guard against divergence the same way.
+"""
+
+import math
 import time
 
 import keras
 
-from kerasdist import interrupt
+from kerasdist import divergence, interrupt
 
 
 class EpochStepCallback(keras.callbacks.Callback):
@@ -72,8 +78,11 @@ class MetricsRecorder(EpochStepCallback):
     def on_train_batch_end(self, batch, logs=None):
         logs = {name: float(value) for name, value in (logs or {}).items()}
         # Keras' metrics restart with each fit() call, so its batch index (not step) counts the running mean.
+        # The loop engine knows each batch's loss and passes it as batch_loss.
         mean = logs.get("loss")
-        batch_loss = None if mean is None else (batch + 1) * mean - batch * self._previous_mean
+        batch_loss = logs.pop("batch_loss", None)
+        if batch_loss is None and mean is not None:
+            batch_loss = (batch + 1) * mean - batch * self._previous_mean
         self._previous_mean = mean
         step = self.step(batch)
         if step % self.log_every_steps and step != self.steps_per_epoch:
@@ -139,25 +148,58 @@ class StopOnSignal(EpochStepCallback):
     Args:
         store: the ``CheckpointStore``, or None.
         steps_per_epoch: batches in a full epoch.
+        requested_signal: returns the signal that asks to stop, or None. The
+            loop engine passes the signal every worker agreed on, and only at
+            the steps where its weights match the step (the end of a call).
 
     Example:
         >>> model.fit(ds, callbacks=[recorder, saver, StopOnSignal(store, 52)])  # doctest: +SKIP
     """
 
-    def __init__(self, store, steps_per_epoch):
+    def __init__(self, store, steps_per_epoch, requested_signal=interrupt.requested_signal):
         super().__init__()
         self.store = store
         self.steps_per_epoch = steps_per_epoch
+        self.requested_signal = requested_signal
 
     def on_train_batch_end(self, batch, logs=None):
         step = self.step(batch)
-        if interrupt.requested_signal() is not None and step < self.steps_per_epoch:
+        if step >= self.steps_per_epoch:
+            return  # the epoch's end checks
+        signal_number = self.requested_signal()
+        if signal_number is not None:
             global_step = self.epoch * self.steps_per_epoch + step
-            path = self.store.save(self.epoch, step, global_step) if self.store else None
-            raise interrupt.TrainingInterrupted(interrupt.requested_signal(), path, self.epoch, step)
+            path = self._saved_at(global_step) or (
+                self.store.save(self.epoch, step, global_step) if self.store else None)
+            raise interrupt.TrainingInterrupted(signal_number, path, self.epoch, step)
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
-        if interrupt.requested_signal() is not None:
+        signal_number = self.requested_signal()
+        if signal_number is not None:
             path = self.store.manager.latest_checkpoint if self.store else None
-            raise interrupt.TrainingInterrupted(interrupt.requested_signal(), path, epoch + 1, 0)
+            raise interrupt.TrainingInterrupted(signal_number, path, epoch + 1, 0)
+
+    def _saved_at(self, global_step):
+        """The checkpoint ``CheckpointSaver`` just wrote at this step, if it did."""
+        latest = self.store.manager.latest_checkpoint if self.store else None
+        return latest if latest and latest.endswith(f"-{global_step}") else None
+
+
+class DivergenceGuard(EpochStepCallback):
+    """Stop training at the first batch whose loss is NaN or inf (before it is logged or saved).
+
+    Keras' ``TerminateOnNaN`` only sets ``stop_training``, so the epoch's end
+    callbacks (a checkpoint among them) would still run; this raises at once.
+    It reads the batch's own loss where the engine gives it (``batch_loss``),
+    else the running mean (``loss``), which turns non-finite at the same batch.
+
+    Example:
+        >>> model.fit(ds, callbacks=[DivergenceGuard(), saver])  # doctest: +SKIP
+    """
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        loss = logs.get("batch_loss", logs.get("loss"))
+        if loss is not None and not math.isfinite(float(loss)):
+            divergence.check_losses([float(loss)], self.epoch, self.step(batch))

@@ -122,7 +122,7 @@ class CheckpointStore:
                 )
 
     def _rebuild_damaged_index(self):
-        """Write TensorFlow's index file again from the checkpoint files if it is unreadable or lists others."""
+        """Write TensorFlow's index file again from the checkpoint files if unreadable or listing others."""
         index = os.path.join(self.directory, INDEX_FILE)
         if not os.path.lexists(index):
             return
@@ -195,9 +195,8 @@ class CheckpointStore:
             if stored is not None and not os.path.lexists(self.config_path):
                 files.atomic_write_text(self.config_path, json.dumps(self.run_config, indent=1))
                 files.recovered(f"{self.config_path} was missing: written again from {prefix}")
-            return RunPosition(
-                int(self.epoch.numpy()), int(self.step_in_epoch.numpy()), int(self.global_step.numpy()), prefix
-            )
+            return RunPosition(int(self.epoch.numpy()), int(self.step_in_epoch.numpy()),
+                               int(self.global_step.numpy()), prefix)
         if failures:
             raise KerasdistError(
                 f"no checkpoint in {self.directory} can be loaded (tried {len(failures)}); "

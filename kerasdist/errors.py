@@ -1,4 +1,4 @@
-"""The one exception type for user mistakes, so callers can report them in one line."""
+"""kerasdist's exceptions: user mistakes (one line, exit 2) and the failures the CLI maps to exit codes."""
 
 
 class KerasdistError(ValueError):
@@ -32,3 +32,7 @@ class StateWriteError(KerasdistError):
     Training stops before anything older is touched, so after freeing space
     the same command resumes from the last good checkpoint the message names.
     """
+
+
+class ClusterError(RuntimeError):
+    """A cluster failure at run time (a peer unreachable or stopped, no checkpoint came); the CLI exits 1."""

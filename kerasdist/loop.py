@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasdist import data as data_module
-from kerasdist import divergence, interrupt, peers
+from kerasdist import interrupt
 from kerasdist.errors import KerasdistError
 from kerasdist.model import ACCURACY_METRIC, LOSS_METRIC
 
@@ -89,13 +89,11 @@ class DistributedSteps:
             global batch, the correct predictions and the examples.
         """
         totals = self._train_function(iterator, tf.constant(num_steps, tf.int32)).numpy()
-        peers.note_progress()
         return totals[:num_steps]
 
     def evaluate(self, distributed_dataset):
         """Return ``{"loss", ACCURACY_METRIC}`` over a whole distributed dataset."""
         loss_sum, correct, examples = self._evaluate_function(iter(distributed_dataset)).numpy()
-        peers.note_progress()
         return {LOSS_METRIC: float(loss_sum / examples), ACCURACY_METRIC: float(correct / examples)}
 
     def _train_steps(self, iterator, num_steps):
@@ -187,32 +185,57 @@ def evaluate(model, strategy, dataset, global_batch_size):
     return steps.evaluate(strategy.experimental_distribute_dataset(dataset))
 
 
-def train_epochs(context):
+class AgreedStop:
+    """The stop request the loop's ``StopOnSignal`` sees: read at the end of each call, by every worker alike.
+
+    Within a call the weights have already moved on to its last step, so a
+    stop (and its checkpoint) may only happen there; under multi_worker the
+    workers agree on it by an all-reduce, so all stop at the same step.
+
+    Example:
+        >>> stop = AgreedStop(strategy)                      # doctest: +SKIP
+        >>> StopOnSignal(store, 52, stop.requested)          # doctest: +SKIP
+    """
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+        self.current = None
+
+    def agree(self):
+        """Read (under multi_worker: gather) the stop request now; return it."""
+        return _stop_signal(self.strategy)
+
+    def requested(self):
+        """The request visible to the callbacks at this step (None within a call)."""
+        return self.current
+
+
+def train_epochs(context, callbacks, stop):
     """Train epochs ``context.position.epoch .. context.epochs - 1`` with the loop; the loop engine.
 
-    Logs step and epoch records to ``context.log`` with the same keys as the
-    ``fit`` engine (running means within an epoch, validation each epoch),
-    saves a checkpoint after every epoch and every ``save_every_steps`` steps,
-    and after a mid-epoch checkpoint continues at the next batch.
+    Drives ``callbacks`` (Keras callbacks, as ``fit`` would: metrics log,
+    checkpoints, the stop on a signal, the NaN guard) through a
+    ``keras.callbacks.CallbackList`` with a progress bar, one batch event per
+    step; after a mid-epoch checkpoint it continues at the next batch.
 
     Args:
         context: a ``kerasdist.train.TrainingContext``.
+        callbacks: the Keras callbacks; their ``StopOnSignal`` reads ``stop.requested``.
+        stop: the ``AgreedStop`` of ``context.strategy``.
 
     Returns:
         ``(samples trained, seconds)``.
 
     Example:
-        >>> samples, seconds = train_epochs(context)  # doctest: +SKIP
+        >>> samples, seconds = train_epochs(context, callbacks, stop)  # doctest: +SKIP
     """
     strategy = context.strategy
-    steps_per_epoch = context.steps_per_epoch
-    first_epoch, skip = context.position.epoch, context.position.step_in_epoch
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         _check_same_position(strategy, context.position.global_step)
-        peers.note_progress()  # every worker joined the cluster and restored the same checkpoint
     steps = steps_for(
         context.model, strategy, context.global_batch_size, context.steps_per_execution, context.jit_compile
     )
+    first_epoch, skip = context.position.epoch, context.position.step_in_epoch
     dataset = data_module.train_dataset(
         context.data.x_train, context.data.y_train, context.global_batch_size,
         context.seed, first_epoch, context.epochs, skip,
@@ -222,11 +245,25 @@ def train_epochs(context):
     iterator = iter(strategy.experimental_distribute_dataset(dataset.repeat()))
     validation = strategy.experimental_distribute_dataset(context.validation_dataset())
     samples, start = 0, time.perf_counter()
-    for epoch in range(first_epoch, context.epochs):
-        first_step = skip if epoch == first_epoch else 0
-        _train_one_epoch(context, steps, iterator, validation, epoch, first_step)
-        samples += (steps_per_epoch - first_step) * context.global_batch_size
+    for first, last, skip_batches in context.segments():
+        callback_list = _callback_list(context, callbacks, skip_batches)
+        callback_list.on_train_begin()  # every worker joined the cluster and restored the same checkpoint
+        for epoch in range(first, last):
+            first_step = skip_batches if epoch == first else 0
+            _train_one_epoch(context, steps, iterator, validation, epoch, first_step, callback_list, stop)
+            samples += (context.steps_per_epoch - first_step) * context.global_batch_size
+        callback_list.on_train_end()
     return samples, time.perf_counter() - start
+
+
+def _callback_list(context, callbacks, skip_batches):
+    """The callbacks of one stretch of epochs, numbering steps from ``skip_batches`` on (as ``fit`` would)."""
+    for callback in callbacks:
+        callback.step_offset = skip_batches
+    return keras.callbacks.CallbackList(
+        callbacks, add_progbar=context.verbose != 0, model=context.model, verbose=context.verbose,
+        epochs=context.epochs, steps=context.steps_per_epoch - skip_batches,
+    )
 
 
 def _check_same_position(strategy, global_step):
@@ -242,59 +279,28 @@ def _check_same_position(strategy, global_step):
         )
 
 
-def _train_one_epoch(context, steps, iterator, validation, epoch, first_step):
+def _train_one_epoch(context, steps, iterator, validation, epoch, first_step, callbacks, stop):
+    """Train one epoch from ``first_step`` in calls of many steps, with one batch event per step."""
     steps_per_epoch = context.steps_per_epoch
-    if context.verbose:
-        print(f"Epoch {epoch + 1}/{context.epochs}", flush=True)
-    progress = keras.utils.Progbar(
-        steps_per_epoch, verbose=context.verbose, stateful_metrics=[LOSS_METRIC, ACCURACY_METRIC]
-    )
+    callbacks.on_epoch_begin(epoch)
     totals = np.zeros(_STATISTICS)
-    epoch_start = time.perf_counter()
     step = first_step
     while step < steps_per_epoch:
-        stop = _next_stop(step, steps_per_epoch, context.steps_per_execution, context.save_every_steps)
-        statistics = steps.train(iterator, stop - step)
-        divergence.check_losses(statistics[:, 0] / statistics[:, 2], epoch, step + 1)
+        call_end = _next_stop(step, steps_per_epoch, context.steps_per_execution, context.save_every_steps)
+        statistics = steps.train(iterator, call_end - step)
+        agreed = stop.agree() if call_end < steps_per_epoch else None
         for loss_sum, correct, examples in statistics:
             totals += (loss_sum, correct, examples)
             step += 1
-            if step % context.log_every_steps == 0 or step == steps_per_epoch:
-                context.log.append({
-                    "kind": "step",
-                    "epoch": epoch,
-                    "step": step,
-                    "global_step": epoch * steps_per_epoch + step,
-                    **_means(totals),
-                    "batch_loss": float(loss_sum / examples),
-                })
-        if context.verbose == 1:
-            progress.update(step, list(_means(totals).items()))
-        checkpoint_due = context.save_every_steps and step % context.save_every_steps == 0
-        saved = None
-        if context.store and checkpoint_due and step < steps_per_epoch:
-            saved = context.store.save(epoch, step, epoch * steps_per_epoch + step)
-        stop_signal = _stop_signal(context.strategy) if step < steps_per_epoch else None
-        if stop_signal:
-            if context.store and not saved:
-                saved = context.store.save(epoch, step, epoch * steps_per_epoch + step)
-            raise interrupt.TrainingInterrupted(stop_signal, saved, epoch, step)
+            stop.current = agreed if step == call_end else None
+            callbacks.on_train_batch_end(step - first_step - 1,
+                                         {**_means(totals), "batch_loss": float(loss_sum / examples)})
+    callbacks.on_test_begin()
     validation_metrics = steps.evaluate(validation)
-    seconds = time.perf_counter() - epoch_start
-    logs = {**_means(totals), **{f"val_{name}": value for name, value in validation_metrics.items()}}
-    progress.update(step, list(logs.items()), finalize=True)
-    context.log.append({
-        "kind": "epoch",
-        "epoch": epoch,
-        "global_step": (epoch + 1) * steps_per_epoch,
-        **logs,
-        "wall_time_s": seconds,
-        "samples_per_s": (steps_per_epoch - first_step) * context.global_batch_size / seconds,
-    })
-    saved = context.store.save(epoch + 1, 0, (epoch + 1) * steps_per_epoch) if context.store else None
-    stop_signal = _stop_signal(context.strategy)
-    if stop_signal:
-        raise interrupt.TrainingInterrupted(stop_signal, saved, epoch + 1, 0)
+    validation_logs = {f"val_{name}": value for name, value in validation_metrics.items()}
+    callbacks.on_test_end(validation_logs)
+    stop.current = stop.agree()
+    callbacks.on_epoch_end(epoch, {**_means(totals), **validation_logs})
 
 
 def _stop_signal(strategy):

@@ -3,6 +3,8 @@
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 
+from kerasdist.devices import on_virtual_cpus
+from kerasdist.train import steady_samples_per_s
 
 CPU_REPLICAS_NOTE = ("virtual CPU replicas share the same cores:\n"
                      "more replicas cannot be faster here,\nthey add the all-reduce")
@@ -25,12 +27,11 @@ def plot_convergence(comparison):
     Example:
         >>> figure = plot_convergence(run_comparison((1, 2), epochs=2, data="sample"))  # doctest: +SKIP
     """
-    from kerasdist.compare import on_virtual_cpus, steady_samples_per_s
-
     figure, (loss_axis, accuracy_axis, speed_axis) = plt.subplots(1, 3, figsize=(16, 4.2))
     labels, speeds = [], []
     for mode, result in comparison.runs:
-        label = f"{result.replicas} replica{'s' if result.replicas > 1 else ''}, batch {result.global_batch_size}"
+        plural = "s" if result.replicas > 1 else ""
+        label = f"{result.replicas} replica{plural}, batch {result.global_batch_size}"
         if len({m for m, _ in comparison.runs}) > 1:
             label = f"{mode}: {label}"
         steps = result.steps
@@ -57,8 +58,9 @@ def plot_convergence(comparison):
     speed_axis.set(title="Steady-state throughput (after epoch 1), this machine", xlabel="samples/s")
     speed_axis.title.set_fontsize(9)
     if on_virtual_cpus():
-        speed_axis.text(0.98, 0.02, CPU_REPLICAS_NOTE, transform=speed_axis.transAxes, ha="right", va="bottom",
-                        fontsize=8, color="tab:red", bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+        speed_axis.text(0.98, 0.02, CPU_REPLICAS_NOTE, transform=speed_axis.transAxes, ha="right",
+                        va="bottom", fontsize=8, color="tab:red",
+                        bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
     for axis in (loss_axis, accuracy_axis):
         axis.xaxis.get_major_locator().set_params(integer=True)
         axis.grid(alpha=0.3)

@@ -3,8 +3,6 @@
 import json
 import os
 
-import tensorflow as tf
-
 from kerasdist.devices import replica_devices
 from kerasdist.errors import KerasdistError
 
@@ -43,6 +41,8 @@ def make_strategy(name="mirrored", num_replicas=1, collective_timeout_s=None, ve
         >>> strategy = make_strategy("mirrored", num_replicas=2)  # doctest: +SKIP
         Number of devices: 2
     """
+    import tensorflow as tf  # here: the names above are read by the command line before TensorFlow starts
+
     if name in NOT_RUNNABLE_HERE:
         raise KerasdistError(NOT_RUNNABLE_HERE[name])
     if name not in STRATEGIES:
@@ -80,6 +80,8 @@ def _multi_worker_strategy(collective_timeout_s):
             json.loads(os.environ["TF_CONFIG"])
         except json.JSONDecodeError as error:
             raise KerasdistError(f"TF_CONFIG is not valid JSON: {error}") from None
+    import tensorflow as tf
+
     options = tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=collective_timeout_s
     )

@@ -70,7 +70,7 @@ import time
 
 import kerasdist
 import kerasdist.cluster
-import kerasdist.slurm
+import kerasdist.cluster.slurm
 import keras
 import matplotlib.pyplot as plt
 import tensorflow as tf
@@ -550,7 +550,7 @@ finally:
 # The variables srun sets for task 3 of job 4242 (2 nodes x 2 tasks), and the cluster SlurmClusterResolver makes.
 slurm_environment = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4",
                      "SLURM_STEP_NODELIST": "node[01-02]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}
-slurm_task = kerasdist.slurm.slurm_task(environ=slurm_environment)
+slurm_task = kerasdist.cluster.slurm.slurm_task(environ=slurm_environment)
 print("cluster:", slurm_task.cluster)
 print(f"task: {slurm_task.name} at {slurm_task.address}, chief: {slurm_task.is_chief}")
 

@@ -266,7 +266,7 @@ iterator <- as_iterator(strategy$experimental_distribute_dataset(dataset))
 totals <- loop$train(iterator, steps)  # per step: summed loss, correct predictions, examples
 losses <- totals[, 1] / totals[, 3]    # the loss of each step: the same on every worker
 cat(sprintf("%s: kerasdist's loop trained %d steps, last loss %.4f\n", task$name, steps, losses[steps]))
-cat(sprintf("%s: weights sha256 %s\n", task$name, substr(import("kerasdist.roles")$weights_digest(model), 1, 16)))
+cat(sprintf("%s: weights sha256 %s\n", task$name, substr(import("kerasdist.cluster.roles")$weights_digest(model), 1, 16)))
 
 # TensorBoard: every worker runs the same code, so every worker writes a log. The chief's goes to
 # log_root/train; the others' to a temporary folder beside it, deleted at the end (the pattern of
@@ -563,7 +563,7 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # # The variables srun sets for task 3 of job 4242 (2 nodes x 2 tasks), and the cluster SlurmClusterResolver makes.
 # slurm_environment <- list(SLURM_JOB_ID = "4242", SLURM_PROCID = "3", SLURM_STEP_NUM_TASKS = "4",
 #                           SLURM_STEP_NODELIST = "node[01-02]", SLURM_STEP_TASKS_PER_NODE = "2(x2)")
-# slurm_task <- import("kerasdist.slurm")$slurm_task(environ = slurm_environment)
+# slurm_task <- import("kerasdist.cluster.slurm")$slurm_task(environ = slurm_environment)
 # cat("cluster:", py_str(py_get_attr(slurm_task, "cluster")), "\n")  # as Python prints it
 # cat(sprintf("task: %s at %s, chief: %s\n", slurm_task$name, slurm_task$address, slurm_task$is_chief))
 

@@ -89,7 +89,8 @@ def sync_step_all_reduce():
         _box(axis, centre - 21, 9, 42, 9.5,
              f"replica {replica} applies the same update\n"
              "w <- w - optimizer step(g)\nto its copy of the mirrored variables", UPDATE)
-    axis.text(50, 4, "Every copy of the weights stays identical: one model, trained on the whole global batch.",
+    axis.text(50, 4,
+              "Every copy of the weights stays identical: one model, trained on the whole global batch.",
               ha="center", va="center", fontsize=9.5, style="italic")
     return figure
 
@@ -121,7 +122,8 @@ def data_vs_model_parallelism():
         _box(axis, x + 1.5, 10, 19, 6, f"half {device + 1} of the batch", DATA, fontsize=8.5)
         _arrow(axis, (x + 11, 16), (x + 11, 22))
     _arrow(axis, (28, 44), (34, 44), color=ACCENT, both=True)
-    axis.text(31, 62, "gradients\nall-reduced\nevery step", ha="center", va="center", fontsize=8, color=ACCENT)
+    axis.text(31, 62, "gradients\nall-reduced\nevery step", ha="center", va="center", fontsize=8,
+              color=ACCENT)
     _arrow(axis, (31, 58.5), (31, 46), color=ACCENT)
     axis.text(30, 4, "Splits the BATCH: faster training on more devices,\nlarger global batches.",
               ha="center", va="center", fontsize=9)

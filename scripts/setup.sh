@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite r-cran-processx"
+DEBIAN_PACKAGES="r-base-core r-base-dev r-cran-reticulate r-cran-testthat r-cran-withr r-cran-jsonlite r-cran-processx r-cran-rlang r-cran-cli r-cran-roxygen2"
 DEBIAN_PACKAGES="$DEBIAN_PACKAGES dataset-fashion-mnist"  # --data fashion offline (lesson 08, the benchmark)
 STAMP=.venv/.installed
 CONSTRAINTS=.venv/constraints.txt

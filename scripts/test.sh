@@ -18,6 +18,10 @@ if [ "${1:-}" = check ]; then
     tier=check
     shift
 fi
+# Both tiers start with the quick checks: ruff (its rules are in pyproject.toml) and the docstring examples of
+# the package (the ones that need TensorFlow or a trained model are marked +SKIP).
+.venv/bin/ruff check kerasdist tests benchmarks scripts
+.venv/bin/python -m pytest -q -p no:cacheprovider --doctest-modules kerasdist
 if [ "$tier" = check ]; then
     exec .venv/bin/python -m pytest -n 2 -m "not slow" tests "$@"
 fi

@@ -1,4 +1,4 @@
-"""Tests for kerasdist/cluster.py, roles.py and launcher.py: TF_CONFIG checks, real local clusters, faults."""
+"""Tests for kerasdist/cluster/ (config, ports, roles, launcher): TF_CONFIG checks, real local clusters, faults."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Tests for kerasdist/divergence.py: a NaN/inf loss stops training at once (exit 3), no bad checkpoint,
+"""Tests for kerasdist/divergence.py and callbacks.DivergenceGuard: a NaN/inf loss stops training at once (exit 3), no bad checkpoint,
 and a rerun with a smaller learning rate resumes from the last good checkpoint (fit and loop engines)."""
 
 import contextlib
@@ -6,8 +6,8 @@ import io
 
 import numpy as np
 import pytest
-from helpers import checkpoint_tensors
 
+from helpers import checkpoint_tensors
 from kerasdist import cli, divergence, run_training
 from kerasdist.checkpoint import CheckpointStore
 from kerasdist.errors import TrainingDivergedError

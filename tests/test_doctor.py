@@ -1,4 +1,4 @@
-"""Tests for kerasdist/doctor.py and kerasdist/probes.py: the table, the advice, the engine auto picks.
+"""Tests for kerasdist/doctor/ and kerasdist/engines.py: the table, the advice, the engine auto picks.
 
 In this process R answers through stand-ins (what Rscript and rpy2 found, as the doctor parses it);
 the real R, Rscript and rpy2 subprocesses run end to end in test_doctor_command_prints_the_table_and_json_last.
@@ -11,7 +11,9 @@ import numpy
 import pytest
 
 from helpers import last_json_line, run_cli
-from kerasdist import doctor, probes, run_training
+from kerasdist import doctor, engines, run_training
+from kerasdist.doctor import checks, probes
+from kerasdist.strategy import STRATEGIES
 
 STATUSES = {doctor.OK, doctor.MISSING, doctor.BROKEN}
 
@@ -29,8 +31,8 @@ R_FOUND = {"R": "4.2.2", "reticulate": "1.28", "keras3": "", "tfdatasets": "", "
 def _isolate(patch, cache):
     """Probe answers go to a temporary cache, never the user's; R answers through stand-ins."""
     patch.setenv("XDG_CACHE_HOME", str(cache))
-    patch.setattr(doctor, "_r_packages_from_rscript", lambda: dict(R_FOUND))
-    patch.setattr(doctor, "_r_packages_from_rpy2", lambda: dict(R_FOUND, rpy2="3.5.17"))
+    patch.setattr(checks, "r_packages_from_rscript", lambda: dict(R_FOUND))
+    patch.setattr(checks, "r_packages_from_rpy2", lambda: dict(R_FOUND, rpy2="3.5.17"))
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +46,7 @@ def broken_report(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         _isolate(patch, tmp_path_factory.mktemp("cache"))
         stand_ins = {probe.name: _stand_in({"bug_present": True, "detail": f"stand-in {probe.name}"})
-                     for probe in probes.PROBES}
+                     for probe in engines.PROBES}
         return doctor.diagnose(probe_commands=stand_ins)
 
 
@@ -52,7 +54,7 @@ def _row(report, key):
     return next(check for check in report["checks"] if check["key"] == key)
 
 
-@pytest.mark.parametrize("probe", probes.PROBES, ids=lambda probe: probe.name)
+@pytest.mark.parametrize("probe", engines.PROBES, ids=lambda probe: probe.name)
 def test_a_broken_probe_gives_its_advice_and_engine(broken_report, probe):
     row = _row(broken_report, probe.name)
     assert row["status"] == doctor.BROKEN
@@ -86,13 +88,13 @@ def test_the_report_is_one_table_with_every_check(broken_report):
 
 
 def test_fixed_upstream_bugs_give_fit_everywhere(tmp_path):
-    stand_ins = {probe.name: _stand_in({"bug_present": False, "detail": "works"}) for probe in probes.PROBES}
+    stand_ins = {probe.name: _stand_in({"bug_present": False, "detail": "works"}) for probe in engines.PROBES}
     report = doctor.diagnose(probe_commands=stand_ins)
     assert {name: choice["engine"] for name, choice in report["engines"].items()} == dict.fromkeys(
-        doctor.STRATEGIES, "fit")
-    assert all(_row(report, probe.name)["status"] == doctor.OK for probe in probes.PROBES)
+        STRATEGIES, "fit")
+    assert all(_row(report, probe.name)["status"] == doctor.OK for probe in engines.PROBES)
     # The answers are cached for this TensorFlow/Keras, so --engine auto uses them without probing.
-    assert probes.engine_for("multi_worker")[0] == "fit"
+    assert engines.engine_for("multi_worker")[0] == "fit"
 
 
 def test_a_probe_that_crashes_or_hangs_is_broken_and_the_others_still_answer():
@@ -108,24 +110,24 @@ def test_a_probe_that_crashes_or_hangs_is_broken_and_the_others_still_answer():
     assert answers["mirrored_steps_per_execution"] == {"bug_present": False, "detail": "works",
                                                        "failed": False}
     garbled = probes.run_probes(commands={"multi_worker_fit": _stand_in("not json")} | {
-        probe.name: _stand_in({"bug_present": True, "detail": "x"}) for probe in probes.PROBES[1:]})
+        probe.name: _stand_in({"bug_present": True, "detail": "x"}) for probe in engines.PROBES[1:]})
     assert garbled["multi_worker_fit"]["failed"] and garbled["multi_worker_fit"]["bug_present"]
 
 
 def test_auto_engine_without_probes_uses_the_known_bugs_and_says_so():
-    assert probes.cached_answers() is None
-    engine, reason = probes.engine_for("multi_worker")
+    assert engines.cached_answers() is None
+    engine, reason = engines.engine_for("multi_worker")
     assert engine == "loop" and "keras-team/keras#20585" in reason and "kerasdist doctor probes" in reason
-    assert probes.engine_for("central_storage")[0] == "loop"
-    assert probes.engine_for("default")[0] == "fit"
+    assert engines.engine_for("central_storage")[0] == "loop"
+    assert engines.engine_for("default")[0] == "fit"
 
 
 def test_cached_answers_of_other_versions_are_ignored(monkeypatch):
-    probes.save_answers({"multi_worker_fit": {"bug_present": False, "detail": "works"}})
-    assert probes.engine_for("multi_worker")[0] == "fit"
-    monkeypatch.setattr(probes, "versions", lambda: {"tensorflow": "9.0", "keras": "9.0"})
-    assert probes.cached_answers() is None
-    assert probes.engine_for("multi_worker")[0] == "loop"
+    engines.save_answers({"multi_worker_fit": {"bug_present": False, "detail": "works"}})
+    assert engines.engine_for("multi_worker")[0] == "fit"
+    monkeypatch.setattr(engines, "versions", lambda: {"tensorflow": "9.0", "keras": "9.0"})
+    assert engines.cached_answers() is None
+    assert engines.engine_for("multi_worker")[0] == "loop"
 
 
 def test_train_with_auto_engine_uses_the_loop_under_central_storage(sample_data, capsys):
@@ -137,21 +139,21 @@ def test_train_with_auto_engine_uses_the_loop_under_central_storage(sample_data,
 
 def test_numpy_2_under_old_reticulate_is_broken_with_the_fix(monkeypatch):
     monkeypatch.setattr(numpy, "__version__", "2.1.0")
-    check = doctor._numpy_reticulate_check("1.28")
+    check = checks.numpy_reticulate_check("1.28")
     assert (check.status, check.fix) == (doctor.BROKEN, '.venv/bin/pip install "numpy<2"')
-    assert doctor._numpy_reticulate_check("1.38").status == doctor.OK
+    assert checks.numpy_reticulate_check("1.38").status == doctor.OK
 
 
 def test_embedded_r_that_misses_packages_rscript_finds_is_broken():
     found = {"R": "4.2.2", "reticulate": "1.28", "kerasdist": "0.1.0"}
-    check = doctor._rpy2_check(found, {"rpy2": "3.5.17", "R": "4.4.1", "reticulate": "1.28", "kerasdist": ""})
+    check = checks.rpy2_check(found, {"rpy2": "3.5.17", "R": "4.4.1", "reticulate": "1.28", "kerasdist": ""})
     assert check.status == doctor.BROKEN and "not kerasdist (Rscript does)" in check.found
     assert "rpy2==3.5.*" in check.fix
 
 
 def test_rpy2_fix_follows_the_r_version():
     found = {"R": "4.5.0", "reticulate": "1.41", "kerasdist": "0.1.0"}
-    check = doctor._rpy2_check(found, {"error": "rpy2 is not installed"})
+    check = checks.rpy2_check(found, {"error": "rpy2 is not installed"})
     assert '"rpy2>=3.6,<3.7"' in check.fix
 
 
@@ -162,7 +164,7 @@ def test_a_gpu_driver_with_the_cpu_build_says_how_to_switch(tmp_path, monkeypatc
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     if __import__("tensorflow").config.list_physical_devices("GPU"):
         pytest.skip("this machine has a GPU TensorFlow can use")
-    gpus = next(check for check in doctor._gpu_checks() if check.key == "gpus")
+    gpus = next(check for check in checks.gpu_checks() if check.key == "gpus")
     assert gpus.status == doctor.BROKEN and gpus.found == "nvidia-smi lists 1, TensorFlow sees 0"
     if not __import__("tensorflow").test.is_built_with_cuda():
         assert gpus.fix == "KERASDIST_TF=gpu make setup"
@@ -188,6 +190,6 @@ def test_a_bad_probe_timeout_is_one_line_and_exit_2():
 @pytest.mark.slow
 def test_real_probes_agree_with_the_bugs_known_for_these_versions():
     answers = probes.run_probes(timeout_s=240)
-    for probe in probes.PROBES:
+    for probe in engines.PROBES:
         assert not answers[probe.name]["failed"], answers[probe.name]
-        assert answers[probe.name]["bug_present"] == probes.KNOWN_BUGS[probe.name], answers[probe.name]
+        assert answers[probe.name]["bug_present"] == engines.KNOWN_BUGS[probe.name], answers[probe.name]

@@ -19,7 +19,6 @@ sample's own description ("5,000-digit").
 import json
 import os
 import re
-from pathlib import Path
 
 import nbformat
 import pytest

@@ -1,5 +1,6 @@
 """Tests for kerasdist/loop.py: the loop trains like fit, with and without XLA, and resumes exactly."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -105,3 +106,31 @@ def test_loop_killed_mid_epoch_resumes_at_the_next_batch_with_identical_weights(
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert np.abs(ours[name] - theirs[name]).max() <= 1e-6, name
+
+
+class EventLog(keras.callbacks.Callback):
+    """Records the events an engine sends its callbacks: batches per epoch and each epoch's log keys."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches, self.epoch_keys, self.began = {}, [], 0
+
+    def on_train_begin(self, logs=None):
+        self.began += 1
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.setdefault(len(self.epoch_keys), []).append(batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_keys.append(sorted(logs))
+
+
+@pytest.mark.parametrize("engine", ["fit", "loop"])
+def test_both_engines_drive_a_callers_keras_callbacks_alike(sample_data, engine):
+    events = EventLog()
+    run_training(epochs=2, data=sample_data, global_batch_size=256, engine=engine, steps_per_execution=5,
+                 verbose=0, callbacks=[events])
+    assert events.began == 1
+    assert events.batches == {0: list(range(13)), 1: list(range(13))}  # 3333 samples: 13 batches of 256
+    assert events.epoch_keys == [["loss", "sparse_categorical_accuracy", "val_loss",
+                                  "val_sparse_categorical_accuracy"]] * 2

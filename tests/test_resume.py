@@ -8,8 +8,14 @@ import time
 
 import pytest
 
-from helpers import (checkpoint_tensors, kerasdist_command, kill_when_logged, last_json_line, run_cli,
-                     signal_when_logged)
+from helpers import (
+    checkpoint_tensors,
+    kerasdist_command,
+    kill_when_logged,
+    last_json_line,
+    run_cli,
+    signal_when_logged,
+)
 
 # Every test here trains in other processes, and keeps both cores busy.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("training")]

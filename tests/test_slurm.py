@@ -1,4 +1,4 @@
-"""Tests for kerasdist/slurm.py: the Slurm step environment, the sbatch script, and real jobs on a
+"""Tests for kerasdist/cluster/slurm.py: the Slurm step environment, the sbatch script, and real jobs on a
 single-node Slurm (munged, slurmctld, slurmd) started on 127.0.0.1 in a temporary directory."""
 
 import os
@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 from helpers import kerasdist_command, last_json_line
-from kerasdist import cli, cluster, slurm
+from kerasdist import cli, cluster
+from kerasdist.cluster import slurm
 
 # Four tasks on two nodes, as srun sets them for task 0 of `srun --nodes 2 --ntasks-per-node 2`.
 STEP = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "4",

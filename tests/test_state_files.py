@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kerasdist import cli, files, probes
+from kerasdist import cli, engines, files
 from kerasdist.checkpoint import RUN_CONFIG_FILE
 from kerasdist.train import run_training
 
@@ -201,8 +201,8 @@ def test_a_damaged_probe_cache_is_ignored(tmp_path, monkeypatch, content):
         path.mkdir()
     else:
         path.write_bytes(content)
-    assert probes.cached_answers() is None
-    assert probes.engine_for("multi_worker")[0] == "loop"  # the bugs known for this Keras
+    assert engines.cached_answers() is None
+    assert engines.engine_for("multi_worker")[0] == "loop"  # the bugs known for this Keras
 
 
 @pytest.mark.parametrize("path, expected", [(None, None), ("[1]", "a JSON list, not an object"),

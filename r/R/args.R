@@ -5,12 +5,11 @@
 
 `%|NA|%` <- function(x, y) if (length(x) == 0L || is.na(x)) y else x
 
-# Stop with a condition of class "kerasdist_error" (plus `class`).
+# Stop with an rlang error of class "kerasdist_error" (plus `class`, e.g. "kerasdist_diverged"), which
+# tests and scripts match with expect_error(class = ) or tryCatch(). rlang::abort() keeps the message as
+# it is: one line, like the command line's (cli::cli_abort() would rewrap it to the console's width).
 kd_abort <- function(message, call = NULL, class = NULL) {
-  stop(structure(
-    class = c(class, "kerasdist_error", "error", "condition"),
-    list(message = message, call = call)
-  ))
+  rlang::abort(message, class = c(class, "kerasdist_error"), call = call)
 }
 
 deparse_short <- function(x) {

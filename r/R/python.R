@@ -227,14 +227,14 @@ find_project_venv <- function(start, has_kerasdist = python_has_kerasdist) {
   }
 }
 
-# Whether `python` can import kerasdist (asks importlib; does not start TensorFlow).
-python_has_kerasdist <- function(python) {
+# Whether `python` can import kerasdist (asks importlib; does not start TensorFlow), within `timeout_s`.
+python_has_kerasdist <- function(python, timeout_s = 60) {
   code <- "import importlib.util, sys; sys.exit(importlib.util.find_spec('kerasdist') is None)"
-  status <- tryCatch(
-    suppressWarnings(system2(python, c("-c", shQuote(code)), stdout = FALSE, stderr = FALSE)),
-    error = function(error) 1L
+  result <- tryCatch(
+    processx::run(python, c("-c", code), error_on_status = FALSE, timeout = timeout_s),
+    error = function(error) list(status = 1L, timeout = FALSE)
   )
-  identical(as.integer(status), 0L)
+  identical(as.integer(result$status), 0L) && !isTRUE(result$timeout)
 }
 
 # Stop with one error that says which Python was tried and how to fix it.

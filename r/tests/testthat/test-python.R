@@ -113,3 +113,18 @@ test_that("NumPy 2 with a reticulate older than 1.38 is stopped with the fix", {
   expect_silent(kd_check_numpy("2.1.0", "1.38", "/env/bin/python"))
   expect_silent(kd_check_numpy(NULL, "1.28", "/env/bin/python"))
 })
+
+test_that("a Python that hangs counts as one without kerasdist once its time is up", {
+  hang <- withr::local_tempfile()
+  writeLines(c("#!/bin/sh", "sleep 30"), hang)
+  Sys.chmod(hang, "755")
+  started <- Sys.time()
+  expect_false(python_has_kerasdist(hang, timeout_s = 1))
+  expect_lt(as.numeric(difftime(Sys.time(), started, units = "secs")), 10)
+})
+
+test_that("errors are rlang conditions of class kerasdist_error, message kept on one line", {
+  error <- tryCatch(kd_train(replicas = "2"), error = identity)
+  expect_s3_class(error, c("kerasdist_error", "rlang_error"))
+  expect_false(grepl("\n", conditionMessage(error), fixed = TRUE))
+})

@@ -12,16 +12,13 @@ import tensorflow as tf
 from kerasdist import data as data_module
 from kerasdist import loop
 from kerasdist.checkpoint import CheckpointStore
-from kerasdist.cluster import (
-    DEFAULT_COLLECTIVE_TIMEOUT_S,
-    TRAINING_ROLES,
-    check_port_free,
-    check_worker_options,
-    tf_config,
-)
-from kerasdist.errors import KerasdistError
+from kerasdist.cluster.config import TRAINING_ROLES, tf_config
+from kerasdist.cluster.peers import DEFAULT_PEER_TIMEOUT_S, describe_peers, resolve_hosts
+from kerasdist.cluster.ports import check_port_free
+from kerasdist.cluster.watchdog import PeerWatchdog
+from kerasdist.errors import ClusterError, KerasdistError
 from kerasdist.model import ACCURACY_METRIC, build_model, model_signature
-from kerasdist.peers import DEFAULT_PEER_TIMEOUT_S, ClusterError, PeerWatchdog, describe_peers, resolve_hosts
+from kerasdist.options import DEFAULT_COLLECTIVE_TIMEOUT_S, check_worker_options
 from kerasdist.train import run_training
 
 # What a non-chief worker copies from the chief's directory to resume from the same checkpoint.
@@ -59,7 +56,7 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
         peer_timeout_s: the longest wait for a peer: resolving the cluster's
             hosts, joining the cluster, and any stretch of training without
             progress (a stopped, hung or unreachable peer); then the process
-            ends with one line naming the peers (``peers.PeerWatchdog``).
+            ends with one line naming the peers (``watchdog.PeerWatchdog``).
 
     Returns:
         The result record (dict) with ``task``, ``is_chief`` and ``weights_sha256`` added.
@@ -74,24 +71,13 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
         >>> options = {"epochs": 2, "data": "sample", "checkpoint_dir": "ckpt"}
         >>> record = run_worker(task, options)                # doctest: +SKIP
     """
-    if task.task_type not in TRAINING_ROLES:
-        raise KerasdistError(f"run_worker trains chief or worker tasks. Received: {task.name}")
-    options = dict(training_options, strategy="multi_worker", engine=training_options.get("engine", "loop"))
-    check_worker_options(options.get("replicas", 1), options.get("global_batch_size", 64), task.num_workers)
-    host, _, port = task.address.rpartition(":")
-    check_port_free(host, port)
-    resolve_hosts(task, peer_timeout_s)
-    # MultiWorkerMirroredStrategy reads TF_CONFIG; the evaluator is not part of its all-reduce.
-    os.environ["TF_CONFIG"] = tf_config(task.training_cluster(), task.task_type, task.task_index)
-    chief_directory = options.get("checkpoint_dir")
-    own_directory = None
-    if chief_directory is not None and not task.is_chief:
-        own_directory = tempfile.mkdtemp(prefix=f"kerasdist-{task.task_type}{task.task_index}-")
-        _copy_resume_files(chief_directory, own_directory)
-        options["checkpoint_dir"] = own_directory
+    options = _prepared(task, training_options, peer_timeout_s)
+    own_directory = _own_copy(task, options)
     try:
-        with PeerWatchdog(task, peer_timeout_s, cleanup=own_directory):
-            result = run_training(**options, collective_timeout_s=collective_timeout_s, verbose=verbose)
+        with PeerWatchdog(task, peer_timeout_s, cleanup=own_directory) as watchdog:
+            options.update(collective_timeout_s=collective_timeout_s, verbose=verbose,
+                           callbacks=[*options.get("callbacks", ()), watchdog.callback()])
+            result = run_training(**options)
             _barrier(result.model.distribute_strategy)
     except _PEER_ERRORS as error:
         raise ClusterError(
@@ -108,6 +94,31 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
         record["checkpoint"] = None  # the copy is gone; the chief's record names the checkpoint
     record.update(task=task.name, is_chief=task.is_chief, weights_sha256=digest)
     return record
+
+
+def _own_copy(task, options):
+    """A non-chief worker trains in a temporary copy of the chief's directory; return it (or None)."""
+    chief_directory = options.get("checkpoint_dir")
+    if chief_directory is None or task.is_chief:
+        return None
+    own_directory = tempfile.mkdtemp(prefix=f"kerasdist-{task.task_type}{task.task_index}-")
+    _copy_resume_files(chief_directory, own_directory)
+    options["checkpoint_dir"] = own_directory
+    return own_directory
+
+
+def _prepared(task, training_options, peer_timeout_s):
+    """Check the task and its options, resolve its peers, set TF_CONFIG; return ``run_training``'s options."""
+    if task.task_type not in TRAINING_ROLES:
+        raise KerasdistError(f"run_worker trains chief or worker tasks. Received: {task.name}")
+    options = dict(training_options, strategy="multi_worker", engine=training_options.get("engine", "loop"))
+    check_worker_options(options.get("replicas", 1), options.get("global_batch_size", 64), task.num_workers)
+    host, _, port = task.address.rpartition(":")
+    check_port_free(host, port)
+    resolve_hosts(task, peer_timeout_s)
+    # MultiWorkerMirroredStrategy reads TF_CONFIG; the evaluator is not part of its all-reduce.
+    os.environ["TF_CONFIG"] = tf_config(task.training_cluster(), task.task_type, task.task_index)
+    return options
 
 
 def _reason(error):

@@ -1,4 +1,4 @@
-"""Property-based tests of kerasdist/validation.py: random bad values at every edge give one line, exit 2, no file.
+"""Property-based tests of kerasdist/checks.py and options.py: random bad values at every edge give one line, exit 2, no file.
 
 Hypothesis draws bad option values (out of range, NaN, inf, wrong types) and bad arrays, and drives
 ``run_training``, ``run_comparison``, the CLI in this process and, for a few examples, the real CLI
@@ -15,12 +15,13 @@ import tempfile
 
 import numpy as np
 import pytest
-from helpers import kerasdist_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kerasdist import cli, data, run_comparison, run_training, validation
+from helpers import kerasdist_command
+from kerasdist import checks, cli, data, run_comparison, run_training
 from kerasdist.errors import KerasdistError
+from kerasdist.options import TrainingOptions
 
 # `<what> must be <rule>. Received: <name>=<value>; <what to do>`, all on one line.
 MESSAGE = re.compile(r"^\S.* must be .+\. Received: [^=;]+=.*; \S.*$")
@@ -293,7 +294,7 @@ def bad_labels(draw):
 def test_bad_images_are_refused_in_one_line(case):
     images, rule = case
     with pytest.raises(KerasdistError) as error:
-        validation.images(images, "x_train")
+        checks.images(images, "x_train")
     message = _assert_one_line(str(error.value))
     assert MESSAGE.match(message) and rule in message and "x_train" in message, message
 
@@ -303,7 +304,7 @@ def test_bad_images_are_refused_in_one_line(case):
 def test_bad_labels_are_refused_in_one_line(case):
     labels, rule = case
     with pytest.raises(KerasdistError) as error:
-        validation.labels(labels, 4, "y_train")
+        checks.labels(labels, 4, "y_train")
     message = _assert_one_line(str(error.value))
     assert MESSAGE.match(message) and rule in message and "y_train" in message, message
 
@@ -331,12 +332,10 @@ def test_bad_npz_files_are_refused_before_anything_is_written(sample_data, key, 
 
 
 def test_good_values_pass_and_come_back_normalised(sample_data):
-    options = validation.training_options(
-        replicas=2, epochs=3.0, global_batch_size=np.int64(64), seed=SEED_LIMIT - 1
-    )
-    assert (options["epochs"], options["global_batch_size"], options["seed"]) == (3, 64, SEED_LIMIT - 1)
-    assert type(options["global_batch_size"]) is int
-    raw = validation.images(np.full((2, 28, 28), 255, "uint8"), "x_train")
+    options = TrainingOptions(replicas=2, epochs=3.0, global_batch_size=np.int64(64), seed=SEED_LIMIT - 1)
+    assert (options.epochs, options.global_batch_size, options.seed) == (3, 64, SEED_LIMIT - 1)
+    assert type(options.global_batch_size) is int
+    raw = checks.images(np.full((2, 28, 28), 255, "uint8"), "x_train")
     assert raw.shape == (2, 784) and raw.dtype == np.float32 and raw.max() == 1.0
-    assert validation.images(np.full((2, 784), 0.25), "x_train").max() == np.float32(0.25)
+    assert checks.images(np.full((2, 784), 0.25), "x_train").max() == np.float32(0.25)
     assert data.checked(sample_data).x_train.shape == sample_data.x_train.shape

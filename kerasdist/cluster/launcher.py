@@ -11,10 +11,16 @@ import tempfile
 import threading
 import time
 
-from kerasdist.cluster import local_cluster, tf_config
+import psutil
+
+from kerasdist.cluster.config import tf_config
+from kerasdist.cluster.ports import local_cluster
+from kerasdist.cluster.watchdog_process import STOPPED
 
 # Set for each task: how long it may run on after the launcher is gone (see interrupt.stop_when_parent_dies).
 ORPHAN_GRACE_VARIABLE = "KERASDIST_ORPHAN_GRACE_S"
+# The signals launch passes on to its tasks.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_grace_s=60,
@@ -53,50 +59,55 @@ def launch(num_workers, worker_arguments, evaluator=False, ports=None, failure_g
     record_directory = tempfile.mkdtemp(prefix="kerasdist-launch-")
     processes, record_files, threads, print_lock = {}, {}, [], threading.Lock()
     forwarded = []  # the signal passed on to the tasks, if any
-    in_main_thread = threading.current_thread() is threading.main_thread()
     previous_handlers = {}
-    if in_main_thread:
+    if threading.current_thread() is threading.main_thread():
         handler = functools.partial(_forward_signal, processes, forwarded, print_lock)
-        previous_handlers = {number: signal.signal(number, handler)
-                             for number in (signal.SIGINT, signal.SIGTERM)}
+        previous_handlers = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
     try:
         for name in names:
-            task_type, index = name.split()
-            record_file = os.path.join(record_directory, f"{task_type}-{index}.json")
-            command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments,
-                       "--record-file", record_file]
-            environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),
-                               PYTHONUNBUFFERED="1", **{ORPHAN_GRACE_VARIABLE: str(stop_grace_s)})
-            # A session of its own: a Ctrl-C reaches the task once, passed on by the launcher. Its stdin is a
-            # pipe the launcher never writes to: when the launcher dies, even by SIGKILL, the task sees the
-            # pipe end and stops (interrupt.stop_when_parent_dies).
-            process = subprocess.Popen(command, env=environment, stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                       errors="replace", bufsize=1, start_new_session=True)
-            processes[name] = process
-            record_files[name] = record_file
-            thread = threading.Thread(target=_stream, args=(process.stdout, f"[{name}] ", print_lock),
-                                      daemon=True)
-            thread.start()
-            threads.append(thread)
-            _print(print_lock, f"[launch] {name}: pid {process.pid}, {cluster[task_type][int(index)]}")
+            record_files[name] = os.path.join(record_directory, name.replace(" ", "-") + ".json")
+            processes[name] = _start_task(name, cluster, worker_arguments, record_files[name], stop_grace_s)
+            threads.append(threading.Thread(target=_stream, daemon=True,
+                                            args=(processes[name].stdout, f"[{name}] ", print_lock)))
+            threads[-1].start()
+            address = cluster[name.split()[0]][int(name.split()[1])]
+            _print(print_lock, f"[launch] {name}: pid {processes[name].pid}, {address}")
         statuses = _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded, stop_grace_s)
         records = {name: _read_record(record_file) for name, record_file in record_files.items()}
     except BaseException:
         _stop(list(processes.values()))
         raise
     finally:
-        for process in processes.values():
-            process.stdin.close()
-        for number, previous in previous_handlers.items():
-            signal.signal(number, previous)
-        for thread in threads:
-            thread.join(timeout=5)
-        shutil.rmtree(record_directory, ignore_errors=True)
+        _clean_up(processes, previous_handlers, threads, record_directory)
     worst = max(status for name, status in statuses.items() if name.startswith("worker"))
     if forwarded and worst == 128 + signal.SIGINT:
         worst = 128 + forwarded[0][0]  # the workers stopped on the passed-on SIGINT; report what we got
     return worst, records
+
+
+def _clean_up(processes, previous_handlers, threads, record_directory):
+    """Close the tasks' stdin, restore the signal handlers, end the output threads, remove the records."""
+    for process in processes.values():
+        process.stdin.close()
+    for number, previous in previous_handlers.items():
+        signal.signal(number, previous)
+    for thread in threads:
+        thread.join(timeout=5)
+    shutil.rmtree(record_directory, ignore_errors=True)
+
+
+def _start_task(name, cluster, worker_arguments, record_file, stop_grace_s):
+    """Start task ``name`` ("worker 1") as ``python -m kerasdist worker``; return its ``psutil.Popen``."""
+    task_type, index = name.split()
+    command = [sys.executable, "-m", "kerasdist", "worker", *worker_arguments, "--record-file", record_file]
+    environment = dict(os.environ, TF_CONFIG=tf_config(cluster, task_type, int(index)),
+                       PYTHONUNBUFFERED="1", **{ORPHAN_GRACE_VARIABLE: str(stop_grace_s)})
+    # A session of its own: a Ctrl-C reaches the task once, passed on by the launcher. Its stdin is a
+    # pipe the launcher never writes to: when the launcher dies, even by SIGKILL, the task sees the
+    # pipe end and stops (interrupt.stop_when_parent_dies).
+    return psutil.Popen(command, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+                        start_new_session=True)
 
 
 def _forward_signal(processes, forwarded, print_lock, signal_number, frame):
@@ -128,7 +139,7 @@ def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded=(
             deadline = forwarded[0][1] + stop_grace_s
         for name, process in list(pending.items()):
             if process.poll() is None:
-                if deadline is not None and not forwarded and _is_stopped(process.pid):
+                if deadline is not None and not forwarded and _is_stopped(process):
                     _print(print_lock, f"[launch] {name} (pid {process.pid}) is stopped (SIGSTOP?) and "
                                        "cannot notice the failure: killing it")
                     process.kill()
@@ -151,12 +162,11 @@ def _wait(processes, evaluator_grace_s, failure_grace_s, print_lock, forwarded=(
     return statuses
 
 
-def _is_stopped(pid):
-    """Whether process ``pid`` is stopped by a signal (Linux ``/proc``; False where that is missing)."""
+def _is_stopped(process):
+    """Whether ``process`` (a ``psutil.Popen``) is stopped by a signal (SIGSTOP, Ctrl-Z) or a tracer."""
     try:
-        with open(f"/proc/{pid}/stat") as stream:
-            return stream.read().rpartition(")")[2].split()[0] in ("T", "t")
-    except (OSError, IndexError):
+        return process.status() in STOPPED
+    except psutil.Error:
         return False
 
 
@@ -182,17 +192,14 @@ def _print(print_lock, line):
 
 
 def _stop(processes, grace_s=5):
-    """Terminate processes, then kill those still running after ``grace_s``."""
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    """Terminate processes (``psutil.Popen``), then kill those still running after ``grace_s``."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
+        process.terminate()
+    _, alive = psutil.wait_procs(running, timeout=grace_s)
+    for process in alive:
+        process.kill()
+        process.wait()
 
 
 def _read_record(path):

@@ -3,14 +3,16 @@
 Every task of ``srun kerasdist worker`` reads the variables Slurm sets for it;
 TensorFlow's ``SlurmClusterResolver`` turns them into host:port addresses
 (task 0 is worker 0, the chief). The TF_CONFIG path takes it from there
-(``kerasdist.roles.run_worker`` sets TF_CONFIG from the ``ClusterTask``).
+(``kerasdist.cluster.roles.run_worker`` sets TF_CONFIG from the ``ClusterTask``).
 """
 
 import os
 import shlex
 
-from kerasdist.cluster import ClusterTask, check_port_free, check_worker_options
+from kerasdist.cluster.config import ClusterTask
+from kerasdist.cluster.ports import check_port_free
 from kerasdist.errors import KerasdistError
+from kerasdist.options import check_worker_options
 
 # What srun sets for each task and SlurmClusterResolver reads.
 STEP_VARIABLES = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
@@ -67,6 +69,23 @@ def slurm_task(port_base=None, environ=None):
         ({'worker': ['node1:15128', 'node2:15128']}, 'worker 1')
     """
     environ = os.environ if environ is None else environ
+    job_id, port_base, num_tasks = _checked_step(environ, port_base)
+    cluster, (task_type, task_index) = _resolve_cluster(environ, port_base, num_tasks)
+    task = ClusterTask(cluster, task_type, task_index)
+    _check_task_host(task, environ)
+    host, _, port = task.address.rpartition(":")
+    try:
+        check_port_free(host, port)
+    except KerasdistError:
+        raise KerasdistError(
+            f"port {port} on {host} (Slurm job {job_id}'s port base {port_base} + this task's place on the "
+            "node) is already in use; pass another --slurm-port-base"
+        ) from None
+    return task
+
+
+def _checked_step(environ, port_base):
+    """``(job id, port base, tasks)`` of the step, checked (no TensorFlow needed)."""
     missing = [name for name in ("SLURM_JOB_ID",) + STEP_VARIABLES if not environ.get(name)]
     if missing:
         raise KerasdistError(
@@ -83,9 +102,14 @@ def slurm_task(port_base=None, environ=None):
     port_base = default_port_base(job_id) if port_base is None else port_base
     if not 1024 <= port_base <= 65535 - PORT_BLOCK:
         raise KerasdistError(f"the Slurm port base must be 1024..{65535 - PORT_BLOCK}. Received: {port_base}")
-    from kerasdist import _import_tensorflow_quietly
+    return job_id, port_base, num_tasks
 
-    _import_tensorflow_quietly()  # here: the sbatch script and the checks above need no TensorFlow
+
+def _resolve_cluster(environ, port_base, num_tasks):
+    """``(cluster dict, (task type, task index))`` from TensorFlow's ``SlurmClusterResolver``."""
+    from kerasdist.startup import import_tensorflow_quietly
+
+    import_tensorflow_quietly()  # here: the sbatch script and the checks before need no TensorFlow
     import tensorflow as tf
 
     saved = {name: os.environ.get(name) for name in STEP_VARIABLES}
@@ -95,7 +119,7 @@ def slurm_task(port_base=None, environ=None):
         resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
             port_base=port_base, gpus_per_node=num_tasks, gpus_per_task=1, auto_set_gpu=False
         )
-        cluster = resolver.cluster_spec().as_dict()
+        return resolver.cluster_spec().as_dict(), resolver.get_task_info()
     except (RuntimeError, ValueError) as error:
         reason = " ".join(str(error).split()).rstrip(".")
         raise KerasdistError(
@@ -108,18 +132,6 @@ def slurm_task(port_base=None, environ=None):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    task_type, task_index = resolver.get_task_info()
-    task = ClusterTask(cluster, task_type, task_index)
-    _check_task_host(task, environ)
-    host, _, port = task.address.rpartition(":")
-    try:
-        check_port_free(host, port)
-    except KerasdistError:
-        raise KerasdistError(
-            f"port {port} on {host} (Slurm job {job_id}'s port base {port_base} + this task's place on the "
-            "node) is already in use; pass another --slurm-port-base"
-        ) from None
-    return task
 
 
 def _integer(environ, name):

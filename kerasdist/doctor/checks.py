@@ -1,12 +1,10 @@
-"""``kerasdist doctor``: what this machine has, what each lesson needs, and which engine each strategy gets.
+"""The doctor's checks of this machine: Python, TensorFlow, GPUs, R and its packages, rpy2, the probes' rows.
 
 Every check is one row: OK, missing or broken, what was found, who needs it,
-and for a problem the one command that fixes it. Anything that could crash or
-hang (R, rpy2's embedded R, the probes of upstream bugs) runs in a
-subprocess with a timeout, all at the same time.
+and for a problem the one command that fixes it. R and rpy2's embedded R are
+asked in subprocesses with a timeout.
 """
 
-import concurrent.futures
 import dataclasses
 import json
 import os
@@ -14,14 +12,12 @@ import platform
 import shutil
 import subprocess
 import sys
-import time
 from importlib import metadata
 
-from kerasdist import probes
+from kerasdist import engines
 
 OK, MISSING, BROKEN = "OK", "missing", "broken"
-STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker")
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 R_PACKAGES = ("reticulate", "keras3", "tfdatasets", "tensorflow", "kerasdist")
 INSTALL_R_TWIN_PACKAGES = """Rscript -e 'install.packages(c("keras3", "tfdatasets", "tensorflow"))'"""
 INSTALL_R = "sudo apt-get install --no-install-recommends r-base-core r-cran-reticulate"
@@ -38,7 +34,6 @@ PROBE_NEEDED_BY = {
     "mirrored_steps_per_execution": "speed tips of 01 and 04",
     "central_storage_metrics": "06_strategy_map",
 }
-FOUND_WIDTH = 60  # longer findings are cut in the table (kept whole in --json)
 
 
 @dataclasses.dataclass
@@ -65,97 +60,6 @@ class Check:
         return not self.upstream and (self.status == BROKEN or (self.status == MISSING and self.required))
 
 
-def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
-    """Check this machine for everything the lessons need; probe the upstream bugs.
-
-    Args:
-        run_probes: run the probes of the Keras bugs kerasdist works around (a
-            few seconds each, in parallel) and cache their answers for
-            ``--engine auto``; False uses the cached answers, or the bugs known
-            for Keras 3.15.
-        probe_timeout_s: seconds a probe may take before it is killed (then reported broken).
-        probe_commands: probe name -> argv run instead of the real probe (stand-ins for tests).
-
-    Returns:
-        A JSON-able dict: ``checks`` (rows), ``lessons`` (which are ready),
-        ``engines`` (strategy -> engine and reason), ``problems`` and ``seconds``.
-
-    Example:
-        >>> report = diagnose(run_probes=False)  # doctest: +SKIP
-        >>> report["engines"]["multi_worker"]["engine"]
-        'loop'
-    """
-    start = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-        probe_future = pool.submit(probes.run_probes, probe_timeout_s, probe_commands) if run_probes else None
-        r_future = pool.submit(_r_packages_from_rscript)
-        rpy2_future = pool.submit(_r_packages_from_rpy2)
-        checks = _python_checks() + _gpu_checks()
-        r_found = r_future.result()
-        checks += _r_checks(r_found, rpy2_future.result())
-        answers = probe_future.result() if probe_future else {}
-    if answers:
-        probes.save_answers({name: answer for name, answer in answers.items() if not answer["failed"]})
-        checks += [_probe_check(probe, answers[probe.name]) for probe in probes.PROBES]
-    by_key = {check.key: check for check in checks}
-    lessons = []
-    for lesson, needs in LESSON_NEEDS:
-        missing = [by_key[key].name for key in needs if by_key[key].status != OK]
-        lessons.append({"lesson": lesson, "ready": not missing, "missing": missing})
-    engines = {}
-    for name in STRATEGIES:
-        engine, reason = probes.engine_for(name, answers or None)
-        engines[name] = {"engine": engine, "reason": reason}
-    return {
-        "checks": [dataclasses.asdict(check) for check in checks],
-        "lessons": lessons,
-        "engines": engines,
-        "problems": sum(check.is_problem for check in checks),
-        "upstream_bugs": sum(check.upstream and check.status != OK for check in checks),
-        "probe_cache": probes.cache_path() if answers else None,
-        "seconds": round(time.perf_counter() - start, 1),
-    }
-
-
-def format_report(report):
-    """The report as the table ``kerasdist doctor`` prints.
-
-    Example:
-        >>> print(format_report(diagnose(run_probes=False)))  # doctest: +SKIP
-    """
-    rows = [("status", "check", "this machine", "needed by")]
-    fixes = {}
-    for check in report["checks"]:
-        found = check["found"]
-        found = found if len(found) <= FOUND_WIDTH else found[:FOUND_WIDTH - 3] + "..."
-        rows.append((check["status"], check["name"], found, check["needed_by"]))
-        if check["fix"] and check["status"] != OK:
-            fixes[len(rows) - 1] = check["fix"]
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
-    lines = []
-    for index, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
-        if index in fixes:
-            lines.append(" " * (widths[0] + widths[1] + 4) + "fix: " + fixes[index])
-    lines.append("")
-    lesson_width = max(len(lesson["lesson"]) for lesson in report["lessons"])
-    for lesson in report["lessons"]:
-        state = "ready" if lesson["ready"] else "needs " + ", ".join(lesson["missing"])
-        lines.append(f"lesson  {lesson['lesson'].ljust(lesson_width)}  {state}")
-    lines.append("")
-    for name, choice in report["engines"].items():
-        lines.append(f"engine  {name.ljust(15)} {choice['engine']:4}  {choice['reason']}")
-    if report["probe_cache"]:
-        shown = report["probe_cache"].replace(os.path.expanduser("~"), "~", 1)
-        lines.append(f"--engine auto uses these answers (saved in {shown} for this TensorFlow/Keras).")
-    problems, bugs = report["problems"], report["upstream_bugs"]
-    upstream = (f"{bugs} upstream bug{'s' * (bugs != 1)} worked around by the engines above"
-                if report["probe_cache"] else "upstream bugs not probed (--no-probes)")
-    lines.append(f"{problems} problem{'s' * (problems != 1)} on this machine; {upstream}; "
-                 f"checks took {report['seconds']} s.")
-    return "\n".join(lines)
-
-
 # ---- Python, TensorFlow, GPUs ----
 
 def _version(distribution):
@@ -165,14 +69,14 @@ def _version(distribution):
         return None
 
 
-def _python_checks():
+def python_checks():
     import keras
     import numpy
     import tensorflow as tf
 
     python = platform.python_version()
     supported = (3, 10) <= sys.version_info[:2] <= (3, 13)
-    installed = probes.versions()
+    installed = engines.versions()
     both = "tensorflow" in installed and "tensorflow-cpu" in installed
     build = "GPU build" if tf.test.is_built_with_cuda() else "CPU build"
     distribution = "tensorflow-cpu" if "tensorflow-cpu" in installed else "tensorflow"
@@ -209,7 +113,7 @@ def _nvidia_gpus():
     return gpus
 
 
-def _gpu_checks():
+def gpu_checks():
     import tensorflow as tf
 
     driver_gpus = _nvidia_gpus()
@@ -269,7 +173,7 @@ def _r_library_code():
             "error = function(e) ''))) }")
 
 
-def _r_packages_from_rscript():
+def r_packages_from_rscript():
     """``{"R": version, package: version or ""}`` from Rscript, or ``{"error": ...}``."""
     if shutil.which("Rscript") is None:
         return {"error": "R not found"}
@@ -283,7 +187,7 @@ def _r_packages_from_rscript():
     return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
 
 
-def _r_packages_from_rpy2():
+def r_packages_from_rpy2():
     """The same as seen by R embedded in Python through rpy2, plus ``rpy2``'s version."""
     if _version("rpy2") is None:
         return {"error": "rpy2 not installed"}
@@ -309,7 +213,7 @@ def _version_tuple(text):
     return tuple(int(part) for part in text.split(".")[:3] if part.isdigit())
 
 
-def _r_checks(found, embedded):
+def r_checks(found, embedded):
     r_ok = "error" not in found
     r_twins = "01-06 keras3 R twins"
     checks = [Check("r", "R", OK if r_ok else MISSING, found.get("R") or found["error"], "all _R notebooks",
@@ -329,12 +233,12 @@ def _r_checks(found, embedded):
         version = found.get(package, "")
         checks.append(Check(key, f"{package} (R)", OK if version else MISSING, version or "not installed",
                             needed_by, "" if version else fix))
-    checks.append(_rpy2_check(found, embedded))
-    checks.append(_numpy_reticulate_check(reticulate))
+    checks.append(rpy2_check(found, embedded))
+    checks.append(numpy_reticulate_check(reticulate))
     return checks
 
 
-def _rpy2_check(found, embedded):
+def rpy2_check(found, embedded):
     # rpy2 3.6 fails against R older than 4.5; 3.5 is the one for those (as scripts/setup.sh picks).
     wanted = "rpy2==3.5.*" if _version_tuple(found.get("R") or "0") < (4, 5) else "rpy2>=3.6,<3.7"
     fix = f'.venv/bin/pip install --force-reinstall --no-cache-dir "{wanted}"'
@@ -350,7 +254,7 @@ def _rpy2_check(found, embedded):
     return Check("rpy2", "rpy2 (embedded R)", OK, text, "all _R notebooks (%%R cells)")
 
 
-def _numpy_reticulate_check(reticulate):
+def numpy_reticulate_check(reticulate):
     import numpy
 
     name, needed_by = "NumPy vs reticulate", "R package, _R notebooks"
@@ -367,8 +271,8 @@ def _numpy_reticulate_check(reticulate):
 
 # ---- Probes of upstream bugs ----
 
-def _probe_check(probe, answer):
-    engine, _ = probes.engine_for(probe.strategy, {probe.name: answer})
+def probe_check(probe, answer):
+    engine, _ = engines.engine_for(probe.strategy, {probe.name: answer})
     return Check(probe.name, probe.title, BROKEN if answer["bug_present"] else OK,
                  f"engine {engine}: {answer['detail']}", f"{PROBE_NEEDED_BY[probe.name]} ({probe.issue})",
                  probe.advice if answer["bug_present"] else "", upstream=True)

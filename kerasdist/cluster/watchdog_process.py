@@ -1,7 +1,7 @@
 """The peer watchdog's own process: ends a task that made no progress for a timeout, naming its peers.
 
-It runs beside a worker as ``python watchdog.py CONFIG`` and imports the
-standard library alone (no TensorFlow), because TensorFlow can block the
+It runs beside a worker as ``python -I watchdog_process.py CONFIG`` and imports
+the standard library and psutil alone (no TensorFlow), because TensorFlow can block the
 worker's Python threads while it waits for a peer (joining the cluster holds
 the interpreter lock). The worker writes a byte to the watchdog's stdin
 whenever training moves on; seconds in which the worker used the CPU (loading
@@ -21,10 +21,14 @@ import socket
 import sys
 import time
 
+import psutil
+
 _PROBE_TIMEOUT_S = 2.0
 # A second in which the worker used more CPU than this share of it was local work, not waiting:
 # a task blocked on a silent peer uses almost none.
 _BUSY_CPU_SHARE = 0.1
+# Stopped by a signal (SIGSTOP, Ctrl-Z) or by a tracer: either way the process waits, not for its peers.
+STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
 
 def describe(peers, timeout_s=_PROBE_TIMEOUT_S):
@@ -59,18 +63,23 @@ def probe(address, timeout_s=_PROBE_TIMEOUT_S):
 def process_state(pid):
     """``(stopped, cpu seconds)`` of process ``pid``: stopped by a signal (SIGSTOP, Ctrl-Z), CPU time so far.
 
-    Reads Linux ``/proc``; where that is missing: ``(False, 0.0)``.
+    ``(False, 0.0)`` for a process that is gone.
+
+    Example:
+        >>> process_state(os.getpid())[0]
+        False
     """
     try:
-        with open(f"/proc/{pid}/stat") as stream:
-            fields = stream.read().rpartition(")")[2].split()
-        return fields[0] in ("T", "t"), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
+        process = psutil.Process(pid)
+        with process.oneshot():
+            times = process.cpu_times()
+            return process.status() in STOPPED, times.user + times.system
+    except psutil.Error:
         return False, 0.0
 
 
 def watch(pid, name, peers, timeout_s, cleanup=None, beats=sys.stdin):
-    """Watch worker ``pid`` until its beats end (return 0) or it stalls for ``timeout_s`` (kill it, return 1)."""
+    """Watch worker ``pid`` until its beats end (return 0) or it stalls ``timeout_s`` (kill it, return 1)."""
     interval = min(1.0, timeout_s / 4)
     last_progress, cpu_before, checked = time.monotonic(), process_state(pid)[1], time.monotonic()
     descriptor = beats.fileno()

@@ -1,0 +1,77 @@
+"""Starting TensorFlow quietly: its C++ start-up lines (absl, oneDNN) kept off stderr.
+
+TF_CPP_MIN_LOG_LEVEL does not silence them, and they would bury the command
+line's one-line errors and clutter notebook cells. ``import kerasdist``
+installs ``QuietTensorFlowFinder``, so whoever imports TensorFlow next (this
+package, Keras, a lesson, reticulate) imports it quietly; nothing is loaded
+until then, so the command line checks its options before TensorFlow starts.
+"""
+
+import contextlib
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+
+@contextlib.contextmanager
+def stderr_silenced():
+    """Send file descriptor 2 (C++ and Python stderr) to /dev/null inside the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def import_tensorflow_quietly():
+    """Import TensorFlow (if not yet imported) with its start-up lines kept off stderr.
+
+    Errors still surface: the exception is raised after stderr is restored.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "tensorflow" not in sys.modules:
+        with stderr_silenced():
+            import tensorflow  # noqa: F401
+    sys.modules["tensorflow"].get_logger().setLevel("WARNING")  # in notebooks TF logs INFO lines to stdout
+
+
+class QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
+    """An import hook: the first import of ``tensorflow``, by anyone, runs with stderr silenced."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)  # once: find the real spec, then step aside
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+class _QuietLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        with stderr_silenced():
+            self.loader.exec_module(module)
+        module.get_logger().setLevel("WARNING")
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+def install():
+    """Make the next import of TensorFlow quiet (nothing to do once it is imported)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "tensorflow" in sys.modules or any(isinstance(f, QuietTensorFlowFinder) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, QuietTensorFlowFinder())

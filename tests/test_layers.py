@@ -1,0 +1,110 @@
+"""The package's layers: every import points down (or within a layer) and no import cycle exists.
+
+Read from the sources (``ast``), function-level imports included, so a lazy
+import cannot hide an arrow that points up.
+"""
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kerasdist")
+
+# Lowest first. A module may import modules of its own layer or of a lower one.
+LAYERS = {
+    "base": ["kerasdist", "errors", "startup", "checks", "files", "locking", "interrupt"],
+    "devices": ["devices", "strategy"],
+    "data and model": ["data", "model"],
+    "training": ["options", "engines", "divergence", "callbacks", "checkpoint", "metrics_log", "loop", "train"],
+    "experiments": ["compare", "comparison_files", "plots", "speed", "jax_distribution"],
+    "cluster": ["cluster", "cluster.config", "cluster.ports", "cluster.peers", "cluster.watchdog_process",
+                "cluster.watchdog", "cluster.launcher", "cluster.roles", "cluster.slurm"],
+    "doctor": ["doctor", "doctor.checks", "doctor.probes", "doctor.probe_host", "doctor.report"],
+    "interfaces": ["cli", "__main__"],
+}
+LEVEL = {name: level for level, names in enumerate(LAYERS.values()) for name in names}
+
+
+def module_files():
+    """``{module name relative to kerasdist ("" for the package): path}``."""
+    found = {}
+    for root, _, names in os.walk(PACKAGE):
+        for name in names:
+            if name.endswith(".py"):
+                relative = os.path.relpath(os.path.join(root, name), PACKAGE)[:-3].replace(os.sep, ".")
+                found[relative.removesuffix("__init__").rstrip(".")] = os.path.join(root, name)
+    return found
+
+
+def _target(dotted, modules):
+    """The module of the package ``dotted`` (``kerasdist.x.y``) names, or None outside the package."""
+    if dotted != "kerasdist" and not dotted.startswith("kerasdist."):
+        return None
+    name = dotted.removeprefix("kerasdist").lstrip(".")
+    return name if name in modules else _target(dotted.rpartition(".")[0], modules)
+
+
+def import_graph():
+    """``{module: set of package modules it imports}``, from every import statement in its source."""
+    modules = module_files()
+    graph = {}
+    for module, path in modules.items():
+        with open(path, encoding="utf-8") as stream:
+            tree = ast.parse(stream.read())
+        targets = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets.update(_target(alias.name, modules) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    targets.add(_target(f"{node.module}.{alias.name}", modules))
+        graph[module] = targets - {None, module}
+    return graph
+
+
+def _name(module):
+    return module or "kerasdist"
+
+
+def test_every_module_has_a_layer():
+    assert sorted(_name(module) for module in module_files() if _name(module) not in LEVEL) == []
+
+
+def test_imports_point_down_or_within_a_layer():
+    upward = [f"{_name(module)} -> {_name(target)}"
+              for module, targets in import_graph().items() for target in targets
+              if LEVEL[_name(target)] > LEVEL[_name(module)]]
+    assert upward == []
+
+
+def test_there_is_no_import_cycle():
+    graph = import_graph()
+    state, cycles = {}, []
+
+    def visit(module, path):
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join(map(_name, path[path.index(target):] + [target])))
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+@pytest.mark.parametrize("first", ["kerasdist", "kerasdist.cli", "kerasdist.cluster"])
+def test_importing_kerasdist_loads_no_tensorflow_and_makes_its_start_quiet(first):
+    code = (f"import sys, {first}\n"
+            "assert 'tensorflow' not in sys.modules, 'TensorFlow loaded at import'\n"
+            "import tensorflow\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
