@@ -104,7 +104,8 @@ def run_seed_code(source, epochs):
     timer = EpochTimer()
     model.fit(train, epochs=epochs, callbacks=[timer], verbose=0)
     _, accuracy = model.evaluate(data.x_test, data.y_test, verbose=0)
-    return {"samples_per_s": [len(data.y_train) / seconds for seconds in timer.seconds], "test_accuracy": accuracy}
+    speeds = [len(data.y_train) / seconds for seconds in timer.seconds]
+    return {"samples_per_s": speeds, "test_accuracy": accuracy}
 
 
 class EpochTimer(keras.callbacks.Callback):
@@ -129,7 +130,8 @@ def run_kerasdist(setup, source, epochs):
     kerasdist.configure_replicas(setup["replicas"])
     keras.mixed_precision.set_global_policy(setup["precision"])
     result = kerasdist.run_training(
-        replicas=setup["replicas"], epochs=epochs, global_batch_size=GLOBAL_BATCH_SIZE, data=benchmark_data(source),
+        replicas=setup["replicas"], epochs=epochs, global_batch_size=GLOBAL_BATCH_SIZE,
+        data=benchmark_data(source),
         seed=SEED, engine=setup["engine"], jit_compile=setup["xla"], steps_per_execution=setup["k"],
         verbose=0,
     )
@@ -143,7 +145,8 @@ def run_worker(setup, source, epochs):
 
     task = cluster.parse_tf_config(os.environ["TF_CONFIG"])
     record = roles.run_worker(task, {
-        "epochs": epochs, "global_batch_size": GLOBAL_BATCH_SIZE, "data": benchmark_data(source), "seed": SEED,
+        "epochs": epochs, "global_batch_size": GLOBAL_BATCH_SIZE, "data": benchmark_data(source),
+        "seed": SEED,
         "jit_compile": setup["xla"], "steps_per_execution": setup["k"],
     }, verbose=0)
     return {"samples_per_s": record["history"]["samples_per_s"], "test_accuracy": record["test"]["accuracy"],
@@ -152,7 +155,8 @@ def run_worker(setup, source, epochs):
 
 def measure(setup, source, epochs):
     """Run one setup in fresh processes; return its per-epoch samples/s and test accuracy."""
-    command = [sys.executable, __file__, "--data", source, "--epochs", str(epochs), "--run", json.dumps(setup)]
+    command = [sys.executable, __file__, "--data", source, "--epochs", str(epochs),
+               "--run", json.dumps(setup)]
     if setup["kind"] != "workers":
         return _result(subprocess.run(command, capture_output=True, text=True, check=False))
     from kerasdist import cluster
@@ -225,7 +229,8 @@ def main():
         elif setup["kind"] == "seed":
             result = run_seed_code(args.data, args.epochs)
         else:
-            result = {"train": run_kerasdist, "workers": run_worker}[setup["kind"]](setup, args.data, args.epochs)
+            run = {"train": run_kerasdist, "workers": run_worker}[setup["kind"]]
+            result = run(setup, args.data, args.epochs)
         print(json.dumps(result), flush=True)
         return
     rows = [dict(setup, samples_per_s=0.0) for setup in setups(args.steps_per_execution)]
@@ -240,7 +245,8 @@ def main():
                   f"{row['precision']}): "
                   f"{rate:,.0f} samples/s [{time.perf_counter() - started:.0f} s]", flush=True)
     limit = measure({"kind": "limit"}, args.data, args.epochs)
-    print(f"limit: {limit['flops_per_sample']:,} FLOPs per sample; matmul {limit['float32'] / 1e9:,.0f} GFLOP/s "
+    print(f"limit: {limit['flops_per_sample']:,} FLOPs per sample; "
+          f"matmul {limit['float32'] / 1e9:,.0f} GFLOP/s "
           f"float32, {limit['mixed_bfloat16'] / 1e9:,.0f} GFLOP/s bfloat16", flush=True)
     markdown = table(rows, limit)
     os.makedirs(args.out, exist_ok=True)

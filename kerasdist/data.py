@@ -1,4 +1,4 @@
-"""MNIST from the Keras cache, a local .npz, an offline sample of real digits, or Fashion-MNIST, as tf.data pipelines."""
+"""MNIST (Keras cache, a local .npz, an offline sample of real digits) or Fashion-MNIST, in tf.data."""
 
 import dataclasses
 import functools
@@ -197,7 +197,8 @@ def fashion_files(verbose=False):
                          f"(apt-get install {FASHION_DEBIAN_PACKAGE})")
             origins[name] = "download"
     if verbose and "debian" in origins.values():
-        print(f"Fashion-MNIST: linked the files of Debian's {FASHION_DEBIAN_PACKAGE} package into the Keras cache",
+        print(f"Fashion-MNIST: linked the files of Debian's {FASHION_DEBIAN_PACKAGE} package "
+              "into the Keras cache",
               flush=True)
     if verbose and "download" in origins.values():
         print("Fashion-MNIST: downloaded into the Keras cache", flush=True)

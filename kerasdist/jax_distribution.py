@@ -82,8 +82,9 @@ def _import_keras(backend):
             del os.environ["KERAS_BACKEND"]
         else:
             os.environ["KERAS_BACKEND"] = previous
-        raise KerasdistError(f"this command needs Keras on {backend} in a process of its own. Received: Keras "
-                             f"already loaded on {keras.config.backend()}; run python -m kerasdist.jax_distribution")
+        raise KerasdistError(
+            f"this command needs Keras on {backend} in a process of its own. Received: Keras "
+            f"already loaded on {keras.config.backend()}; run python -m kerasdist.jax_distribution")
     return keras
 
 
@@ -130,7 +131,8 @@ def run_mirrored(arrays, weights, replicas, global_batch_size, epochs):
     with strategy.scope():
         model = _model_from(weights)
     recorder = _step_losses(keras)
-    model.fit(x, y, batch_size=global_batch_size, epochs=epochs, shuffle=False, verbose=0, callbacks=[recorder])
+    model.fit(x, y, batch_size=global_batch_size, epochs=epochs, shuffle=False, verbose=0,
+              callbacks=[recorder])
     return {"replicas": strategy.num_replicas_in_sync, "losses": recorder.losses,
             "digest": weights_digest(model.get_weights())}
 
@@ -162,7 +164,8 @@ def run_worker(process_id, processes, coordinator, arrays, weights, global_batch
     keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
     model = _model_from(weights)
     recorder = _step_losses(keras)
-    model.fit(x[mine], y[mine], batch_size=local, epochs=epochs, shuffle=False, verbose=0, callbacks=[recorder])
+    model.fit(x[mine], y[mine], batch_size=local, epochs=epochs, shuffle=False, verbose=0,
+              callbacks=[recorder])
     return {"process": process_id, "devices": jax.device_count(), "losses": recorder.losses,
             "digest": weights_digest(model.get_weights())}
 
@@ -207,7 +210,8 @@ def launch(arrays, weights, processes=2, global_batch_size=64, epochs=1, timeout
                                             env=environment))
         deadline = time.monotonic() + timeout_s
         try:
-            # Until all end, one fails (the others would wait for it in the next all-reduce), or time runs out.
+            # Until all end, one fails (the others would wait for it in the next all-reduce),
+            # or time runs out.
             while (any(w.poll() is None for w in workers) and all(w.poll() in (None, 0) for w in workers)
                    and time.monotonic() < deadline):
                 time.sleep(0.2)
@@ -224,7 +228,8 @@ def launch(arrays, weights, processes=2, global_batch_size=64, epochs=1, timeout
             if worker.returncode == 0:
                 results.append(json.loads(stdout.read().strip().splitlines()[-1]))
             elif worker.returncode > 0 or timed_out:
-                why = f"exit status {worker.returncode}" if worker.returncode > 0 else f"stopped after {timeout_s} s"
+                why = (f"exit status {worker.returncode}" if worker.returncode > 0
+                       else f"stopped after {timeout_s} s")
                 failures.append(f"worker {process_id} failed ({why}); its stderr ends with:\n"
                                 f"{stderr.read()[-STDERR_TAIL_CHARS:]}")
             else:

@@ -1,4 +1,4 @@
-"""The machine's limit for training a model: its FLOPs per sample, the CPU's matmul throughput, bfloat16 support."""
+"""A machine's limit for training a model: FLOPs per sample, the CPU's matmul throughput, bfloat16."""
 
 import time
 
@@ -59,7 +59,7 @@ def matmul_flops_per_s(dtype="float32", size=1024, repeats=20, rounds=10):
 
 
 def cpu_bfloat16_instructions(cpuinfo="/proc/cpuinfo"):
-    """The CPU's bfloat16 instruction sets named in ``/proc/cpuinfo`` (e.g. avx512_bf16, amx_bf16); () if none.
+    """The CPU's bfloat16 instruction sets in ``/proc/cpuinfo`` (e.g. avx512_bf16, amx_bf16); () if none.
 
     Without them TensorFlow still runs bfloat16, converting to float32 and back,
     usually slower than float32. Returns () where the file does not exist (not Linux).

@@ -207,14 +207,16 @@ def keras_distribution_mesh():
           "logits/kernel 256 x 10"),
          ("dense_1/kernel 784 x 128\n(columns 128-255)", "dense_2/kernel 256 x 128\n(columns 128-255)",
           "logits/kernel 256 x 10"),
-         "LayoutMap: \"dense.*kernel\" -> (None, \"model\");\nno key for logits: whole on each device", UPDATE),
+         "LayoutMap: \"dense.*kernel\" -> (None, \"model\");\n"
+         "no key for logits: whole on each device", UPDATE),
     )
     for x, title, left, right, note, color in panels:
         axis.text(x + 27, 71, title, ha="center", fontsize=10.5, fontweight="bold")
         for device, (device_x, layers) in enumerate(((x, left), (x + 31, right))):
             axis.add_patch(patches.Rectangle((device_x, 24), 23, 42, facecolor=NEUTRAL, edgecolor=EDGE,
                                              linestyle="--"))
-            axis.text(device_x + 11.5, 63, f"device {device} (cpu:{device})", ha="center", va="center", fontsize=9,
+            axis.text(device_x + 11.5, 63, f"device {device} (cpu:{device})", ha="center", va="center",
+                      fontsize=9,
                       fontweight="bold")
             for row, name in enumerate(reversed(layers)):
                 _box(axis, device_x + 1.5, 27 + row * 11, 20, 8.5, name,
@@ -227,7 +229,8 @@ def keras_distribution_mesh():
     _arrow(axis, (27.5, 45), (34.5, 45), color=ACCENT, both=True)
     axis.text(31, 40, "gradients\nall-reduced", ha="center", va="center", fontsize=7.5, color=ACCENT)
     # Right: the whole batch on both devices; activations move between the devices.
-    _box(axis, 67.5, 5, 51, 6, "the whole global batch on both devices (batch axis of size 1)", DATA, fontsize=8)
+    _box(axis, 67.5, 5, 51, 6, "the whole global batch on both devices (batch axis of size 1)", DATA,
+         fontsize=8)
     _arrow(axis, (89.5, 45), (96.5, 45), color=ACCENT, both=True)
     axis.text(93, 40, "activations\ngathered", ha="center", va="center", fontsize=7.5, color=ACCENT)
     axis.plot([62, 62], [4, 74], color="#999999", linewidth=0.8)

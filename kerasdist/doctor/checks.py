@@ -14,7 +14,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from kerasdist import engines
+from kerasdist import data, engines
 
 OK, MISSING, BROKEN = "OK", "missing", "broken"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,10 +24,15 @@ INSTALL_R = "sudo apt-get install --no-install-recommends r-base-core r-cran-ret
 INSTALL_GPU_BUILD = "KERASDIST_TF=gpu make setup"
 PYTHON_LESSONS = ("python", "tensorflow", "keras", "numpy")
 R_BRIDGE = ("r", "reticulate", "rpy2", "numpy_reticulate")
+R_TWINS = R_BRIDGE + ("keras3", "tfdatasets", "tensorflow_r")
 LESSON_NEEDS = (
     ("01-06 Python lessons", PYTHON_LESSONS),
     ("00_R_with_reticulate_R", PYTHON_LESSONS + R_BRIDGE + ("kerasdist_r",)),
-    ("01-06 keras3 R twins (_R)", PYTHON_LESSONS + R_BRIDGE + ("keras3", "tfdatasets", "tensorflow_r")),
+    ("01-06 keras3 R twins (_R)", PYTHON_LESSONS + R_TWINS),
+    ("07_keras_distribution_jax", PYTHON_LESSONS + ("jax",)),
+    ("07_keras_distribution_jax_R", PYTHON_LESSONS + ("jax",) + R_TWINS),
+    ("08_speed", PYTHON_LESSONS + ("fashion_mnist",)),
+    ("08_speed_R", PYTHON_LESSONS + ("fashion_mnist",) + R_TWINS),
 )
 PROBE_NEEDED_BY = {
     "multi_worker_fit": "05, kerasdist launch/worker",
@@ -92,7 +97,29 @@ def python_checks():
         Check("keras", "Keras", OK, keras.__version__, "all lessons (3.15+)"),
         Check("numpy", "NumPy", OK, numpy.__version__ + (" (NumPy 2)" if numpy_major >= 2 else ""),
               "all lessons"),
+        _jax_check(),
+        _fashion_check(),
     ]
+
+
+def _jax_check():
+    jax = _version("jax")
+    return Check("jax", "JAX", OK if jax else MISSING, jax or "not installed", "07 (keras.distribution)",
+                 "" if jax else "make setup (the jax extra)")
+
+
+def _fashion_check():
+    """Where Fashion-MNIST would come from, without linking or downloading anything."""
+    names = data.FASHION_FILES
+    if all(os.path.exists(data.keras_cache_file(os.path.join("fashion-mnist", name))) for name in names):
+        found = "in the Keras cache"
+    elif all(os.path.isfile(os.path.join(data.FASHION_DEBIAN_DIR, name)) for name in names):
+        found = f"Debian's {data.FASHION_DEBIAN_PACKAGE} package"
+    else:
+        found = ""
+    return Check("fashion_mnist", "Fashion-MNIST (--data fashion)", OK if found else MISSING,
+                 found or "not on this machine (a download needs the network)", "08 (speed), --data fashion",
+                 "" if found else f"sudo apt-get install {data.FASHION_DEBIAN_PACKAGE}")
 
 
 def _nvidia_gpus():
@@ -215,7 +242,7 @@ def _version_tuple(text):
 
 def r_checks(found, embedded):
     r_ok = "error" not in found
-    r_twins = "01-06 keras3 R twins"
+    r_twins = "01-08 keras3 R twins"
     checks = [Check("r", "R", OK if r_ok else MISSING, found.get("R") or found["error"], "all _R notebooks",
                     "" if r_ok else INSTALL_R)]
     reticulate = found.get("reticulate", "")
