@@ -1,4 +1,4 @@
-"""Throughput of the seed's code, kerasdist's fit engine and its loop engine (1/2/4 replicas, 2 workers).
+"""Throughput of the guide's code, kerasdist's fit engine and its loop engine (1/2/4 replicas, 2 workers).
 
 Every setup runs in its own process (replicas must be made before TensorFlow
 starts) on the same data, global batch 64: with ``--data fashion``, full-size
@@ -41,7 +41,7 @@ def setups(steps_per_execution):
     k = steps_per_execution
     fit = {"kind": "train", "engine": "fit", "xla": False, "k": 1, "precision": "float32"}
     rows = [
-        {"name": "seed code: Keras fit, default strategy", "replicas": 1, **fit, "kind": "seed"},
+        {"name": "guide's code: Keras fit, default strategy", "replicas": 1, **fit, "kind": "seed"},
         {"name": "kerasdist fit engine", "replicas": 1, **fit},
         {"name": "kerasdist fit engine, mirrored", "replicas": 2, **fit},
     ]
@@ -191,12 +191,13 @@ def _result(completed):
 
 
 def table(rows, limit):
-    """Markdown table: samples/s, ratio to the seed's code, time ratio to the loop's 1 device, share of the
+    """Markdown table: samples/s, ratio to the guide's code, time ratio to the loop's 1 device, share of the
     machine's limit (``limit``: see ``run_limit``), accuracy."""
     seed_rate = rows[0]["samples_per_s"]
     one_device = {row["xla"]: row["samples_per_s"] for row in rows if row["kind"] == "train"
                   and row["engine"] == "loop" and row["replicas"] == 1 and row["precision"] == "float32"}
-    columns = ["setup", "replicas", "XLA", "steps/call", "samples/s", "x seed code", "time vs loop 1 device",
+    columns = ["setup", "replicas", "XLA", "steps/call", "samples/s", "x guide's code",
+               "time vs loop 1 device",
                "share of limit", "test accuracy"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:

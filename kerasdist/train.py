@@ -112,7 +112,7 @@ class TrainingContext:
 
 
 def run_training(**options):
-    """Train the seed MLP with ``replicas`` synchronous replicas up to ``epochs`` epochs in all.
+    """Train the guide's MLP with ``replicas`` synchronous replicas up to ``epochs`` epochs in all.
 
     With a ``checkpoint_dir``, a rerun resumes: it restores weights, optimizer
     state and position from the newest valid checkpoint and trains only the

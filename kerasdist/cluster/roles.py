@@ -158,7 +158,7 @@ def run_evaluator(checkpoint_dir, epochs, data="auto", seed=0, global_batch_size
                   idle_timeout_s=600, verbose=True):
     """Evaluate each new checkpoint the chief writes, until the one that completes ``epochs``.
 
-    The evaluator (the seed's third role) takes no part in training: it
+    The evaluator (the guide's third role) takes no part in training: it
     restores the newest checkpoint in ``checkpoint_dir`` whenever one appears
     and reports validation loss and accuracy, so training never waits for it.
 

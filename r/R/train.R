@@ -2,7 +2,7 @@
 
 #' Train the MNIST MLP with N synchronous replicas, resumably
 #'
-#' Calls the Python core's `run_training()`: builds the seed MLP
+#' Calls the Python core's `run_training()`: builds the guide's MLP
 #' (784-256-256-10, Adam) inside a `tf.distribute` strategy, restores the
 #' newest valid checkpoint in `checkpoint_dir` if there is one, and trains
 #' until `epochs` epochs are done in all. A second call with a larger
