@@ -40,7 +40,7 @@ def weights_digest(weights):
 
     Example:
         >>> weights_digest([np.zeros(2, np.float32)])
-        '374708fff7719dd5'
+        'af5570f5a1810b7a'
     """
     digest = hashlib.sha256()
     for array in weights:
