@@ -88,7 +88,7 @@ print("classes:", ", ".join(data_module.FASHION_CLASSES))
 #
 # | setting | what changes |
 # |---|---|
-# | Keras `fit`, as the seed guide writes it | one `tf.function` call per step |
+# | Keras `fit`, as TensorFlow's distributed-training guide writes it | one `tf.function` call per step |
 # | `fit(steps_per_execution=50)` | 50 steps per call: the host's overhead is paid once per 50 steps |
 # | `fit(steps_per_execution=50, jit_compile=True)` | and each step is compiled by XLA, which fuses ops |
 # | kerasdist's loop engine | its own `tf.function` running 50 steps per call (lesson 5 needs it for multi-worker) |
@@ -100,7 +100,7 @@ print("classes:", ", ".join(data_module.FASHION_CLASSES))
 # the printout below shows what it chose here.
 
 # %%
-# Keras fit of the seed guide's model, timed per epoch; the same seed for every setting.
+# Keras fit of the guide's model, timed per epoch; the same seed for every setting.
 class EpochTimer(keras.callbacks.Callback):
     """Seconds of each epoch of fit()."""
 
@@ -115,7 +115,7 @@ class EpochTimer(keras.callbacks.Callback):
 
 
 def train_with_fit(**compile_options):
-    """Train the seed's Sequential MLP with fit; return (steady samples/s, test accuracy, the model)."""
+    """Train the guide's Sequential MLP with fit; return (steady samples/s, test accuracy, the model)."""
     keras.utils.set_random_seed(SEED)
     model = keras.Sequential([
         keras.Input(shape=(784,)),
@@ -147,8 +147,8 @@ def train_with_kerasdist(jit_compile, precision="float32"):
 
 
 speed, accuracy = {}, {}
-speed["fit (seed)"], accuracy["fit (seed)"], seed_model = train_with_fit()
-print(f"the seed's fit chose jit_compile={seed_model.jit_compile} on this machine")
+speed["fit (guide)"], accuracy["fit (guide)"], seed_model = train_with_fit()
+print(f"the guide's fit chose jit_compile={seed_model.jit_compile} on this machine")
 speed["fit, 50 steps/call"], accuracy["fit, 50 steps/call"], _ = train_with_fit(
     steps_per_execution=STEPS_PER_CALL)
 speed["fit, 50 steps/call, XLA"], accuracy["fit, 50 steps/call, XLA"], _ = train_with_fit(
@@ -156,30 +156,30 @@ speed["fit, 50 steps/call, XLA"], accuracy["fit, 50 steps/call, XLA"], _ = train
 speed["loop"], accuracy["loop"] = train_with_kerasdist(jit_compile=False)
 speed["loop + XLA"], accuracy["loop + XLA"] = train_with_kerasdist(jit_compile=True)
 for name in speed:
-    print(f"{name:26s} {speed[name]:8,.0f} samples/s  {speed[name] / speed['fit (seed)']:4.1f}x the seed's  "
+    print(f"{name:26s} {speed[name]:8,.0f} samples/s  {speed[name] / speed['fit (guide)']:4.1f}x the guide's  "
           f"test accuracy {accuracy[name]:.3f}")
 
 # %% [markdown]
-# **Predict, then run.** Which setting is fastest, and by how much does it beat the seed's `fit`?
+# **Predict, then run.** Which setting is fastest, and by how much does it beat the guide's `fit`?
 # Does any setting buy its speed with a worse model after the same 3 epochs? Decide from the table
 # above, then run the check. (Its margin is loose on purpose: on an idle machine loop + XLA runs
 # about three times as fast, but other programs on a shared machine slow some settings down more
 # than others.)
 
 # %%
-# Check: loop + XLA beats the seed's fit, and every setting reaches about the same accuracy.
-ratio = speed["loop + XLA"] / speed["fit (seed)"]
+# Check: loop + XLA beats the guide's fit, and every setting reaches about the same accuracy.
+ratio = speed["loop + XLA"] / speed["fit (guide)"]
 assert ratio > 1.2, ratio
 assert max(accuracy.values()) - min(accuracy.values()) < 0.03, accuracy
-print(f"loop + XLA: {ratio:.1f}x the seed's fit; test accuracies within "
+print(f"loop + XLA: {ratio:.1f}x the guide's fit; test accuracies within "
       f"{max(accuracy.values()) - min(accuracy.values()):.3f} of each other")
 
 # %% [markdown]
 # Many steps per call and XLA each remove work around the arithmetic, and they remove most together;
 # on a busy machine a single setting can still come out slower than it should (another program took
-# the cores during its epochs), which is why the check above only compares loop + XLA with the seed's
+# the cores during its epochs), which is why the check above only compares loop + XLA with the guide's
 # `fit`, with a margin. The loop engine also validates after every epoch and logs each step's loss,
-# which the seed's `fit` does not; its speed includes that. The accuracies differ only by the randomness of initial weights and data order:
+# which the guide's `fit` does not; its speed includes that. The accuracies differ only by the randomness of initial weights and data order:
 # none of these settings changes what is computed, only how it is scheduled.
 
 # %% [markdown]
@@ -272,7 +272,7 @@ plt.show()
 # - **forward**: the model's logits and loss;
 # - **forward + backward**: and the gradients of all weights;
 # - **whole step**: and Adam's update of the weights;
-# - the same whole step at **one step per call**, as the seed's `fit` runs it: the difference is the
+# - the same whole step at **one step per call**, as the guide's `fit` runs it: the difference is the
 #   host's overhead per call (Python, `tf.function` dispatch, one executor run);
 # - the same whole step compiled by **XLA**;
 # - the **input pipeline** alone: kerasdist's `tf.data` pipeline (cache, shuffle, batch, prefetch),
@@ -453,15 +453,15 @@ for name in speed:
 # allows a quarter for that on a shared machine.)
 
 # %%
-# Check: no setting beats the machine's limit, and the fastest uses more of it than the seed's fit.
+# Check: no setting beats the machine's limit, and the fastest uses more of it than the guide's fit.
 assert all(value < 1.25 for value in share.values()), share
-assert share["loop + XLA"] > share["fit (seed)"], share
+assert share["loop + XLA"] > share["fit (guide)"], share
 best = max(speed, key=speed.get)
-print(f"fastest setting: {best}, {speed[best] / speed['fit (seed)']:.1f}x the seed's fit, {share[best]:.0%} of "
+print(f"fastest setting: {best}, {speed[best] / speed['fit (guide)']:.1f}x the guide's fit, {share[best]:.0%} of "
       "its limit")
 
 # %% [markdown]
-# The seed's code uses a small part of what the cores can do; the fastest setting a good deal more,
+# The guide's code uses a small part of what the cores can do; the fastest setting a good deal more,
 # but still far from all of it. The rest is the work the FLOP count leaves out (the optimizer's update,
 # element-wise ops, memory traffic between ops) and the small matrices of a batch of 64, which keep
 # two cores' vector units less busy than one large product does. A larger batch moves a step towards
@@ -477,7 +477,7 @@ print(f"fastest setting: {best}, {speed[best] / speed['fit (seed)']:.1f}x the se
 # - **Per-call overhead matters more on a GPU.** Each op is a kernel launch of a few microseconds,
 #   and a step of this MLP on a GPU is short; `steps_per_execution` and XLA's fusion (fewer, larger
 #   kernels) carry over and usually gain more there. Keras already turns `jit_compile="auto"` on
-#   when a GPU is present, so the seed's code is compiled by XLA on a GPU machine.
+#   when a GPU is present, so the guide's code is compiled by XLA on a GPU machine.
 # - **Mixed precision changes types.** GPUs' tensor cores run float16 and (recent ones) bfloat16;
 #   use `mixed_float16` with loss scaling (Keras' `fit` adds it), or `mixed_bfloat16` where
 #   supported. The measured CPU ratio of bfloat16 to float32 matmul says nothing about a GPU's.

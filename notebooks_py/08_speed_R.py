@@ -93,7 +93,7 @@ import kerasdist
 # Keras turns off on a machine without a GPU: the printout shows what it chose here.
 
 # %% language="R"
-# # keras3 fit of the seed's model, timed per epoch; kerasdist's loop engine under a dtype policy.
+# # keras3 fit of the guide's model, timed per epoch; kerasdist's loop engine under a dtype policy.
 # train_with_fit <- function(...) {
 #   set_random_seed(seed)
 #   model <- keras_model_sequential(input_shape = 784) |>
@@ -124,9 +124,9 @@ import kerasdist
 #   list(speed = max(unlist(result$history$samples_per_s)[-1]), accuracy = result$test$accuracy)
 # }
 # runs <- list()
-# runs[["fit (seed)"]] <- train_with_fit()
-# cat(sprintf("the seed's fit chose jit_compile=%s on this machine\n",
-#             if (runs[["fit (seed)"]]$model$jit_compile) "True" else "False"))
+# runs[["fit (guide)"]] <- train_with_fit()
+# cat(sprintf("the guide's fit chose jit_compile=%s on this machine\n",
+#             if (runs[["fit (guide)"]]$model$jit_compile) "True" else "False"))
 # runs[["fit, 50 steps/call"]] <- train_with_fit(steps_per_execution = steps_per_call)
 # runs[["fit, 50 steps/call, XLA"]] <- train_with_fit(steps_per_execution = steps_per_call, jit_compile = TRUE)
 # runs[["loop"]] <- train_with_kerasdist(FALSE)
@@ -134,22 +134,22 @@ import kerasdist
 # speed <- vapply(runs, `[[`, numeric(1), "speed")
 # accuracy <- vapply(runs, `[[`, numeric(1), "accuracy")
 # for (name in names(speed)) {
-#   cat(sprintf("%-26s %8s samples/s  %4.1fx the seed's  test accuracy %.3f\n", name,
-#               format(round(speed[[name]]), big.mark = ","), speed[[name]] / speed[["fit (seed)"]],
+#   cat(sprintf("%-26s %8s samples/s  %4.1fx the guide's  test accuracy %.3f\n", name,
+#               format(round(speed[[name]]), big.mark = ","), speed[[name]] / speed[["fit (guide)"]],
 #               accuracy[[name]]))
 # }
 
 # %% [markdown]
-# **Predict, then run.** Which setting is fastest, and by how much does it beat the seed's `fit()`?
+# **Predict, then run.** Which setting is fastest, and by how much does it beat the guide's `fit()`?
 # Does any setting buy its speed with a worse model after the same 3 epochs? Decide, then run the
 # check (its margin is loose: on an idle machine loop + XLA runs about three times as fast, but
 # other programs on a shared machine slow some settings more than others).
 
 # %% language="R"
-# # Check: loop + XLA beats the seed's fit, and every setting reaches about the same accuracy.
-# ratio <- speed[["loop + XLA"]] / speed[["fit (seed)"]]
+# # Check: loop + XLA beats the guide's fit, and every setting reaches about the same accuracy.
+# ratio <- speed[["loop + XLA"]] / speed[["fit (guide)"]]
 # stopifnot(ratio > 1.2, diff(range(accuracy)) < 0.03)
-# cat(sprintf("loop + XLA: %.1fx the seed's fit; test accuracies within %.3f of each other\n",
+# cat(sprintf("loop + XLA: %.1fx the guide's fit; test accuracies within %.3f of each other\n",
 #             ratio, diff(range(accuracy))))
 
 # %% [markdown]
@@ -241,7 +241,7 @@ import kerasdist
 #
 # Each part of one step is timed alone, on batches already in memory, in a `tf_function()` that runs
 # 50 steps per call: the **forward** pass and loss; **forward + backward** (the gradients too); the
-# **whole step** (and Adam's update); the whole step at **one step per call**, as the seed's `fit()`
+# **whole step** (and Adam's update); the whole step at **one step per call**, as the guide's `fit()`
 # runs it (the difference is the host's overhead per call); the whole step compiled by **XLA**; and
 # the **input pipeline** alone (kerasdist's `tf.data` pipeline drained without training; with
 # prefetching it runs beside training). Each time is the best of ten calls after a warm-up call.
@@ -390,14 +390,14 @@ import kerasdist
 # measurement on a shared machine.)
 
 # %% language="R"
-# # Check: no setting beats the machine's limit, and the fastest uses more of it than the seed's fit.
-# stopifnot(all(share < 1.25), share[["loop + XLA"]] > share[["fit (seed)"]])
+# # Check: no setting beats the machine's limit, and the fastest uses more of it than the guide's fit.
+# stopifnot(all(share < 1.25), share[["loop + XLA"]] > share[["fit (guide)"]])
 # best <- names(which.max(speed))
-# cat(sprintf("fastest setting: %s, %.1fx the seed's fit, %.0f%% of its limit\n", best,
-#             speed[[best]] / speed[["fit (seed)"]], 100 * share[[best]]))
+# cat(sprintf("fastest setting: %s, %.1fx the guide's fit, %.0f%% of its limit\n", best,
+#             speed[[best]] / speed[["fit (guide)"]], 100 * share[[best]]))
 
 # %% [markdown]
-# The fastest setting uses a good deal more of the limit than the seed's code, but not all of it:
+# The fastest setting uses a good deal more of the limit than the guide's code, but not all of it:
 # the FLOP count leaves out the optimizer's update, element-wise ops and memory traffic, and a batch
 # of 64 makes small matrix products. A larger batch moves a step towards the limit (exercise 1).
 

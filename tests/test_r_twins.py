@@ -198,9 +198,9 @@ KEY_NUMBERS = {
     # Speeds differ run to run (and the twins run at different moments): only what does not is compared.
     "08_speed": [
         ("data and classes", r"^(Data: .+ samples)$|^classes: (.+)$", None, 0),
-        ("jit_compile='auto' of the seed's fit", r"^the seed's fit chose jit_compile=(\w+)", None, 0),
+        ("jit_compile='auto' of the guide's fit", r"^the guide's fit chose jit_compile=(\w+)", None, 0),
         ("test accuracy after the same epochs, per setting",
-         r"^(fit \(seed\)|fit, 50 steps/call(?:, XLA)?|loop(?: \+ XLA)?)\s+[\d,]+ samples/s\s+[\d.]+x the seed's\s+"
+         r"^(fit \(guide\)|fit, 50 steps/call(?:, XLA)?|loop(?: \+ XLA)?)\s+[\d,]+ samples/s\s+[\d.]+x the guide's\s+"
          r"test accuracy ([\d.]+)$", None, 0.01),
         ("test accuracy under mixed_bfloat16",
          r"^(loop(?: \+ XLA)?, bfloat16)\s+[\d,]+ samples/s\s+test accuracy ([\d.]+)$", None, 0.01),
