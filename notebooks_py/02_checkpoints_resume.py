@@ -57,7 +57,7 @@
 # ## Setup
 
 # %%
-# Import kerasdist first (it starts TensorFlow quietly), then the libraries this lesson uses.
+# Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
 import json
 import os
 import re

@@ -62,7 +62,7 @@
 # the test suite sets it to `sample`.
 
 # %%
-# Import kerasdist first (it starts TensorFlow quietly), then the libraries this lesson uses.
+# Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
 import os
 import time
 

@@ -65,9 +65,12 @@
 # the data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
 
 # %%
-# Load the %%R magic, and start TensorFlow quietly through kerasdist.
+# Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
+# Python: keras3 then finds Keras loaded and its own start-up creates no tensor, so the devices
+# can still be set.
 # %load_ext rpy2.ipython
 import kerasdist
+import keras  # noqa: F401
 
 # %% language="R"
 # # rpy2 hooks a warning onto reticulate's loading about a crash that reticulate fixed long before

@@ -58,7 +58,7 @@
 # `sample`.
 
 # %%
-# Import kerasdist first (it starts TensorFlow quietly), then the libraries this lesson uses.
+# Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
 import inspect
 import json
 import os
@@ -204,7 +204,7 @@ import os
 import shutil
 import sys
 
-import kerasdist  # first: it starts TensorFlow quietly
+import kerasdist  # first: it keeps TensorFlow's start-up lines quiet
 import kerasdist.cluster
 import kerasdist.data
 import kerasdist.model

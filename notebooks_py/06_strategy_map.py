@@ -66,7 +66,7 @@
 # test suite sets it to `sample`.
 
 # %%
-# Import kerasdist first (it starts TensorFlow quietly), then the libraries this lesson uses.
+# Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
 import inspect
 import os
 import tempfile

@@ -54,7 +54,7 @@
 # ## Setup
 
 # %%
-# Import kerasdist first (it starts TensorFlow quietly), then the libraries this lesson uses.
+# Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
 import os
 import time
 import warnings

@@ -50,13 +50,16 @@
 # %% [markdown]
 # ## Setup
 #
-# The Python side loads rpy2's `%%R` magic and imports kerasdist, which starts TensorFlow quietly; R
-# then attaches keras3 and friends, and reticulate uses this very Python process.
+# The Python side loads rpy2's `%%R` magic and imports kerasdist (which keeps TensorFlow's start-up lines
+# quiet) and Keras; R then attaches keras3 and friends, and reticulate uses this very Python process.
 
 # %%
-# Load the %%R magic, and start TensorFlow quietly through kerasdist.
+# Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
+# Python: keras3 then finds Keras loaded and its own start-up creates no tensor, so the devices
+# can still be set.
 # %load_ext rpy2.ipython
 import kerasdist
+import keras  # noqa: F401
 
 # %% language="R"
 # # rpy2 hooks a warning onto reticulate's loading about a crash that reticulate fixed long before

@@ -133,6 +133,16 @@ def test_outputs_name_no_machine_paths(notebook):
     assert not leaks, f"{notebook.name} outputs name machine paths {leaks}; print relative paths instead"
 
 
+@pytest.mark.parametrize("notebook", all_notebooks(), ids=ids(all_notebooks()))
+def test_each_cell_stores_one_piece_per_stream(notebook):
+    """A reader sees a cell's printed lines together, not one cat() argument per line."""
+    split = [index for index, cell in enumerate(load(notebook)["cells"])
+             if any(a["output_type"] == b["output_type"] == "stream" and a["name"] == b["name"]
+                    for a, b in zip(cell.get("outputs", []), cell.get("outputs", [])[1:]))]
+    assert not split, (f"{notebook.name}: cells {split} store a stream in pieces; "
+                       "run scripts/run_notebooks.sh (it coalesces them)")
+
+
 # What R prints under a lesson's first %%R cell when rpy2 starts it, not what the lesson does: rpy2's
 # warning about reticulate versions older than 1.25, and R's warning about empty library folders.
 R_START_UP_WARNINGS = re.compile(r"only fixed recently|contains? no packages")
