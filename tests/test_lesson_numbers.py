@@ -92,13 +92,17 @@ def run_with_data(lesson, data):
 
 
 def data_dependent_numbers(on_sample, on_standin):
-    """{number: first code cell index} printed by a cell on the sample but not on the stand-in."""
+    """{number: first code cell index} printed by a cell on the sample but by no cell on the stand-in.
+
+    A number the stand-in run prints too, in any cell, is a setting of the lesson (a constant that a
+    run may print from another cell, e.g. in the name of the setting that came out fastest)."""
+    printed_on_standin = set().union(*(numbers(printed_text(cell)) for cell in on_standin["cells"]
+                                       if cell["cell_type"] == "code"))
     found = {}
-    for index, cells in enumerate(zip(on_sample["cells"], on_standin["cells"])):
-        if cells[0]["cell_type"] != "code":
+    for index, cell in enumerate(on_sample["cells"]):
+        if cell["cell_type"] != "code":
             continue
-        printed_on_sample, printed_on_standin = (numbers(printed_text(cell)) for cell in cells)
-        for value in printed_on_sample - printed_on_standin:
+        for value in numbers(printed_text(cell)) - printed_on_standin:
             found.setdefault(value, index)
     for value in numbers(SAMPLE_DESCRIPTION):  # facts of the offline source, not of a run
         found.pop(value, None)
