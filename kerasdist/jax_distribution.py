@@ -18,7 +18,6 @@ of stdout. User errors print one line to stderr and exit 2.
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import socket
@@ -33,19 +32,6 @@ import numpy as np
 from kerasdist.errors import KerasdistError
 
 STDERR_TAIL_CHARS = 3000
-
-
-def weights_digest(weights):
-    """The first 16 hex digits of the SHA-256 of a list of weight arrays (equal digests: equal bits).
-
-    Example:
-        >>> weights_digest([np.zeros(2, np.float32)])
-        'af5570f5a1810b7a'
-    """
-    digest = hashlib.sha256()
-    for array in weights:
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:16]
 
 
 def read_arrays(path):
@@ -86,6 +72,13 @@ def _import_keras(backend):
             f"this command needs Keras on {backend} in a process of its own. Received: Keras "
             f"already loaded on {keras.config.backend()}; run python -m kerasdist.jax_distribution")
     return keras
+
+
+def _short_digest(model):
+    """The first 16 hex digits of ``kerasdist.model.weights_digest`` of the model's weights."""
+    from kerasdist import model as model_module
+
+    return model_module.weights_digest(model.get_weights())[:16]
 
 
 def _model_from(weights_path):
@@ -134,7 +127,7 @@ def run_mirrored(arrays, weights, replicas, global_batch_size, epochs):
     model.fit(x, y, batch_size=global_batch_size, epochs=epochs, shuffle=False, verbose=0,
               callbacks=[recorder])
     return {"replicas": strategy.num_replicas_in_sync, "losses": recorder.losses,
-            "digest": weights_digest(model.get_weights())}
+            "digest": _short_digest(model)}
 
 
 def run_worker(process_id, processes, coordinator, arrays, weights, global_batch_size, epochs):
@@ -167,7 +160,7 @@ def run_worker(process_id, processes, coordinator, arrays, weights, global_batch
     model.fit(x[mine], y[mine], batch_size=local, epochs=epochs, shuffle=False, verbose=0,
               callbacks=[recorder])
     return {"process": process_id, "devices": jax.device_count(), "losses": recorder.losses,
-            "digest": weights_digest(model.get_weights())}
+            "digest": _short_digest(model)}
 
 
 def free_port():

@@ -1,6 +1,9 @@
 """The guide's MNIST MLP (784-256-256-10), built and compiled inside a strategy's scope."""
 
+import hashlib
+
 import keras
+import numpy as np
 
 from kerasdist.errors import KerasdistError
 
@@ -94,3 +97,16 @@ def build_model(learning_rate=1e-3, jit_compile=False):
 def model_signature(model):
     """The variable names and shapes that a checkpoint must match, as a list of strings."""
     return [f"{v.path}:{tuple(v.shape)}" for v in model.weights]
+
+
+def weights_digest(weights):
+    """SHA-256 (hex) of a list of weight arrays in order: equal digests mean bit-identical weights.
+
+    Example:
+        >>> weights_digest([np.zeros(2, np.float32)])[:16]
+        'af5570f5a1810b7a'
+    """
+    digest = hashlib.sha256()
+    for array in weights:
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()

@@ -269,7 +269,7 @@ iterator <- as_iterator(strategy$experimental_distribute_dataset(dataset))
 totals <- loop$train(iterator, steps)  # per step: summed loss, correct predictions, examples
 losses <- totals[, 1] / totals[, 3]    # the loss of each step: the same on every worker
 cat(sprintf("%s: kerasdist's loop trained %d steps, last loss %.4f\n", task$name, steps, losses[steps]))
-cat(sprintf("%s: weights sha256 %s\n", task$name, substr(import("kerasdist.cluster.roles")$weights_digest(model), 1, 16)))
+cat(sprintf("%s: weights sha256 %s\n", task$name, substr(import("kerasdist.model")$weights_digest(model$get_weights()), 1, 16)))
 
 # TensorBoard: every worker runs the same code, so every worker writes a log. The chief's goes to
 # log_root/train; the others' to a temporary folder beside it, deleted at the end (the pattern of

@@ -11,7 +11,8 @@ import pytest
 
 from kerasdist import model as model_module
 from kerasdist.errors import KerasdistError
-from kerasdist.jax_distribution import launch, run_worker, weights_digest
+from kerasdist.jax_distribution import launch, run_worker
+from kerasdist.model import weights_digest
 
 pytest.importorskip("jax", reason="needs JAX (the jax extra: pip install -e '.[jax]')")
 

@@ -1,7 +1,6 @@
 """Chief, worker and evaluator: what one task of a multi-worker cluster does."""
 
 import glob
-import hashlib
 import os
 import shutil
 import tempfile
@@ -17,7 +16,7 @@ from kerasdist.cluster.peers import DEFAULT_PEER_TIMEOUT_S, describe_peers, reso
 from kerasdist.cluster.ports import check_port_free
 from kerasdist.cluster.watchdog import PeerWatchdog
 from kerasdist.errors import ClusterError, KerasdistError
-from kerasdist.model import ACCURACY_METRIC, build_model, model_signature
+from kerasdist.model import ACCURACY_METRIC, build_model, model_signature, weights_digest
 from kerasdist.options import DEFAULT_COLLECTIVE_TIMEOUT_S, check_worker_options
 from kerasdist.train import run_training
 
@@ -26,14 +25,6 @@ _RESUME_FILES = ("checkpoint", "ckpt-*", "run_config.json", "metrics.jsonl")
 # The errors a collective raises when a peer is gone, stuck or unreachable.
 _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError,
                 tf.errors.AbortedError, tf.errors.InternalError)
-
-
-def weights_digest(model):
-    """SHA-256 of the model's weights, concatenated in order: equal digests mean identical weights."""
-    digest = hashlib.sha256()
-    for weights in model.get_weights():
-        digest.update(weights.tobytes())
-    return digest.hexdigest()
 
 
 def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_TIMEOUT_S, verbose=2,
@@ -87,7 +78,7 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
     finally:
         if own_directory:
             shutil.rmtree(own_directory, ignore_errors=True)
-    digest = weights_digest(result.model)
+    digest = weights_digest(result.model.get_weights())
     print(f"Final weights sha256 {digest} ({task.name})", flush=True)
     record = result.to_dict()
     if own_directory:
