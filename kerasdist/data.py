@@ -150,6 +150,11 @@ def keras_cache_file(name="mnist.npz"):
     return os.path.join(home, "datasets", name)
 
 
+def fashion_paths(name):
+    """Where one Fashion-MNIST file sits: ``(its place in Keras' cache, its place in Debian's package)``."""
+    return keras_cache_file(os.path.join("fashion-mnist", name)), os.path.join(FASHION_DEBIAN_DIR, name)
+
+
 def fashion_files(verbose=False):
     """Make sure the four Fashion-MNIST files sit in Keras' cache; return where each came from.
 
@@ -173,8 +178,7 @@ def fashion_files(verbose=False):
     """
     origins = {}
     for name in FASHION_FILES:
-        cached = keras_cache_file(os.path.join("fashion-mnist", name))
-        packaged = os.path.join(FASHION_DEBIAN_DIR, name)
+        cached, packaged = fashion_paths(name)
         if os.path.islink(cached) and not os.path.exists(cached):
             os.remove(cached)  # a link to the files of a package removed since
         if os.path.exists(cached):

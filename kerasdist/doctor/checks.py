@@ -110,10 +110,10 @@ def _jax_check():
 
 def _fashion_check():
     """Where Fashion-MNIST would come from, without linking or downloading anything."""
-    names = data.FASHION_FILES
-    if all(os.path.exists(data.keras_cache_file(os.path.join("fashion-mnist", name))) for name in names):
+    places = [data.fashion_paths(name) for name in data.FASHION_FILES]
+    if all(os.path.exists(cached) for cached, _ in places):
         found = "in the Keras cache"
-    elif all(os.path.isfile(os.path.join(data.FASHION_DEBIAN_DIR, name)) for name in names):
+    elif all(os.path.isfile(packaged) for _, packaged in places):
         found = f"Debian's {data.FASHION_DEBIAN_PACKAGE} package"
     else:
         found = ""
