@@ -29,15 +29,14 @@ def stderr_silenced():
 
 
 def import_tensorflow_quietly():
-    """Import TensorFlow (if not yet imported) with its start-up lines kept off stderr.
+    """Import TensorFlow now (if not yet imported), through the quiet import hook of ``install``.
 
     Errors still surface: the exception is raised after stderr is restored.
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if "tensorflow" not in sys.modules:
-        with stderr_silenced():
-            import tensorflow  # noqa: F401
-    sys.modules["tensorflow"].get_logger().setLevel("WARNING")  # in notebooks TF logs INFO lines to stdout
+    install()
+    import tensorflow
+
+    tensorflow.get_logger().setLevel("WARNING")  # in notebooks TF logs INFO lines to stdout
 
 
 class QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
