@@ -209,7 +209,6 @@ print(f"loop + XLA: {ratio:.1f}x the guide's fit; test accuracies within "
 # The cell below shows all of that on this machine.
 
 # %%
-# NBVAL_CHECK_OUTPUT
 # Which bfloat16 instructions this CPU has; what float16 and bfloat16 make of a small gradient; what
 # compile() does to the optimizer under mixed_float16 (building a model needs no GPU).
 bf16_instructions = kerasdist.cpu_bfloat16_instructions()

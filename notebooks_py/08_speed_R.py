@@ -174,7 +174,6 @@ import keras  # noqa: F401
 # itself. The cell below shows this on this machine.
 
 # %% language="R"
-# # NBVAL_CHECK_OUTPUT
 # # This CPU's bfloat16 instructions; a small gradient in float16 and bfloat16; compile() under mixed_float16.
 # cpuinfo <- if (file.exists("/proc/cpuinfo")) readLines("/proc/cpuinfo") else character(0)
 # flags <- strsplit(sub("^flags\\s*:\\s*", "", grep("^flags", cpuinfo, value = TRUE)[1]), " ")[[1]]
