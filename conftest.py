@@ -1,5 +1,5 @@
-"""nbval support for the lessons: pinned data, keras3 R twins skipped without keras3 (lesson 07 without JAX),
-stderr not compared.
+"""Every test run's own user state; nbval support for the lessons: pinned data, keras3 R twins skipped
+without keras3 (lesson 07 without JAX), stderr not compared.
 
 Run with ``pytest --nbval-lax --nbval-current-env notebooks``; pytest finds this file at the top
 of the repository, which keeps the lessons folder to the lessons. Cells marked
@@ -14,9 +14,68 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The user's own caches and settings, each moved into a folder of the test run: kerasdist doctor's probe
+# answers ($XDG_CACHE_HOME/kerasdist), Keras' keras.json and dataset cache, matplotlib's matplotlibrc and
+# font cache, Jupyter's and IPython's configuration (an IPython start-up script runs in every lesson's
+# kernel), and what else follows the XDG folders (R's user cache). Read or written by a test, any of them
+# would make a lesson print something else than on a fresh machine, or change the user's files.
+USER_STATE = {
+    "XDG_CACHE_HOME": "cache",
+    "XDG_CONFIG_HOME": "config",
+    "XDG_DATA_HOME": "data",
+    "KERAS_HOME": "keras",
+    "MPLCONFIGDIR": "matplotlib",
+    "JUPYTER_CONFIG_DIR": "jupyter/config",
+    "JUPYTER_DATA_DIR": "jupyter/data",
+    "JUPYTER_RUNTIME_DIR": "jupyter/runtime",
+    "IPYTHONDIR": "ipython",
+}
+# Settings of the user's shell that would change what a test trains: Keras' backend, a cluster's TF_CONFIG.
+USER_SETTINGS = ("KERAS_BACKEND", "TF_CONFIG")
+OWN_STATE = "KERASDIST_TEST_USER_STATE"
+
+
+def user_state_environment(base):
+    """The environment variables that move every entry of ``USER_STATE`` under ``base`` (created here).
+
+    Example:
+        >>> user_state_environment("/tmp/run")["KERAS_HOME"]  # doctest: +SKIP
+        '/tmp/run/keras'
+    """
+    environment = {}
+    for variable, folder in USER_STATE.items():
+        environment[variable] = os.path.join(base, folder)
+        os.makedirs(environment[variable], exist_ok=True)
+    return environment
+
+
+def isolate_user_state():
+    """Give this test run its own user state (before Keras, matplotlib or a kernel starts); return its folder.
+
+    pytest-xdist's workers share the folder their controller made; any other run makes a new one.
+    """
+    base = os.environ.get(OWN_STATE)
+    if not (base and os.environ.get("PYTEST_XDIST_WORKER") and os.path.isdir(base)):
+        base = tempfile.mkdtemp(prefix="kerasdist-test-user-state-")
+    os.environ.update(user_state_environment(base), **{OWN_STATE: base})
+    for variable in USER_SETTINGS:
+        os.environ.pop(variable, None)
+    return base
+
+
+# In a pytest run (pytest sets PYTEST_VERSION), not where a script imports this file for its helpers.
+ISOLATED_USER_STATE = isolate_user_state() if os.environ.get("PYTEST_VERSION") else None
+
+
+def pytest_unconfigure(config):
+    if ISOLATED_USER_STATE and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller made it
+        shutil.rmtree(ISOLATED_USER_STATE, ignore_errors=True)
+
 
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 R_PACKAGES = ("keras3", "tfdatasets")

@@ -30,8 +30,13 @@ def recovered(message):
     warnings.warn(message, RecoveryWarning, stacklevel=3)
 
 
-def atomic_write_text(path, text):
+def atomic_write_text(path, text, last_good=None):
     """Write ``text`` to ``path`` so that readers see the old file or the whole new one.
+
+    Args:
+        path: the file to write.
+        text: its whole new content.
+        last_good: the last complete checkpoint, named in the error if the storage refuses the write.
 
     Raises:
         StateWriteError: if the storage refuses the write (full, too large,
@@ -47,15 +52,20 @@ def atomic_write_text(path, text):
             os.fsync(stream.fileno())
         os.replace(temporary, path)
     except OSError as error:
-        raise_if_storage_full(error, path)
+        raise_if_storage_full(error, path, last_good)
         raise
     finally:
         if temporary and os.path.exists(temporary):
             os.remove(temporary)
 
 
-def append_text(path, text):
+def append_text(path, text, last_good=None):
     """Append ``text`` to ``path`` (creating it).
+
+    Args:
+        path: the file to append to.
+        text: what to append.
+        last_good: the last complete checkpoint, named in the error if the storage refuses the write.
 
     Raises:
         StateWriteError: if the storage refuses the write.
@@ -64,7 +74,7 @@ def append_text(path, text):
         with open(path, "a") as stream:
             stream.write(text)
     except OSError as error:
-        raise_if_storage_full(error, path)
+        raise_if_storage_full(error, path, last_good)
         raise
 
 

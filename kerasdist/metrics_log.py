@@ -25,6 +25,8 @@ class MetricsLog:
 
     Args:
         directory: where ``metrics.jsonl`` lives; None keeps records in memory only.
+        last_checkpoint: a function returning the path of the last complete
+            checkpoint (or None), named when the storage refuses a write.
 
     Example:
         >>> log = MetricsLog(None)
@@ -33,9 +35,10 @@ class MetricsLog:
         [0.4]
     """
 
-    def __init__(self, directory=None):
+    def __init__(self, directory=None, last_checkpoint=lambda: None):
         self.path = os.path.join(directory, METRICS_LOG_FILE) if directory else None
         self.records = []
+        self.last_checkpoint = last_checkpoint
 
     def resume(self, upto_global_step):
         """Load the file, keep the records up to ``upto_global_step``, rewrite it atomically.
@@ -66,7 +69,8 @@ class MetricsLog:
             files.recovered(f"{self.path} holds no record up to step {upto_global_step}: the history "
                             "of the epochs trained before is lost; it goes on from here")
         if self.path:
-            files.atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.records))
+            files.atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.records),
+                                    self.last_checkpoint())
 
     def append(self, record):
         """Add one record (and append it to the file at once).
@@ -76,7 +80,7 @@ class MetricsLog:
         """
         self.records.append(record)
         if self.path:
-            files.append_text(self.path, json.dumps(record) + "\n")
+            files.append_text(self.path, json.dumps(record) + "\n", self.last_checkpoint())
 
     def history(self):
         """Per-epoch metrics as ``{name: [value per epoch]}``, like ``keras.callbacks.History``."""

@@ -214,7 +214,8 @@ def _context(options, distribution, mnist, engine):
         # The checkpoint restored the rate it was saved with: train on with this run's (e.g. a smaller one
         # after the run diverged).
         model.optimizer.learning_rate = rate
-    log = MetricsLog(options.checkpoint_dir)
+    log = MetricsLog(options.checkpoint_dir,
+                     last_checkpoint=(lambda: store.manager.latest_checkpoint) if store else lambda: None)
     log.resume(position.global_step)
     return TrainingContext(
         model, distribution, mnist, options.epochs, options.global_batch_size, options.seed, position, log,

@@ -14,6 +14,20 @@ cd "$(dirname "$0")/.."
 PYTHON=.venv/bin/python
 [ -x "$PYTHON" ] || { echo "run_notebooks: no .venv; run 'make setup' first" >&2; exit 2; }
 export KERASDIST_DATA=${KERASDIST_DATA:-sample}
+# Committed outputs never depend on the user's own caches and settings (a kerasdist doctor cache,
+# keras.json, matplotlibrc, IPython start-up files): this run gets its own, as a test run does
+# (USER_STATE in conftest.py).
+user_state=$(mktemp -d)
+trap 'rm -rf "$user_state"' EXIT
+unset KERAS_BACKEND TF_CONFIG
+eval "$("$PYTHON" - "$user_state" <<'PY'
+import shlex, sys
+sys.path.insert(0, ".")
+from conftest import user_state_environment
+for variable, value in user_state_environment(sys.argv[1]).items():
+    print(f"export {variable}={shlex.quote(value)}")
+PY
+)"
 
 # Sort notebooks into "plain" (Python lessons, reticulate-only R notebooks) and keras3 R twins,
 # the same way conftest.py (nbval's set-up for the lessons) does: a twin is an R notebook whose %%R cells load keras3/tfdatasets.

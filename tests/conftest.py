@@ -3,6 +3,7 @@ the uninterrupted reference runs, and CI's rule that a skip is a failure unless 
 
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -75,3 +76,17 @@ def uninterrupted_loop(tmp_path_factory, sample_data):
     """The reference of the loop's crash-and-resume test: 1 replica, loop, 2 epochs, never interrupted."""
     return kerasdist.run_training(replicas=1, epochs=2, data=sample_data, engine="loop", verbose=0,
                                   checkpoint_dir=tmp_path_factory.mktemp("uninterrupted-loop"))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 5 MB tmpfs (root only): room for one checkpoint of the MLP (3.2 MB with Adam's state), not two."""
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(mount_point)], capture_output=True,
+        timeout=30).returncode == 0
+    if not mounted:
+        pytest.skip("needs root to mount a small tmpfs (the full-disk test)")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30)

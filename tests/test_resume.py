@@ -140,20 +140,6 @@ def test_a_second_run_on_a_checkpoint_directory_in_use_fails_at_once_naming_the_
     assert run_cli(*TRAIN, "--epochs", 1, "--checkpoint-dir", tmp_path).returncode == 0
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 5 MB tmpfs (root only): room for one checkpoint of the MLP (3.2 MB with Adam's state), not two."""
-    mount_point = tmp_path / "small-disk"
-    mount_point.mkdir()
-    mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(mount_point)], capture_output=True,
-        timeout=30).returncode == 0
-    if not mounted:
-        pytest.skip("needs root to mount a small tmpfs (the full-disk test)")
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30)
-
-
 def test_a_full_disk_stops_with_exit_4_and_a_rerun_after_freeing_space_matches(small_disk, uninterrupted_fit):
     checkpoints = small_disk / "checkpoints"
     full = run_cli(*TRAIN, "--checkpoint-dir", checkpoints)

@@ -11,8 +11,10 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import uuid
 
+import keras
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -221,3 +223,42 @@ def test_read_json_object_names_what_is_wrong(tmp_path, path, expected):
 def test_a_full_device_is_a_state_write_error():
     with pytest.raises(files.StateWriteError, match=r"cannot write /dev/full \(No space left on device\)"):
         files.append_text("/dev/full", "x" * 10_000)
+
+
+class FillTheDisk(keras.callbacks.Callback):
+    """Fills the file system of ``directory`` with a file ``filler`` at one step of epoch 2, when
+    epoch 1's checkpoint is on disk and epoch 2's is not yet."""
+
+    def __init__(self, filler, at_step=3):
+        super().__init__()
+        self.filler, self.at_step = filler, at_step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.at_step and not self.filler.exists():
+            with open(self.filler, "wb") as stream:
+                with contextlib.suppress(OSError):  # ENOSPC: full
+                    while True:
+                        stream.write(b"\0" * 65536)
+                        stream.flush()
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_up_during_a_metrics_write_names_the_last_checkpoint(small_disk, sample_data):
+    directory = small_disk / "run"
+    run_training(replicas=1, epochs=1, data=sample_data, checkpoint_dir=str(directory), verbose=0)
+    filler = small_disk / "filler"
+
+    with pytest.raises(files.StateWriteError) as stopped:
+        run_training(replicas=1, epochs=2, data=sample_data, checkpoint_dir=str(directory), verbose=0,
+                     callbacks=[FillTheDisk(filler)])
+
+    assert str(stopped.value) == (
+        f"cannot write {directory}/metrics.jsonl (No space left on device); the last good checkpoint is "
+        f"{directory}/{CHECKPOINT}. Free space for {directory} (or make it writable) and rerun the same "
+        "command to resume")
+    filler.unlink()
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True, timeout=30)  # 2 checkpoints
+    status, stdout, stderr = rerun(directory, epochs=2)
+    assert status == 0, stderr
+    record = json.loads(stdout.strip().splitlines()[-1])
+    assert (record["initial_epoch"], record["history"]["epoch"]) == (1, [0, 1])
