@@ -118,7 +118,11 @@ class DistributedSteps:
             loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=self.global_batch_size)
             if self.model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
-        gradients = tape.gradient(loss, self.model.trainable_variables)
+            # As Keras' own train_step: under mixed_float16, compile() made the optimizer a
+            # LossScaleOptimizer, which scales the loss here (so float16 gradients do not underflow) and
+            # divides the gradients by the same scale in apply_gradients; any other optimizer returns it as is.
+            scaled_loss = self.model.optimizer.scale_loss(loss)
+        gradients = tape.gradient(scaled_loss, self.model.trainable_variables)
         return gradients, _statistics(per_example_loss, logits, labels)
 
     def _evaluate_dataset(self, iterator):
