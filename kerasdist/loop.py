@@ -120,7 +120,7 @@ class DistributedSteps:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
             # As Keras' own train_step: under mixed_float16, compile() made the optimizer a
             # LossScaleOptimizer, which scales the loss here (so float16 gradients do not underflow) and
-            # divides the gradients by the same scale in apply_gradients; any other optimizer returns it as is.
+            # divides the gradients by the same scale in apply_gradients; other optimizers return it as is.
             scaled_loss = self.model.optimizer.scale_loss(loss)
         gradients = tape.gradient(scaled_loss, self.model.trainable_variables)
         return gradients, _statistics(per_example_loss, logits, labels)
