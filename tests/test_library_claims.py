@@ -1,0 +1,248 @@
+"""What the lessons state about TensorFlow, Keras and JAX, asserted against the installed libraries.
+
+Each test pins one behaviour a lesson teaches and that a new release could change; when one fails
+after an upgrade, the lesson named in its docstring says something false and must change with it.
+This process has 2 virtual CPU replicas (tests/conftest.py); claims that need other devices or the
+JAX backend run in a fresh, bounded process.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+KERAS_SOURCE = pathlib.Path(keras.__file__).parent / "src"
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    """A plain tf.distribute.MirroredStrategy over this process's two CPU devices (no kerasdist choice)."""
+    devices = [device.name for device in tf.config.list_logical_devices("CPU")][:2]
+    return tf.distribute.MirroredStrategy(devices)
+
+
+def per_replica(strategy, value):
+    """The components of a mirrored variable or per-replica value, as NumPy arrays."""
+    return [np.array(component) for component in strategy.experimental_local_results(value)]
+
+
+def run_fresh(code, timeout=180, **environment):
+    """Run ``code`` in a fresh Python process (bounded); return the JSON object it prints last."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **environment})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_plain_mirrored_strategy_all_reduces_with_collective_ring_on_cpus(strategy):
+    """Lesson 06: TF 2.21's MirroredStrategy picks CollectiveAllReduce (RING on CPUs and virtual GPUs, NCCL on
+    physical GPUs); ReductionToOneDevice is kerasdist's own choice for CPUs."""
+    cross_device_ops = strategy.extended._cross_device_ops
+    assert type(cross_device_ops).__name__ == "CollectiveAllReduce"
+    assert cross_device_ops._options.implementation == tf.distribute.experimental.CommunicationImplementation.RING
+
+
+def test_keras_weights_are_mirrored_with_aggregation_none_and_a_replica_write_stays_local(strategy):
+    """Lesson 01: a write inside a replica step changes only that replica's copy; only the optimizer's
+    cross-replica update keeps the copies equal."""
+    with strategy.scope():
+        layer = keras.layers.Dense(2)
+        layer.build((None, 3))
+    kernel = layer.kernel.value
+    assert type(kernel).__name__ == "MirroredVariable"
+    assert kernel.aggregation == tf.VariableAggregation.NONE
+
+    @tf.function
+    def write_replica_id():
+        def step():
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            layer.kernel.assign(tf.fill(layer.kernel.shape, tf.cast(replica, tf.float32)))
+        strategy.run(step)
+
+    write_replica_id()
+    first, second = per_replica(strategy, kernel)
+    assert (first == 0).all() and (second == 1).all()
+    assert (layer.kernel.numpy() == 0).all()  # reading (and saving) gives replica 0's copy
+
+
+def _moving_means(strategy, synchronized):
+    keras.utils.set_random_seed(0)
+    x = np.random.normal(size=(64, 4)).astype("float32")
+    x[32:] += 3.0  # replica 1's half of each batch has another mean
+    y = np.random.normal(size=(64, 3)).astype("float32")
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization(synchronized=synchronized),
+                                  keras.layers.Dense(3)])
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(64), epochs=2, verbose=0)
+    return per_replica(strategy, model.layers[0].moving_mean.value), per_replica(strategy, model.layers[1].kernel.value)
+
+
+def test_batch_normalization_statistics_part_across_replicas_unless_synchronized(strategy):
+    """Lessons 01 and 03: BatchNormalization's moving statistics are written by each replica alone."""
+    means, kernels = _moving_means(strategy, synchronized=False)
+    assert np.abs(means[0] - means[1]).max() > 0.05
+    assert np.array_equal(kernels[0], kernels[1])  # the weights the optimizer updates stay equal
+    means, kernels = _moving_means(strategy, synchronized=True)
+    assert np.array_equal(means[0], means[1]) and np.array_equal(kernels[0], kernels[1])
+
+
+def test_every_replica_draws_the_same_dropout_mask(strategy):
+    """Lessons 01 and 03: dropout looks at no other example, but its seed state is one mirrored variable,
+    so each replica draws the mask of the first rows of the one-device batch."""
+    ones = tf.ones((8, 6))
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        dropout = keras.layers.Dropout(0.5, seed=1)
+    batches = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(ones))
+    masks = tf.function(lambda x: strategy.run(lambda t: dropout(t, training=True), args=(x,)))(next(iter(batches)))
+    first, second = per_replica(strategy, masks)
+    keras.utils.set_random_seed(0)
+    alone = keras.layers.Dropout(0.5, seed=1)
+    one_device = tf.function(lambda x: alone(x, training=True))(ones).numpy()
+    assert np.array_equal(first, second)
+    assert np.array_equal(first, one_device[:4]) and not np.array_equal(first, one_device[4:])
+
+
+def _kernel_after_one_step(strategy, clipnorm):
+    keras.utils.set_random_seed(0)
+    x = np.random.normal(size=(8, 4)).astype("float32")
+    y = np.random.normal(size=(8, 1)).astype("float32")
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, kernel_initializer="ones")])
+        model.compile(optimizer=keras.optimizers.SGD(0.1, clipnorm=clipnorm), loss="mse")
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=1, verbose=0)
+    return model.layers[0].kernel.numpy()
+
+
+def test_keras_clips_each_replicas_partial_gradient_before_the_all_reduce(strategy):
+    """Lessons 01 and 03: with clipnorm, N replicas no longer take one device's step."""
+    one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
+    assert np.allclose(_kernel_after_one_step(strategy, None), _kernel_after_one_step(one_device, None), atol=1e-6)
+    clipped_on_replicas = _kernel_after_one_step(strategy, 0.01)
+    clipped_on_one_device = _kernel_after_one_step(one_device, 0.01)
+    # One device clips the whole gradient to norm 0.01; two replicas each clip their half to 0.01 and sum.
+    assert np.linalg.norm(clipped_on_one_device - 1) == pytest.approx(0.1 * 0.01, rel=1e-3)
+    assert np.linalg.norm(clipped_on_replicas - 1) > 1.5 * np.linalg.norm(clipped_on_one_device - 1)
+
+
+def test_jit_compile_auto_is_off_for_a_model_built_under_a_strategy(strategy, monkeypatch):
+    """Lesson 08: on a machine with a GPU, "auto" turns XLA on, except for a model built in a tf.distribute
+    scope (so the guide's code is not XLA-compiled on GPUs); on a CPU-only machine it is off."""
+    def build():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="adam", loss="mse", jit_compile="auto")
+        return model
+
+    assert build().jit_compile is False  # this machine has no GPU
+    devices = tf.config.list_physical_devices()
+    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda *kind: devices + [gpu])
+    assert build().jit_compile is True
+    with strategy.scope():
+        assert build().jit_compile is False
+
+
+class _StopAt(keras.callbacks.Callback):
+    """Raises at one (epoch, batch), as a crash would; records the first batch each fit() trains."""
+
+    def __init__(self, epoch=None, batch=None):
+        super().__init__()
+        self.stop_at, self.first, self.epoch = (epoch, batch), None, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.first = self.first or (self.epoch, batch)
+        if (self.epoch, batch) == self.stop_at:
+            raise RuntimeError("crash")
+
+
+def test_backup_and_restore_restores_the_epoch_not_the_batch(tmp_path):
+    """Lessons 02 and 05: with save_freq in batches BackupAndRestore writes the batch it saved at, but a
+    resumed fit() starts the interrupted epoch again from its first batch."""
+    data = tf.data.Dataset.from_tensor_slices((tf.ones((40, 4)), tf.ones((40, 1)))).batch(4)  # 10 batches
+
+    def fit(*callbacks):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        backup = keras.callbacks.BackupAndRestore(str(tmp_path), save_freq=3, delete_checkpoint=False)
+        model.fit(data, epochs=3, verbose=0, callbacks=[backup, *callbacks])
+
+    with pytest.raises(RuntimeError, match="crash"):
+        fit(_StopAt(epoch=1, batch=7))
+    saved = json.loads((tmp_path / "training_metadata.json").read_text())
+    # Every 3rd batch counted across epochs: batches 2, 5 and 8 of epoch 1, then 1 and 4 of epoch 2 (0-based).
+    assert saved == {"epoch": 1, "batch": 4}
+    resumed = _StopAt()
+    fit(resumed)
+    assert resumed.first == (1, 0)
+
+
+def test_keras_has_no_parameter_server_support():
+    """Lesson 06: Keras 3 has no ParameterServerStrategy / ClusterCoordinator support."""
+    hits = [path for path in KERAS_SOURCE.rglob("*.py")
+            if "ParameterServerStrategy" in path.read_text() or "ClusterCoordinator" in path.read_text()]
+    assert hits == []
+
+
+def test_the_collective_timeout_is_meant_for_debugging():
+    """Lesson 05: TensorFlow documents CommunicationOptions(timeout_seconds=...) as a debugging aid."""
+    documentation = " ".join(tf.distribute.experimental.CommunicationOptions.__init__.__doc__.split())
+    assert "This should only be used for debugging since it creates a new thread for each collective" in documentation
+
+
+def test_an_unseeded_shuffle_repeats_its_order_under_the_same_global_seed():
+    """Lesson 04: workers that run the same program with the same global seed draw the same unseeded order."""
+    def first_order():
+        return list(tf.data.Dataset.range(50).shuffle(50).take(8).as_numpy_iterator())
+
+    tf.random.set_seed(0)
+    first, second = first_order(), first_order()
+    tf.random.set_seed(0)
+    assert first != second and first_order() == first
+
+
+def test_compute_average_loss_divides_by_the_local_batch_times_the_replicas(strategy):
+    """Lessons 01 and 06: without global_batch_size, compute_average_loss divides by the per-replica batch
+    times the number of replicas; with it, by the global batch given."""
+    def losses(per_example):
+        return (tf.nn.compute_average_loss(per_example),
+                tf.nn.compute_average_loss(per_example, global_batch_size=10))
+
+    values = strategy.run(losses, args=(tf.ones(3),))
+    assert [float(v) for v in per_replica(strategy, values[0])] == pytest.approx([0.5, 0.5])
+    assert [float(v) for v in per_replica(strategy, values[1])] == pytest.approx([0.3, 0.3])
+
+
+@pytest.mark.slow  # a fresh process
+def test_a_distributed_dataset_splits_an_uneven_global_batch_into_rounded_up_shares():
+    """Lesson 05: TensorFlow rebatches a global batch of 64 over 3 replicas as 22/22/20 (ceil(64/3) until the
+    rest; its docstring says shares differ by at most one); kerasdist refuses such a batch by choice."""
+    shares = run_fresh("""
+        import json, tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 3)
+        strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+        batch = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(64))))
+        print(json.dumps([int(t.shape[0]) for t in strategy.experimental_local_results(batch)]))
+    """)
+    assert shares == [22, 22, 20]
+
+
+@pytest.mark.slow  # a fresh process
+def test_jax_cpu_collectives_default_to_gloo():
+    """Lesson 07: JAX's CPU collectives across processes use gloo unless told otherwise."""
+    pytest.importorskip("jax")
+    assert run_fresh("""
+        import json, jax
+        print(json.dumps(jax.config.jax_cpu_collectives_implementation))
+    """) == "gloo"
