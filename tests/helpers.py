@@ -22,6 +22,25 @@ def run_cli(*arguments, timeout=300):
     return subprocess.run(kerasdist_command(*arguments), capture_output=True, text=True, timeout=timeout)
 
 
+def run_pytest(*arguments, prefix=(), environment=None, timeout=900):
+    """Run pytest on ``arguments`` in a fresh process, as a test run of its own (its own user state, no xdist).
+
+    Args:
+        arguments: pytest's arguments (test ids, notebooks, options).
+        prefix: argv to run pytest under (e.g. ``unshare`` ...).
+        environment: variables to set on top of this process's.
+        timeout: seconds before the run is killed.
+
+    Returns:
+        The ``CompletedProcess`` (stdout and stderr as text).
+    """
+    inherited = {key: value for key, value in os.environ.items()
+                 if key not in ("KERASDIST_TEST_USER_STATE", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")}
+    command = [*prefix, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *arguments]
+    return subprocess.run(command, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          env={**inherited, **(environment or {})}, capture_output=True, text=True, timeout=timeout)
+
+
 def last_json_line(stdout):
     """The result record: the last line of stdout, parsed."""
     return json.loads(stdout.strip().splitlines()[-1])

@@ -2,12 +2,11 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import run_pytest
 from kerasdist import engines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,17 +53,13 @@ def _planted_user_state(home):
 @pytest.mark.xdist_group("lessons")
 def test_a_test_run_passes_and_leaves_a_planted_user_state_byte_identical(tmp_path, isolation):
     home = tmp_path / "user"
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in (isolation.OWN_STATE, "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")}
-    environment.update(isolation.user_state_environment(str(home)), KERAS_BACKEND="jax")
+    environment = dict(isolation.user_state_environment(str(home)), KERAS_BACKEND="jax")
     planted = _planted_user_state(home)
     for path, text in planted.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
 
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
-                          LESSON_02_ON_OTHER_DATA], cwd=REPO, env=environment, capture_output=True, text=True,
-                         timeout=900)
+    run = run_pytest(LESSON_02_ON_OTHER_DATA, environment=environment)
 
     assert run.returncode == 0, run.stdout[-3000:]
     assert "1 passed" in run.stdout
