@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.framework import config as tf_config
 
 KERAS_SOURCE = pathlib.Path(keras.__file__).parent / "src"
 
@@ -135,7 +136,8 @@ def test_keras_clips_each_replicas_partial_gradient_before_the_all_reduce(strate
 
 def test_jit_compile_auto_is_off_for_a_model_built_under_a_strategy(strategy, monkeypatch):
     """Lesson 08: on a machine with a GPU, "auto" turns XLA on, except for a model built in a tf.distribute
-    scope (so the guide's code is not XLA-compiled on GPUs); on a CPU-only machine it is off."""
+    scope (so the guide's code is not XLA-compiled on GPUs) or with op determinism on; on a CPU-only
+    machine it is off."""
     def build():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(optimizer="adam", loss="mse", jit_compile="auto")
@@ -145,9 +147,17 @@ def test_jit_compile_auto_is_off_for_a_model_built_under_a_strategy(strategy, mo
     devices = tf.config.list_physical_devices()
     gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda *kind: devices + [gpu])
-    assert build().jit_compile is True
-    with strategy.scope():
+    # Op determinism (which kerasdist's deterministic runs turn on, for the whole process) turns "auto" off too.
+    was_deterministic = tf_config.is_op_determinism_enabled()
+    try:
+        tf_config.enable_op_determinism()
         assert build().jit_compile is False
+        tf_config.disable_op_determinism()
+        assert build().jit_compile is True
+        with strategy.scope():
+            assert build().jit_compile is False
+    finally:
+        (tf_config.enable_op_determinism if was_deterministic else tf_config.disable_op_determinism)()
 
 
 class _StopAt(keras.callbacks.Callback):
