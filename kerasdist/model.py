@@ -55,8 +55,8 @@ def learning_rate_for(base_learning_rate, num_replicas, scale_with_replicas=Fals
     if warmup_steps <= 0:
         return peak
     return keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=base_learning_rate, warmup_target=peak, warmup_steps=warmup_steps, decay_steps=1,
-        alpha=1.0,
+        initial_learning_rate=base_learning_rate, warmup_target=peak, warmup_steps=warmup_steps,
+        decay_steps=1, alpha=1.0,
     )
 
 

@@ -146,7 +146,8 @@ def plot_step_time_model(global_batch_size, compute_s, gradient_bytes, bandwidth
                   f"global batch {global_batch_size}, compute {1e3 * compute_s:g} ms on 1 device, "
                   f"gradients {gradient_bytes / 1e6:.2f} MB,\nring all-reduce over links of "
                   f"{bandwidth_bytes_per_s / 1e9:g} GB/s with {1e6 * latency_s:g} µs per hop, "
-                  f"input {1e3 * input_s:g} ms per step; no overlap of communication with compute. No GPU was measured.")
+                  f"input {1e3 * input_s:g} ms per step; no overlap of communication with compute. "
+                  "No GPU was measured.")
     for axis in (time_axis, speed_axis):
         axis.grid(alpha=0.3)
     figure.tight_layout(rect=(0, 0.1, 1, 1))

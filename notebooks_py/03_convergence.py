@@ -966,11 +966,12 @@ print(f"max |loss difference| per update: {update_gap.max():.1e}; max |weight di
 #         print(f"{run['name']:<28}", np.round(run["batch_loss"][:8], 2), np.round(run["history"]["loss"], 3))
 # ```
 # At 8e-3 warm-up does not pay on this MLP with Adam: the run without it falls fastest from the first
-# step, with no jump (Adam's first steps are about the rate in size whatever the gradient's scale, and
-# 8e-3 is not too much for it). At 3e-2 the run without warm-up jumps within its first steps to a
-# loss several times the initial one and ends epoch 1 far behind; the warmed-up run bumps too once it
-# reaches the full rate, but much less. Warm-up pays once the scaled rate is too large for fresh
-# weights, which with Adam on a small model takes a far larger k than the linear rule suggests.
+# step, with no jump, and the warmed-up run even bumps once its rate reaches 8e-3 (Adam's first steps
+# are about the rate in size whatever the gradient's scale, and 8e-3 is not too much for fresh
+# weights here). At 3e-2 the run without warm-up jumps within its first steps to a loss several times
+# the initial one and ends epoch 1 far behind; the warmed-up run bumps too when it reaches the full
+# rate, to about half that height, and ends epoch 1 well ahead. Warm-up pays once the scaled rate is
+# too large for fresh weights, which for Adam on this small model takes a larger k than 8.
 # </details>
 #
 # 4. Add gradient clipping, `clipnorm=0.1` (`train_run(..., clipnorm=0.1)`), and train 1 device and
