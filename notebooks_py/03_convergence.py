@@ -506,8 +506,8 @@ for label, runs_of_variant in (("BatchNormalization", local_statistics),
 # Dropout breaks the path in another way. It looks at one example at a time, but lesson 1 showed that
 # its seed state is one mirrored variable, so both replicas draw the **same** mask for their own 32
 # rows, where one device draws a mask for all 64 rows of the global batch. The cell below checks the
-# masks again on this strategy, then trains the MLP with `Dropout(0.5)` after `dense_1` for one epoch
-# on 1 device and on 2 replicas.
+# masks again on this strategy, then trains the MLP with a `Dropout` layer that drops half of the units
+# after `dense_1`, for one epoch on 1 device and on 2 replicas.
 
 # %%
 # NBVAL_CHECK_OUTPUT
