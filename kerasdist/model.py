@@ -15,21 +15,24 @@ def learning_rate_for(base_learning_rate, num_replicas, scale_with_replicas=Fals
     """The learning rate (or schedule) for a run.
 
     With scaling, the gradual warm-up of Goyal et al. (2017, section 2.2):
-    the global batch grows k times and the rate goes from the base rate η at
-    step 0 to kη at step ``warmup_steps``, by the same amount each step, then
-    stays at kη; with k = 1 that is the constant η. Without scaling, the ramp
-    goes from ``η / warmup_steps`` to η (a warm-up from near zero). The ramp is
-    Keras' own ``CosineDecay`` with ``warmup_target`` and ``alpha=1.0`` (no
-    decay after the warm-up); it is a schedule whenever ``warmup_steps > 0``,
-    even a flat one, so the optimizer holds the same variables as in
-    checkpoints written by earlier versions.
+    the global batch grows k times and the rate goes from the one-replica
+    rate η at step 0 to kη at step ``warmup_steps``, by the same amount each
+    step, then stays at kη (the paper then resumes its usual schedule from
+    kη; kerasdist trains a few epochs and holds it). A warm-up always starts
+    at the unscaled rate η: without scaling (or with k = 1) the target is η
+    itself, so the "ramp" is flat. The ramp is Keras' own ``CosineDecay``
+    with ``initial_learning_rate=η``, ``warmup_target=kη`` and ``alpha=1.0``
+    (the decay after the warm-up ends where it starts, so ``decay_steps``
+    changes nothing); it is a schedule whenever ``warmup_steps > 0``, even a
+    flat one, so the optimizer holds the same variables as in checkpoints
+    written by earlier versions.
 
     Args:
         base_learning_rate: the rate for one replica (η).
         num_replicas: replicas in sync (k).
         scale_with_replicas: apply the linear scaling rule (rate x replicas),
             for when the per-replica batch is fixed and the global batch grows.
-        warmup_steps: steps of linear warm-up; 0 for none.
+        warmup_steps: steps of linear warm-up from η to the scaled rate; 0 for none.
 
     Returns:
         A float, or a ``keras.optimizers.schedules.CosineDecay`` when ``warmup_steps > 0``.
@@ -41,7 +44,7 @@ def learning_rate_for(base_learning_rate, num_replicas, scale_with_replicas=Fals
         >>> schedule = learning_rate_for(0.001, 2, scale_with_replicas=True, warmup_steps=10)
         >>> [round(float(schedule(step)), 6) for step in (0, 5, 10, 500)]
         [0.001, 0.0015, 0.002, 0.002]
-        >>> flat = learning_rate_for(0.001, 1, scale_with_replicas=True, warmup_steps=10)
+        >>> flat = learning_rate_for(0.001, 4, warmup_steps=10)  # no scaling: η to η
         >>> [round(float(flat(step)), 6) for step in (0, 5, 10, 500)]
         [0.001, 0.001, 0.001, 0.001]
     """
@@ -49,11 +52,11 @@ def learning_rate_for(base_learning_rate, num_replicas, scale_with_replicas=Fals
         raise KerasdistError(f"learning_rate must be > 0. Received: learning_rate={base_learning_rate}")
     peak = base_learning_rate * (num_replicas if scale_with_replicas else 1)
     warmup_steps = int(warmup_steps)
-    start = base_learning_rate if scale_with_replicas else peak / max(1, warmup_steps)
     if warmup_steps <= 0:
         return peak
     return keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=start, warmup_target=peak, warmup_steps=warmup_steps, decay_steps=1, alpha=1.0,
+        initial_learning_rate=base_learning_rate, warmup_target=peak, warmup_steps=warmup_steps,
+        decay_steps=1, alpha=1.0,
     )
 
 

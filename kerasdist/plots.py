@@ -72,9 +72,13 @@ def plot_convergence(comparison):
 def step_time_model(replicas, compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s):
     """Modelled seconds per step at a fixed global batch: compute/N + ring all-reduce(N) + input.
 
-    A ring all-reduce of ``gradient_bytes`` over N devices sends
-    ``2 (N - 1) / N`` times the gradient through each link and waits
-    ``2 (N - 1)`` hop latencies; one device needs none.
+    A ring all-reduce of ``gradient_bytes`` over N devices (a reduce-scatter,
+    then an all-gather) sends ``2 (N - 1) / N`` times the gradient through
+    each link, less than twice the gradient whatever N, and waits
+    ``2 (N - 1)`` hop latencies, the only term that grows with N; one device
+    needs none. The model adds the terms: it assumes no overlap of
+    communication with compute (the all-reduce starts after the whole
+    backward pass).
 
     Args:
         replicas: N, the number of devices.
@@ -135,14 +139,15 @@ def plot_step_time_model(global_batch_size, compute_s, gradient_bytes, bandwidth
     speed_axis.plot(list(replicas), [speeds[0] * n / replicas[0] for n in replicas], ":", color="gray",
                     label="perfect scaling")
     speed_axis.set(title="MODEL: samples/s at a fixed global batch", xlabel="devices N", ylabel="samples/s",
-                   xticks=list(replicas))
+                   xticks=list(replicas), ylim=(0, 1.05 * speeds[0] * max(replicas) / replicas[0]))
     speed_axis.legend(fontsize=8, loc="upper left")
     speed_axis.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
     parameters = (f"Cost model, assumed parameters: step time = compute/N + all-reduce(N) + input; "
                   f"global batch {global_batch_size}, compute {1e3 * compute_s:g} ms on 1 device, "
                   f"gradients {gradient_bytes / 1e6:.2f} MB,\nring all-reduce over links of "
                   f"{bandwidth_bytes_per_s / 1e9:g} GB/s with {1e6 * latency_s:g} µs per hop, "
-                  f"input {1e3 * input_s:g} ms per step not overlapped with compute. No GPU was measured.")
+                  f"input {1e3 * input_s:g} ms per step; no overlap of communication with compute. "
+                  "No GPU was measured.")
     for axis in (time_axis, speed_axis):
         axis.grid(alpha=0.3)
     figure.tight_layout(rect=(0, 0.1, 1, 1))

@@ -25,8 +25,11 @@
 # - how to make N replicas on one machine: GPUs on a workstation, virtual CPU devices on a laptop;
 # - the difference between the *global* batch and the *per-replica* batch;
 # - why the model is built and compiled inside `with(strategy$scope(), ...)`;
-# - what a *mirrored variable* is, and how to see that the replicas stay identical;
-# - what one synchronous step does, by doing it by hand and checking it against MirroredStrategy.
+# - what a *mirrored variable* is, and what keeps its copies identical: the optimizer's all-reduced
+#   update, not a write;
+# - what one synchronous step does, by doing it by hand and checking it against MirroredStrategy;
+# - when N replicas train exactly like one device, and the layers and options that break it, each
+#   shown by a run.
 #
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
@@ -54,18 +57,32 @@
 # sums them into the mean gradient, and every replica applies the same update to its mirrored
 # variables](figures/sync_step_all_reduce.svg)
 #
-# Training with N replicas therefore follows the same path as training on one device with the
-# global batch, up to floating-point rounding (lesson 3 measures how close), under one condition
-# given below. `tf$distribute$MirroredStrategy` does this on one machine, and keras3's `fit()`
-# works with it unchanged, as long as the model is created inside the strategy's scope.
+# `tf$distribute$MirroredStrategy` does all of this on one machine, and keras3's `fit()` works with
+# it unchanged, as long as the model is created inside the strategy's scope.
 #
-# The condition: each example's loss must depend only on the weights and on that example. The
-# guide's MLP used here meets it. A **BatchNormalization** layer does not (during training it
-# normalises with the mean and variance of the batch it sees, and each replica sees only its local
-# batch), nor does **dropout** (each replica draws a random mask for its own local batch, not the
-# mask one device would draw for the global batch): with either, N replicas train correctly but
-# follow another path than one device. Lesson 3 measures this, and repairs BatchNormalization with
-# `synchronized = TRUE`.
+# Because the update is computed from the whole global batch, training with N replicas follows
+# the same path as training on one device with that batch, up to floating-point rounding, when
+# **all** of these hold:
+#
+# 1. **the same start and the same order**: the same initial weights, and the same examples in
+#    every global batch (lesson 3 builds such runs);
+# 2. **equal shares**: every replica gets as many examples as every other in every step. Keras
+#    averages each replica's loss over its own share, so an uneven last batch weighs the examples
+#    of the smaller share more (lesson 3; the remedy is `drop_remainder = TRUE`);
+# 3. **no layer that looks across the batch**: BatchNormalization normalises with the statistics of
+#    the batch it sees, on N replicas each replica's local batch, and keeps its moving statistics
+#    per replica (`synchronized = TRUE` repairs both);
+# 4. **no random layer**: dropout looks at one example at a time, but its random stream is one
+#    mirrored seed, so in Keras 3 every replica draws the *same* mask for its own rows: noise
+#    correlated across replicas, not the mask one device draws for the global batch;
+# 5. **no gradient clipping in the optimizer**: Keras 3 clips each replica's share of the gradient
+#    before the all-reduce, not the summed gradient.
+#
+# What is left is the order of floating-point additions: two replicas sum their gradients in
+# another order than one device, so the runs agree to rounding, not bit for bit (lesson 3 measures
+# how closely; `tf$config$experimental$enable_op_determinism()` makes each run repeat itself, it does
+# not make the two add in the same order). The guide's MLP used here meets all five conditions; the
+# section "When N replicas follow one device's path" below runs the counter-examples 3 to 5.
 
 # %% [markdown]
 # ## Data parallelism, not model parallelism
@@ -86,6 +103,10 @@
 #   Data that does not fit in memory is the input pipeline's job: tfdatasets streams it from disk
 #   (lesson 4). A **model** that does not fit on one device is the case for model parallelism,
 #   which splits the layers (or the tensors) across devices and passes activations between them.
+#   In between sits *sharded* data parallelism (ZeRO, FSDP): still data parallel, but each device
+#   keeps only a slice of the weights, gradients and optimizer state, which a mirrored replica
+#   holds in full (with Adam in float32, 16 bytes per weight); `keras.distribution` shards weights
+#   with a `LayoutMap` (lesson 7).
 
 # %% [markdown]
 # ## Setup
@@ -315,9 +336,15 @@ import keras  # noqa: F401
 # That is all `MirroredStrategy` does in a step: split the global batch, compute each replica's
 # gradient of its loss divided by the global batch, sum them with an all-reduce, and apply the same
 # update everywhere. keras3's `fit()` scales each replica's loss for you (its mean over the local
-# batch, divided by the number of replicas: the same as dividing its sum by the global batch); in a
-# custom training loop you do it with `tf$nn$compute_average_loss(per_example_loss,
-# global_batch_size = ...)` (lesson 5).
+# batch, divided by the number of replicas: the same as dividing its sum by the global batch, when
+# the shares are equal); in a custom training loop you do it with
+# `tf$nn$compute_average_loss(per_example_loss, global_batch_size = ...)` (lesson 5). Both assume
+# full, evenly split batches. With a fixed `global_batch_size`, a short last batch is still divided
+# by the full global batch, so its step comes out smaller; without the argument, TensorFlow divides
+# by the local batch size x N (`tensorflow/python/ops/nn_impl_distribute.py`,
+# `compute_average_loss`), which weighs an uneven share as `fit()` does. The exact mean divides the
+# local sum by the all-reduced count of examples; this course drops the last partial batch instead
+# (lesson 3).
 
 # %% [markdown]
 # ## Build and compile in the strategy scope
@@ -381,8 +408,17 @@ import keras  # noqa: F401
 # ## What a mirrored variable is
 #
 # A Keras weight is a Keras variable; under a `MirroredStrategy` the TensorFlow variable inside it
-# (`$value`) is a `MirroredVariable`: one component variable per device, kept equal by applying the
-# same all-reduced update to every copy.
+# (`$value`) is a `MirroredVariable`: one component variable per device. Outside a replica step
+# (`get_weights()`, `evaluate()`'s result, saving) you read the first replica's component.
+#
+# Nothing in the variable keeps the components equal. Keras creates its weights with aggregation
+# `"none"` (`keras/src/layers/layer.py`, `add_weight`), and for such a variable an `assign` inside a
+# replica step changes only that replica's copy. What keeps the copies equal is the optimizer: in
+# every step it all-reduces the gradients with a SUM (`keras/src/backend/tensorflow/optimizer.py`,
+# `_all_reduce_sum_gradients`), then leaves the replicas with `merge_call` and applies that one
+# update to every component from cross-replica context (`strategy.extended.update`, in
+# `_distributed_tf_update_step`). State that a layer writes in a replica step, without the
+# optimizer, is not synchronized: the next section shows one.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -399,6 +435,23 @@ import keras  # noqa: F401
 # # Where the components live: one per replica device.
 # for (component in components) cat(component$device, "\n")
 
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # A write inside a replica step: every replica assigns its own id + 1 to a mirrored variable.
+# # The per-replica function is Python: the strategy calls it from its own threads, where R cannot run.
+# with(strategy$scope(), written <- keras_variable(0, name = "written"))
+# cat("aggregation:", written$value$aggregation$name, "\n")
+# reticulate::py_run_string(paste(
+#   "import tensorflow as tf",
+#   "def assign_replica_id_to(variable):",
+#   "    def step():",
+#   "        replica = tf.distribute.get_replica_context().replica_id_in_sync_group",
+#   "        variable.assign(tf.cast(replica, 'float32') + 1.0)",
+#   "    return step", sep = "\n"))
+# invisible(tf_function(function() strategy$run(reticulate::py$assign_replica_id_to(written)))())
+# cat("components after the write:", vapply(written$value$values, function(c) as.numeric(c$numpy()), 0),
+#     "; read outside the step:", as.numeric(written$numpy()), "\n")
+
 # %% [markdown]
 # **Predict, then run.** After three epochs of training, do the components of this mirrored
 # variable still hold exactly the same numbers, or have they drifted apart by rounding? Decide,
@@ -406,18 +459,172 @@ import keras  # noqa: F401
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Every replica applied the same all-reduced updates, so the copies are equal bit for bit.
+# # The optimizer applied the same all-reduced update to every copy, so they are equal bit for bit.
 # first <- components[[1]]$numpy()
 # identical_components <- all(vapply(components, function(v) identical(v$numpy(), first), logical(1)))
 # stopifnot(identical_components)
 # cat("all components identical:", identical_components, "\n")
 
 # %% [markdown]
+# ## When N replicas follow one device's path
+#
+# The introduction listed five conditions. The step by hand showed the core of it; lesson 3 trains
+# whole runs with the same start and order, and with uneven shares. Here are the other three, each
+# in a few steps: BatchNormalization, dropout and gradient clipping.
+#
+# **BatchNormalization's moving statistics.** During training the layer also updates its
+# `moving_mean` and `moving_variance`, which inference uses. It writes them in the replica step,
+# with no optimizer involved, so each replica writes the statistics of its own local batch into its
+# own copy. Below, a small model with BatchNormalization trains a few steps on 2 replicas, with
+# `synchronized = FALSE` (the default) and `synchronized = TRUE`.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # A few training steps of a model with BatchNormalization, then the copies of its moving mean.
+# build_normalized <- function(synchronized) {
+#   inputs <- keras_input(shape = 784, name = "digits")
+#   outputs <- inputs |>
+#     layer_dense(units = 32, activation = "relu", name = "dense_1") |>
+#     layer_batch_normalization(synchronized = synchronized, name = "batch_norm") |>
+#     layer_dense(units = 10, name = "logits")
+#   keras_model(inputs, outputs)
+# }
+# copies_of <- function(variable) lapply(variable$value$values, function(component) component$numpy())
+# moving_mean_spread <- c()
+# for (synchronized in c(FALSE, TRUE)) {
+#   set_random_seed(0)
+#   with(strategy$scope(), {
+#     normalized <- build_normalized(synchronized)
+#     normalized |> compile(optimizer = optimizer_sgd(learning_rate = learning_rate),
+#                           loss = loss_sparse_categorical_crossentropy(from_logits = TRUE))
+#   })
+#   invisible(normalized |> fit(dataset_take(train_dataset, 10), epochs = 1, shuffle = FALSE, verbose = 0))
+#   moving_mean <- get_layer(normalized, "batch_norm")$moving_mean
+#   copies <- copies_of(moving_mean)
+#   kernel_copies <- copies_of(get_layer(normalized, "dense_1")$kernel)
+#   moving_mean_spread[sprintf("synchronized=%s", synchronized)] <- max(abs(copies[[1]] - copies[[2]]))
+#   cat(sprintf(paste("synchronized=%s: moving_mean copies identical: %s; read outside the step = replica 0's: %s;",
+#                     "dense_1 kernel copies identical: %s\n"),
+#               synchronized, identical(copies[[1]], copies[[2]]), identical(moving_mean$numpy(), copies[[1]]),
+#               identical(kernel_copies[[1]], kernel_copies[[2]])))
+# }
+
+# %% language="R"
+# # How far apart the two copies of the moving mean are after those steps.
+# print(sprintf("%.1e", moving_mean_spread))
+
+# %% [markdown]
+# Without synchronization the copies part from the first step, although the weights the optimizer
+# updates stay identical. `evaluate()`, `predict()` and `save_model()` then use replica 0's
+# statistics, gathered from half of the data. `synchronized = TRUE` all-reduces the batch statistics,
+# so every replica normalises with those of the global batch and writes the same moving statistics
+# (lesson 3 shows what it changes in the loss, and what it costs).
+#
+# **Dropout.** Dropout looks at one example at a time, but its random numbers come from the
+# layer's seed state, and in Keras 3 that state is one mirrored variable (aggregation "none",
+# `keras/src/random/seed_generator.py`). Every replica starts its step from the same seed. Below, a
+# `layer_dropout(rate = 0.5)` is applied to a global batch of 8 rows of ones, on 2 replicas and on
+# one device, from the same seed.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The same dropout layer on a batch of ones: on 2 replicas (4 rows each) and on one device (8 rows).
+# # The per-replica function is Python again (strategy$run calls it on TensorFlow's replica threads).
+# reticulate::py_run_string(paste(
+#   "def training_call(layer):",
+#   "    return lambda rows: layer(rows, training=True)", sep = "\n"))
+# ones <- tf$ones(c(8L, 6L))
+# set_random_seed(0)
+# with(strategy$scope(), dropout <- layer_dropout(rate = 0.5, seed = 1L))
+# seed_state <- dropout$seed_generator$state$value
+# cat("seed state:", seed_state$`__class__`$`__name__`, seed_state$aggregation$name, "\n")
+# ones_per_replica <- reticulate::iter_next(reticulate::as_iterator(
+#   strategy$experimental_distribute_dataset(tensors_dataset(ones))))
+# dropped <- tf_function(function(x) strategy$run(reticulate::py$training_call(dropout), args = list(x)))(
+#   ones_per_replica)
+# replica_masks <- lapply(strategy$experimental_local_results(dropped), function(t) (t$numpy() > 0) * 1L)
+# set_random_seed(0)
+# one_device_dropout <- layer_dropout(rate = 0.5, seed = 1L)
+# one_device_mask <- (tf_function(function(x) one_device_dropout(x, training = TRUE))(ones)$numpy() > 0) * 1L
+# half <- nrow(replica_masks[[1]])
+# cat("the replicas draw the same mask:", identical(replica_masks[[1]], replica_masks[[2]]), "\n")
+# cat("it is the mask one device draws for the first rows:",
+#     identical(replica_masks[[1]], one_device_mask[seq_len(half), ]),
+#     "; for the last rows:", identical(replica_masks[[1]], one_device_mask[half + seq_len(half), ]), "\n")
+
+# %% language="R"
+# # The masks themselves (1 = kept).
+# for (replica in seq_along(replica_masks)) {
+#   cat(sprintf("replica %d:\n", replica - 1L))
+#   write.table(replica_masks[[replica]], row.names = FALSE, col.names = FALSE)
+# }
+# cat("one device:\n")
+# write.table(one_device_mask, row.names = FALSE, col.names = FALSE)
+
+# %% [markdown]
+# Two replicas drop the same units for their first, second, ... local example: the noise is
+# correlated across replicas, where one device draws independent masks for all the rows of the
+# global batch. Training still works, but it follows another path, and no Keras option changes it.
+#
+# **Gradient clipping.** `clipnorm`, `global_clipnorm` and `clipvalue` clip the gradient before
+# the update (`clipnorm` scales each gradient tensor down to that norm at most, like
+# `tf$clip_by_norm()`). In Keras 3 the optimizer clips *each replica's* gradient (its share, divided
+# by the global batch) and only then all-reduces: `keras/src/optimizers/base_optimizer.py`, `apply`,
+# calls `_clip_gradients` and then `_backend_update_step`, whose TensorFlow version does the
+# all-reduce.
+# **Predict, then run.** One SGD step with `clipnorm`, on 2 replicas, from the initial weights of the
+# step by hand: does it apply the mean gradient clipped, as one device would, or the sum of the two
+# replicas' gradients, each clipped on its own?
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # One step of SGD with clipnorm on 2 replicas, against the two ways to clip by hand.
+# clip_norm <- 0.1
+# with(strategy$scope(), {
+#   clipped <- build_mlp()
+#   set_weights(clipped, initial_weights)
+#   clipped |> compile(optimizer = optimizer_sgd(learning_rate = learning_rate, clipnorm = clip_norm),
+#                      loss = loss_sparse_categorical_crossentropy(from_logits = TRUE))
+# })
+# invisible(clipped |> fit(one_global_batch, epochs = 1, shuffle = FALSE, verbose = 0))
+# # By hand: clip the mean gradient (what one device does), or clip each replica's gradient, then sum.
+# clip <- function(gradients) lapply(gradients, function(g) tf$clip_by_norm(g, clip_norm))
+# mean_then_clip <- clip(mean_gradients)
+# clip_then_sum <- sum_over_replicas(lapply(replica_gradients, clip))
+# stopifnot(any(vapply(mean_gradients, function(g) as.numeric(tf$norm(g)) > clip_norm, logical(1))))  # active
+# sgd_step <- function(gradients) Map(function(w, g) w - learning_rate * as.array(g), initial_weights, gradients)
+# clipping_gaps <- c(
+#   "the mean gradient, clipped" = max_abs_difference(get_weights(clipped), sgd_step(mean_then_clip)),
+#   "each replica's gradient clipped, then summed" = max_abs_difference(get_weights(clipped), sgd_step(clip_then_sum)))
+# for (name in names(clipping_gaps))
+#   cat(sprintf("2 replicas' step = SGD with %s: %s\n", name, clipping_gaps[[name]] < 1e-6))
+
+# %% language="R"
+# # The gaps, next to how far the clipped step moved the weights.
+# for (name in names(clipping_gaps))
+#   cat(sprintf("2 replicas' step vs SGD with %s: max |weight difference| %.1e\n", name, clipping_gaps[[name]]))
+# cat(sprintf("the clipped step moved the weights by up to %.1e\n",
+#             max_abs_difference(get_weights(clipped), initial_weights)))
+
+# %% [markdown]
+# Each replica's share of the gradient is about 1/N of the mean gradient, so on N replicas the same
+# threshold clips less of it, and the summed update may reach N times the threshold. Keras 3 has no
+# switch to clip after the all-reduce: with clipping, N replicas train correctly but not as one
+# device, and the threshold means something else for each N.
+#
+# **Op determinism.** Lesson 3 calls `tf$config$experimental$enable_op_determinism()`. It makes
+# TensorFlow choose deterministic kernels and `tf.data` keep its order, so that the same program on
+# the same machine repeats its numbers bit for bit (its docstring,
+# `tensorflow/python/framework/config.py`). It does not make 1 device and N replicas add in the same
+# order: their gap stays at rounding, not zero.
+
+# %% [markdown]
 # ## The same run in one call
 #
 # kerasdist's `run_training()` does all of the above (replicas, strategy, data pipeline, model in
 # scope, `fit`, `evaluate`) and returns a plain record of the run. From R it is one reticulate call;
-# the command line does the same: `kerasdist train --replicas 2 --epochs 3 --data sample`.
+# the command line does the same:
+# `kerasdist train --replicas 2 --epochs 3 --global-batch-size 64 --data sample`.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -439,11 +646,15 @@ import keras  # noqa: F401
 #   devices: several GPUs, or several machines (lesson 5).
 # - **Give each replica enough work.** On GPUs, raise the per-replica batch until a device is busy;
 #   the global batch grows with it, and lesson 3 shows how to adjust the learning rate.
-# - **Feed the replicas.** Batch by the global batch, then `dataset_cache()` and
-#   `dataset_prefetch()` so that input never waits for the devices (lesson 4 measures this).
-# - **Several steps per call.** `compile(steps_per_execution = N)` cuts per-step overhead, but under
-#   `MirroredStrategy` it fails in Keras 3 today (keras-team/keras#19246); kerasdist's own training
-#   loop (`engine = "loop"`) runs many steps per call instead.
+# - **Feed the replicas.** Read and decode, then `dataset_cache()`, then `dataset_shuffle()`, batch
+#   by the global batch and `dataset_prefetch()`, so that input never waits for the devices (lesson
+#   4 measures each step). Cache *before* the shuffle: a cache after it would store the first
+#   epoch's order and replay it every epoch.
+# - **Several steps per call.** `compile(steps_per_execution = N)` cuts per-step overhead. Under a
+#   `MirroredStrategy` with TensorFlow's own all-reduce, as in this lesson, `fit()` fails with it in
+#   Keras 3.15 (a graph execution error at the first step; keras-team/keras#19246); `kerasdist
+#   doctor` tries it on your machine. kerasdist's own training loop (`engine = "loop"`) runs many
+#   steps per call instead.
 
 # %% [markdown]
 # ## Summary
@@ -453,12 +664,17 @@ import keras  # noqa: F401
 # - Batch the data by the global batch = per-replica batch x replicas; the strategy splits it.
 # - Build and compile inside `with(strategy$scope(), ...)`; then `fit()` and `evaluate()` run
 #   unchanged.
-# - Every weight is a `MirroredVariable` whose components stay identical, because every replica
-#   applies the same all-reduced update.
+# - Every weight is a `MirroredVariable` with one copy per replica. The copies stay identical
+#   because the optimizer all-reduces the gradients and applies one update to every copy; a write
+#   inside a replica step (BatchNormalization's moving statistics, unless `synchronized = TRUE`)
+#   changes only the local copy, and reading or saving the model gives replica 0's.
 # - Each replica divides its loss by the **global** batch, so the all-reduced sum of the
 #   gradients is the mean gradient: one step with N replicas is the step of one device on the
-#   global batch, as the step by hand showed, as long as no layer looks across the batch
-#   (BatchNormalization, dropout).
+#   global batch, as the step by hand showed.
+# - N replicas follow one device's path, to rounding, only with the same start and data order,
+#   equal shares of every batch, no batch statistics (BatchNormalization without
+#   `synchronized = TRUE`), no random layer (dropout draws the same mask on every replica) and no
+#   gradient clipping in the optimizer (Keras 3 clips each replica's share).
 # - This is synchronous data parallelism, for speed on more devices; data that does not fit in
 #   memory is streamed by the input pipeline, and a model that does not fit calls for model
 #   parallelism.
@@ -477,8 +693,9 @@ import keras  # noqa: F401
 # - **PerReplica**: a value with one component per replica, as the distributed dataset yields
 #   (this lesson, "Global batch and per-replica batch") and `strategy$run()` returns;
 #   `strategy$experimental_local_results()` lists its components.
-# - **Mirrored variable**: a variable created in the strategy's scope, with one copy per replica
-#   that every step updates identically ("What a mirrored variable is").
+# - **Mirrored variable**: a variable created in the strategy's scope, with one copy per replica;
+#   the optimizer updates every copy identically, while a write inside a replica step changes only
+#   the local copy ("What a mirrored variable is").
 # - **Global batch**: the examples of one training step across all replicas; the dataset is
 #   batched by it, and every replica's loss is divided by it ("Global batch and per-replica
 #   batch", "Data parallelism from scratch"; lesson 3 on how its size changes training).
@@ -519,19 +736,22 @@ import keras  # noqa: F401
 #    each divided by the global batch, is again the mean gradient.
 #
 #    </details>
-# 2. Keep the global batch at 64 with 4 replicas. What per-replica batch do you get, and do the
-#    learning curves change?
+# 2. Keep the global batch at 64 with 4 replicas. What per-replica batch do you get? Predict, then
+#    measure: how far does the training loss per epoch move from the 2-replica run's?
 #
 #    <details><summary>Hint</summary>
 #
-#    Set `per_replica_batch_size <- 64L %/% num_replicas`. What does the optimizer see in a step?
+#    Save `unlist(history$metrics$loss)` of the 2-replica run first, then set
+#    `per_replica_batch_size <- 64L %/% num_replicas`, restart and compare. What does the optimizer
+#    see in a step?
 #
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    16 per replica. The curves stay the same up to floating-point rounding: every step still
-#    applies the mean gradient of the same 64 examples, only computed in four pieces (lesson 3
-#    measures how close the runs stay).
+#    16 per replica. The losses agree to floating-point rounding (differences far below 1e-3): every
+#    step still applies the mean gradient of the same 64 examples, in the same order, only computed
+#    in four pieces, and the MLP meets the five conditions of the introduction (lesson 3 measures how
+#    close the runs stay, step by step).
 #
 #    </details>
 # 3. Build the model *outside* the strategy scope and compile and fit it as before. Which strategy
@@ -560,26 +780,52 @@ import keras  # noqa: F401
 #    <details><summary>Solution</summary>
 #
 #    Yes: Adam's moments, its iteration counter and its learning rate were created in the scope,
-#    so they are `MirroredVariable`s too, with one component per replica; every replica applies the
-#    same update to them as well.
+#    so they are `MirroredVariable`s too, with one component per replica. The moments have
+#    aggregation "none", like the weights, and are updated with them from the all-reduced gradient;
+#    the iteration counter and the learning rate have aggregation "only_first_replica"
+#    (`v$value$aggregation$name`): a write in a replica step takes the first replica's value for every
+#    copy.
 #
 #    </details>
-# 5. In "Data parallelism from scratch", replace `global_batch_size` by `per_replica_batch_size`
-#    in `replica_gradients`. Which check fails, and by how much do the weights differ?
+# 5. Write the replicas' step yourself with `strategy$run()`, the single-device way: each replica
+#    takes `tf$reduce_mean()` of its per-example losses (the mean over its *local* batch), and
+#    all-reduces its gradients with `tf$distribute$get_replica_context()$all_reduce()`. Compare the
+#    result with `mean_gradients`.
 #
 #    <details><summary>Hint</summary>
 #
-#    With plain SGD, the update is proportional to the gradient.
+#    Build a model inside the scope with `initial_weights`; the per-replica function must be Python
+#    (as in the glossary cell); run it on `batch`, the `PerReplica` values of "Global batch and
+#    per-replica batch", inside `tf_function()`.
 #
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    The summed gradient becomes twice the mean gradient (the predict-then-run cell), so the step
-#    by hand moves every weight twice as far as `MirroredStrategy` does, and the final
-#    `stopifnot(difference < 1e-6)` fails: the difference is about as large as the step itself.
+#    ```r
+#    with(strategy$scope(), probe <- build_mlp())
+#    set_weights(probe, initial_weights)
+#    reticulate::py_run_string(paste(
+#      "import keras, tensorflow as tf",
+#      "def local_mean_step(model):",
+#      "    def step(images, labels):",
+#      "        with tf.GradientTape() as tape:",
+#      "            per_example_loss = keras.losses.sparse_categorical_crossentropy(labels, model(images), from_logits=True)",
+#      "            loss = tf.reduce_mean(per_example_loss)  # the mean over the LOCAL batch",
+#      "        gradients = tape.gradient(loss, model.trainable_variables)",
+#      "        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)",
+#      "    return step", sep = "\n"))
+#    summed <- tf_function(function(x, y) strategy$run(reticulate::py$local_mean_step(probe), args = list(x, y)))(
+#      batch[[1]], batch[[2]])
+#    summed <- lapply(summed, function(g) strategy$experimental_local_results(g)[[1]])
+#    Map(function(s, m) as.numeric(tf$norm(s) / tf$norm(m)), summed, mean_gradients)  # 2 each
+#    ```
+#    Every gradient is N = 2 times the mean gradient, as in the predict-then-run cell: each replica's
+#    mean over its local batch is already a mean, and the all-reduce adds N of them. Divide the sum
+#    of the per-example losses by the global batch (`tf$nn$compute_average_loss()`) instead.
 #
 #    </details>
-# 6. In a terminal, run `python -m kerasdist train --replicas 2 --epochs 3 --data sample` and
+# 6. In a terminal, run `python -m kerasdist devices --replicas 2` and
+#    `python -m kerasdist train --replicas 2 --epochs 3 --global-batch-size 64 --data sample`, and
 #    compare the test accuracy with the one above.
 #
 #    <details><summary>Hint</summary>
@@ -589,8 +835,9 @@ import keras  # noqa: F401
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    It prints the per-epoch log and a test accuracy within rounding of `run_training()`'s above
-#    (with `--data sample`; the lesson uses `KERASDIST_DATA`, which may be full MNIST).
+#    `devices` lists the two virtual CPUs; `train` prints the per-epoch log and a test accuracy
+#    within rounding of `run_training()`'s above (with `--data sample`; the lesson uses
+#    `KERASDIST_DATA`, which may be full MNIST).
 #
 #    </details>
 #

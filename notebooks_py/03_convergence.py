@@ -21,9 +21,10 @@
 #   device: the loss curves coincide, and we measure how closely, first with a short loop you can
 #   read, then with kerasdist's experiment;
 # - why an uneven last batch would make them part, and why kerasdist drops it;
-# - that the claim needs a model whose loss does not depend on how the batch is split:
-#   BatchNormalization and dropout break it, and synchronized BatchNormalization repairs the first;
-# - how to read throughput on virtual CPU replicas, and what a cost model says about real GPUs;
+# - what BatchNormalization and dropout do to the path, what synchronized BatchNormalization repairs
+#   and what it costs;
+# - how to read throughput on virtual CPU replicas, and what a cost model of the ring all-reduce
+#   says about real GPUs;
 # - what happens at a fixed **per-replica** batch, where the global batch grows with the replicas;
 # - the linear learning-rate scaling rule with warm-up (Goyal et al., 2017), built from Keras'
 #   own `CosineDecay` schedule, and what the warm-up costs, measured step by step;
@@ -44,12 +45,21 @@
 # replicas, from the same initial weights and with the same data order, and compare the loss after
 # every step.
 #
-# The claim has a condition: each example's loss must depend only on the weights and on that
-# example, not on which other examples share its batch. The guide's MLP meets it. Two common layers
-# do not: **BatchNormalization** normalises with the mean and variance of the batch it sees, which
-# on N replicas is each replica's local batch, and **dropout** draws its random mask per replica,
-# for the local batch. A model with either follows another path on N replicas than on one device;
-# a section below measures how far, and how `BatchNormalization(synchronized=True)` brings it back.
+# Lesson 1 listed when the claim holds, and showed the counter-examples step by step:
+#
+# 1. the same initial weights and the same data order;
+# 2. equal shares: every replica gets as many examples as every other in every step;
+# 3. no batch statistics: BatchNormalization normalises each replica's local batch with its own
+#    statistics (and keeps its moving statistics per replica) unless `synchronized=True`;
+# 4. no random layer: dropout's seed is one mirrored variable, so every replica draws the same mask
+#    for its own rows, which is not what one device draws for the global batch;
+# 5. no gradient clipping in the optimizer: Keras 3 clips each replica's share before the
+#    all-reduce.
+#
+# What is left is the order of floating-point additions. The guide's MLP meets all five. Here we
+# build conditions 1 and 2 with care and measure what is left; then we break condition 2 with an
+# uneven batch, conditions 3 and 4 with BatchNormalization and dropout (and repair 3 with
+# `BatchNormalization(synchronized=True)`), over whole runs; exercise 4 breaks condition 5.
 #
 # There are two ways to use more replicas, and they answer different questions:
 #
@@ -62,6 +72,12 @@
 
 # %% [markdown]
 # ## Setup
+#
+# The settings cell ends with `tf.config.experimental.enable_op_determinism()`. With it TensorFlow
+# picks deterministic kernels (on GPUs some default ones add in a varying order) and keeps
+# `tf.data`'s order, so that the same program on the same machine repeats its numbers (its
+# docstring, `tensorflow/python/framework/config.py`). It does not make 1 device and 2 replicas add
+# their gradients in the same order: the gap between them, measured below, stays.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -93,10 +109,13 @@ tf.config.experimental.enable_op_determinism()
 #
 # A fair comparison needs three pieces: one model builder, one data order, one training function.
 # The same seed gives the same initial weights; `train_batches()` gives every run the same order of
-# examples (each epoch is shuffled with its own seed and the epochs are chained, so epoch k has the
-# same order in every run however many times the dataset is iterated; a reshuffling dataset would
-# not); and the global batch is 64 in both runs: one on the default strategy (one device), one on
-# the `MirroredStrategy` with two replicas of 32 examples each.
+# examples: each epoch is shuffled with its own seed and the epochs are chained, so epoch k has the
+# same order in every run, and in a run resumed at epoch k (lesson 2). A seeded reshuffling dataset
+# (`shuffle(n, seed=0)`, which reshuffles every epoch) also repeats its sequence of epoch orders in
+# every run that builds it afresh, because its random stream restarts with the dataset; one dataset
+# object iterated by two runs continues its stream instead, and a resumed run starts it again at
+# epoch 1 (exercise 1). The global batch is 64 in both runs: one on the default strategy (one
+# device), one on the `MirroredStrategy` with two replicas of 32 examples each.
 #
 # The loss recorded is each step's **own batch loss**. What Keras reports after a batch is the
 # running mean over the epoch so far: it is smooth within an epoch and drops at every epoch
@@ -107,19 +126,24 @@ tf.config.experimental.enable_op_determinism()
 
 # %%
 # The pieces of a fair comparison: one model builder, one data order, one training function.
-def build_mlp(learning_rate=BASE_LEARNING_RATE, normalization=None, gradient_accumulation_steps=None):
-    """The guide's MLP, compiled; optionally with BatchNormalization after dense_1 ("local" or
-    "synchronized") and an optimizer that accumulates gradients (both used in later sections)."""
+def build_mlp(learning_rate=BASE_LEARNING_RATE, normalization=None, dropout=None, gradient_accumulation_steps=None,
+              clipnorm=None):
+    """The guide's MLP, compiled; optionally with BatchNormalization ("local" or "synchronized") or
+    Dropout (its rate) after dense_1, and an optimizer that accumulates gradients or clips them (used
+    in later sections and the exercises)."""
     inputs = keras.Input(shape=(784,), name="digits")
     hidden = keras.layers.Dense(256, activation="relu", name="dense_1")(inputs)
     if normalization:
         hidden = keras.layers.BatchNormalization(synchronized=normalization == "synchronized",
                                                  name="batch_norm")(hidden)
+    if dropout:
+        hidden = keras.layers.Dropout(dropout, name="dropout")(hidden)
     hidden = keras.layers.Dense(256, activation="relu", name="dense_2")(hidden)
     logits = keras.layers.Dense(10, name="logits")(hidden)
     mlp = keras.Model(inputs, logits, name="mnist_mlp")
     mlp.compile(
-        optimizer=keras.optimizers.Adam(learning_rate, gradient_accumulation_steps=gradient_accumulation_steps),
+        optimizer=keras.optimizers.Adam(learning_rate, gradient_accumulation_steps=gradient_accumulation_steps,
+                                        clipnorm=clipnorm),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy()],
     )
@@ -138,7 +162,8 @@ def train_batches(global_batch_size, epochs=EPOCHS, seed=0):
 
 
 def train_run(name, run_strategy, global_batch_size, epochs=EPOCHS, **model_options):
-    """Train from seed 0 under a strategy; keep each step's own batch loss and the per-epoch history."""
+    """Train from seed 0 under a strategy; keep each step's own batch loss and the per-epoch history.
+    ``model_options`` go to ``build_mlp``: ``learning_rate`` may be a number or a schedule."""
     keras.utils.set_random_seed(0)
     batch_losses, previous_mean = [], 0.0
 
@@ -256,11 +281,13 @@ print(f"2 replicas / 1 device, steady state: {steady[2] / steady[1]:.2f}x on vir
 #
 # `step time = compute / N + all-reduce(N) + input time`
 #
-# where a ring all-reduce of G bytes of gradients sends `2 (N - 1) / N x G` bytes through each link
-# (at bandwidth B) and waits `2 (N - 1)` hop latencies. The parameters are assumptions set in the
-# code cell below and written on the chart: the compute time of one global batch on one GPU, the
-# link bandwidth (PCIe-class), the hop latency and an input time not hidden by prefetching; the
-# gradient size is that of this lesson's MLP.
+# A ring all-reduce of G bytes of gradients is a reduce-scatter followed by an all-gather: each
+# device sends (and receives) `2 (N - 1) / N x G` bytes through its link (at bandwidth B), and waits
+# for `2 (N - 1)` hops of latency. The model adds the three terms: it assumes that no communication
+# overlaps with compute, which is how Keras' optimizer asks for it (one all-reduce once the tape has
+# every gradient). The parameters are assumptions set in the code cell below and written on the
+# chart: the compute time of one global batch on one GPU, the link bandwidth (PCIe-class), the hop
+# latency and an input time not hidden by prefetching; the gradient size is that of this lesson's MLP.
 
 # %%
 # The cost model's parameters (assumptions, not measurements) and its chart.
@@ -278,17 +305,50 @@ modelled = {n: sum(plots.step_time_model(n, MODEL_COMPUTE_S, gradient_bytes, MOD
 print(f"model: gradients of {gradient_bytes / 1e6:.2f} MB; 8 devices would be "
       f"{modelled[1] / modelled[8]:.1f}x as fast as 1 (perfect scaling: 8x)")
 
+# %%
+# The all-reduce term of the model for 2 and 8 devices, and the part of it that is latency.
+ring = {n: plots.step_time_model(n, MODEL_COMPUTE_S, gradient_bytes, MODEL_BANDWIDTH_BYTES_PER_S,
+                                 MODEL_LATENCY_S, MODEL_INPUT_S)[1] for n in (2, 8)}
+for n, seconds in ring.items():
+    print(f"model, {n} devices: all-reduce {1e3 * seconds:.2f} ms, of which latency "
+          f"{1e3 * 2 * (n - 1) * MODEL_LATENCY_S:.2f} ms; compute {1e3 * MODEL_COMPUTE_S / n:.3f} ms")
+
 # %% [markdown]
-# The model says two things. Compute does shrink as 1/N, which virtual CPU devices cannot show. But
-# the all-reduce grows with N while the compute per device shrinks, so a small model like this MLP
-# soon spends more time exchanging gradients than computing them: its speed-up stays far below N.
-# What moves the balance towards N is more compute per byte of gradient, or faster links (NVLink
-# instead of PCIe). For a dense layer, the forward and backward pass cost about 6 floating-point
-# operations per weight **per example**, while its gradient is 4 bytes per weight whatever the
-# layer's width: a wider MLP has more compute *and* proportionally more gradient, so compute per
-# byte grows with the batch each device computes (a bigger global batch), not with the model's
-# size. Layers that use each weight many times per example (convolutions, sequence models) do more
-# compute per byte. Measure on your own GPUs before you trust any of these parameters.
+# The model says three things. Compute shrinks as 1/N, which virtual CPU devices cannot show. The
+# bytes each device sends hardly grow with N: `2 (N - 1) / N` of the gradient is at most twice the
+# gradient for any N, which is why the ring all-reduce scales; only the latency term,
+# `2 (N - 1)` hops, grows with N. So the speed-up of a small model like this MLP stays far below N
+# because compute / N shrinks beneath a communication time that stays about the same: soon the
+# step is mostly all-reduce.
+#
+# When is a step compute-bound? Per device and step, with a per-device batch of b examples, the
+# forward and backward pass of a dense layer cost about 6 floating-point operations per weight per
+# example, at F operations/s; the all-reduce moves about 2 x g bytes per weight (g = 4 for float32
+# gradients, 2 for bfloat16) at B bytes/s. Compute dominates when `6 b / F > 2 g / B`, that is
+# `b > (g / 3) x F / B`: the per-device batch must grow with the ratio of the device's speed to its
+# link's. The model's width cancels out (a wider MLP has more compute *and* proportionally more
+# gradient); layers that use each weight many times per example (convolutions, sequence models) do
+# more compute per byte. The cell below puts in an assumed GPU and two kinds of link.
+
+# %%
+# Per-device batch above which compute outweighs the all-reduce, b > (g / 3) x F / B (assumptions).
+MODEL_GPU_FLOPS = 100e12  # an assumed GPU's dense throughput, operations/s
+for link, bandwidth in (("PCIe-class", MODEL_BANDWIDTH_BYTES_PER_S), ("NVLink-class", 30 * MODEL_BANDWIDTH_BYTES_PER_S)):
+    for gradient_type, bytes_per_value in (("float32", 4), ("bfloat16", 2)):
+        print(f"{link} link, {gradient_type} gradients: compute-bound above "
+              f"{bytes_per_value / 3 * MODEL_GPU_FLOPS / bandwidth:,.0f} examples per device")
+
+# %% [markdown]
+# Under these assumptions a PCIe-class link needs a per-device batch in the ten thousands before
+# compute outweighs the all-reduce, an NVLink-class link a few hundred; real kernels run below peak,
+# which lowers the bound. Two more ways change the sum itself. **Overlap**: the gradients of the last
+# layers are ready long before the backward pass ends; PyTorch's DistributedDataParallel, for one,
+# all-reduces them in buckets while the pass goes on, so the step tends to max(compute,
+# communication) instead of their sum. **Less communication**: bfloat16 gradients halve the bytes,
+# and gradient accumulation (the last section) all-reduces once per k steps (between updates, the
+# TensorFlow backend adds each replica's gradient into that replica's own accumulator:
+# `_backend_increment_gradient_accumulators`). Measure on your own GPUs before you trust any of
+# these parameters.
 
 # %% [markdown]
 # ## Why an uneven last batch would make them part
@@ -412,54 +472,73 @@ figure.tight_layout()
 # another loss because each replica normalises its 32 examples with their own statistics. With
 # `synchronized=True` the 2-replica run stays on the 1-device run to float rounding. (Synchronized
 # statistics are computed as E[x²] - E[x]², which rounds a little differently from one device's
-# computation; the gap is still of the size of the plain MLP's.) The price is three more all-reduces
-# (sums, sums of squares, counts) per BatchNormalization layer per step, in the forward pass.
+# computation; the gap is still of the size of the plain MLP's.)
 #
-# Dropout breaks the claim in another way: each replica draws a random mask for its own local batch,
-# which is not the mask one device draws for the global batch. The exercise below measures it.
+# The layer's moving statistics, which inference uses, part too. Lesson 1 showed why: each replica
+# writes its own batch's statistics into its own copy, and `evaluate()`, `predict()` and `save()` read
+# replica 0's. Here are the copies after the epoch above.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The two copies of the moving mean after one epoch on 2 replicas, local and synchronized statistics.
+for label, runs_of_variant in (("BatchNormalization", local_statistics),
+                               ("synchronized BatchNormalization", synchronized_statistics)):
+    moving_mean = runs_of_variant[2]["model"].get_layer("batch_norm").moving_mean.value
+    copies = [c.numpy() for c in moving_mean.values]
+    print(f"{label}: moving_mean copies identical: {np.array_equal(*copies)}; "
+          f"the model reads replica 0's: {np.array_equal(moving_mean.numpy(), copies[0])}")
+
+# %% [markdown]
+# So a model trained with plain BatchNormalization on N replicas is evaluated and saved with the
+# moving statistics of replica 0's shards only. Synchronized BatchNormalization has a price, paid in
+# every step of training, per BatchNormalization layer:
 #
-# **Exercise.** Replace the BatchNormalization layer by `keras.layers.Dropout(0.5)` and train 1 device
-# and 2 replicas for one epoch. Do the paths part? Then look at the masks themselves: apply a
-# `Dropout(0.5)` layer to a batch of ones on 1 device and, through `strategy.run`, on 2 replicas.
+# - **forward**: three all-reduces, of the sums, the sums of squares and the counts, issued one
+#   after another (`_compute_moments_sync` has a TODO to batch them);
+# - **backward**: the gradient of an all-reduced sum is itself an all-reduced sum
+#   (`tensorflow/python/distribute/distribute_lib.py`, `ReplicaContext.all_reduce`), so the sums and
+#   the sums of squares are all-reduced again on the way back;
+# - each of them carries one number per unit, so its cost is latency, not bandwidth, and it sits on
+#   the critical path: the next layer waits for it.
 #
-# <details><summary>Solution</summary>
+# Goyal et al. (below) chose the other way on purpose: statistics per worker, over 32 examples each.
 #
-# ```python
-# def build_dropout_mlp():
-#     inputs = keras.Input(shape=(784,))
-#     hidden = keras.layers.Dense(256, activation="relu")(inputs)
-#     hidden = keras.layers.Dropout(0.5)(hidden)
-#     hidden = keras.layers.Dense(256, activation="relu")(hidden)
-#     mlp = keras.Model(inputs, keras.layers.Dense(10)(hidden))
-#     mlp.compile(optimizer=keras.optimizers.Adam(BASE_LEARNING_RATE),
-#                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-#     return mlp
-#
-# losses = {}
-# for n, run_strategy in ((1, one_device_strategy), (2, strategy)):
-#     keras.utils.set_random_seed(0)
-#     with run_strategy.scope():
-#         mlp = build_dropout_mlp()
-#     losses[n] = mlp.fit(train_batches(BATCH_SIZE, epochs=1), epochs=1, shuffle=False, verbose=0).history["loss"]
-# print(losses)  # they differ by far more than float rounding: the paths part
-#
-# keras.utils.set_random_seed(0)
-# with strategy.scope():
-#     dropout = keras.layers.Dropout(0.5, seed=1)
-# ones = tf.ones((8, 6))
-# masks = tf.function(lambda x: strategy.run(lambda t: dropout(t, training=True), args=(x,)))(
-#     next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(ones)))))
-# for mask in strategy.experimental_local_results(masks):
-#     print(mask.numpy())
-# keras.utils.set_random_seed(0)
-# one_device_dropout = keras.layers.Dropout(0.5, seed=1)
-# print(tf.function(lambda x: one_device_dropout(x, training=True))(ones).numpy())
-# ```
-# The paths part. In Keras 3 the dropout layer's seed state is one mirrored variable, so both
-# replicas draw the **same** mask for their 4 rows; it equals the first 4 rows of the 1-device mask,
-# and the 1-device mask's last 4 rows are different ones. No synchronized variant exists: a model with
-# dropout trains correctly on N replicas, but not on one device's path.
-# </details>
+# Dropout breaks the path in another way. It looks at one example at a time, but lesson 1 showed that
+# its seed state is one mirrored variable, so both replicas draw the **same** mask for their own 32
+# rows, where one device draws a mask for all 64 rows of the global batch. The cell below checks the
+# masks again on this strategy, then trains the MLP with a `Dropout` layer that drops half of the units
+# after `dense_1`, for one epoch on 1 device and on 2 replicas.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Dropout's masks on 2 replicas and on one device (lesson 1), then one epoch with dropout on each.
+ones = tf.ones((2 * 4, 6))
+keras.utils.set_random_seed(0)
+with strategy.scope():
+    probe_dropout = keras.layers.Dropout(0.5, seed=1)
+ones_per_replica = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(ones))))
+dropped = tf.function(lambda x: strategy.run(lambda rows: probe_dropout(rows, training=True), args=(x,)))(
+    ones_per_replica)
+replica_masks = [t.numpy() > 0 for t in strategy.experimental_local_results(dropped)]
+keras.utils.set_random_seed(0)
+one_device_dropout = keras.layers.Dropout(0.5, seed=1)
+one_device_mask = tf.function(lambda x: one_device_dropout(x, training=True))(ones).numpy() > 0
+print("the replicas draw the same mask:", np.array_equal(*replica_masks),
+      "; it is one device's mask for the first rows:", np.array_equal(replica_masks[0], one_device_mask[:4]))
+with_dropout = {n: train_run(f"{n} replica(s), dropout", run_strategy, BATCH_SIZE, epochs=1, dropout=0.5)
+                for n, run_strategy in ((1, one_device_strategy), (2, strategy))}
+dropout_gap = np.abs(with_dropout[2]["batch_loss"] - with_dropout[1]["batch_loss"])
+assert dropout_gap.max() > 1e-3
+print("dropout, 2 replicas vs 1 device: the same loss at every step:", dropout_gap.max() < 1e-3)
+
+# %%
+# The measured gap with dropout: from the first step, at the scale of the loss's own changes.
+print(f"dropout: |loss difference| {dropout_gap[0]:.1e} at step 1, up to {dropout_gap.max():.1e}")
+
+# %% [markdown]
+# The paths part at the first step: the second replica's 32 examples lose other units than they do on
+# one device. No Keras option changes it; a model with dropout trains correctly on N replicas, with
+# noise correlated across the replicas, but not on one device's path.
 
 # %% [markdown]
 # ## Fixed per-replica batch: the global batch grows
@@ -467,38 +546,44 @@ figure.tight_layout()
 # Now keep 64 samples **per replica**: 2 replicas make a global batch of 128, so an epoch has half
 # as many steps. With the same learning rate, each epoch makes half as many updates of about the
 # same size (the gradient is an average, so a bigger batch makes it less noisy, not larger), and
-# training falls behind per epoch.
+# training falls behind per epoch. Every run of this section goes through `train_run()`, with the
+# data order of `train_batches()`; the 1-device run at batch 64 is `one_device` from the first
+# section.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 # Train 2 replicas x 64 samples with the unchanged learning rate.
-same_rate = kerasdist.run_training(
-    replicas=2, epochs=EPOCHS, global_batch_size=2 * BATCH_SIZE, data=data,
-    learning_rate=BASE_LEARNING_RATE, verbose=0,
-)
-baseline = next(run for _, run in comparison.runs if run.replicas == 1)  # kerasdist's 1-device run
-for run in (baseline, same_rate):
-    print(f"{run.replicas} replica(s), global batch {run.global_batch_size}: "
-          f"{len(data.y_train) // run.global_batch_size} steps per epoch")
+K = 2
+same_rate = train_run("2 replicas, batch 128, same rate", strategy, K * BATCH_SIZE)
+for run in (one_device, same_rate):
+    print(f"{run['name']}: global batch {run['global_batch_size']}: "
+          f"{len(data.y_train) // run['global_batch_size']} steps per epoch")
 
 # %% [markdown]
 # ## The linear scaling rule with warm-up
 #
 # Goyal et al. (2017, "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour") trained
-# ResNet-50 with global batches up to 8,192 and matched the small-batch accuracy with two rules:
+# ResNet-50 on ImageNet with SGD and momentum, with k workers of n = 32 images each, up to a global
+# batch of 8,192, and matched the small-batch accuracy. Their recipe:
 #
 # - **linear scaling**: when the global batch is multiplied by k, multiply the learning rate by k;
 # - **gradual warm-up**: start from the base rate η and ramp it up linearly, by the same amount
-#   each step, to kη over the first epochs (5 of 90 in the paper), then hold kη, because a large
-#   rate applied to freshly initialized weights can diverge.
+#   each step, to kη over the first 5 epochs, because the linear rule breaks down early in
+#   training, while the network changes fast; after the ramp the usual schedule resumes from kη
+#   (divided by 10 at epochs 30, 60 and 80 of 90);
+# - the loss of each worker divided by the **total** minibatch kn, as Keras does (lesson 1);
+#   momentum correction when the rate changes, and weight decay kept as in the small-batch run
+#   (scaling the loss is not the same as scaling the rate);
+# - **BatchNormalization per worker**, over its n = 32 images, deliberately not synchronized: with
+#   n fixed, the statistics (and the loss they define) stay those of the small-batch run.
 #
-# Keras has the schedule built in: `keras.optimizers.schedules.CosineDecay` with `warmup_target` and
+# Keras has the ramp built in: `keras.optimizers.schedules.CosineDecay` with `warmup_target` and
 # `warmup_steps` ramps linearly from `initial_learning_rate` to `warmup_target`, by the same amount
 # each step, then decays along a cosine for `decay_steps` steps down to `alpha` x `warmup_target`.
-# With `alpha=1.0` the "decay" ends where it starts, so the rate holds at kη: Goyal et al.'s warm-up
-# exactly. kerasdist applies the same schedule with `scale_learning_rate=True` and `warmup_epochs`
-# (`kerasdist.model.learning_rate_for`). Here k = 2: the rate goes from 1e-3 to 2e-3 over the first
-# quarter epoch.
+# This lesson trains a few epochs with Adam and has no later schedule to resume, so it holds kη
+# after the ramp: with `alpha=1.0` the "decay" ends where it starts. kerasdist builds the same
+# schedule with `scale_learning_rate=True` and `warmup_epochs` (`kerasdist.model.learning_rate_for`,
+# checked below). Here k = 2: the rate goes from 1e-3 to 2e-3 over the first quarter epoch.
 
 # %% [markdown]
 # **Predict, then run.** What is the scaled run's learning rate at its very first step: 0, the base
@@ -507,7 +592,6 @@ for run in (baseline, same_rate):
 # %%
 # NBVAL_CHECK_OUTPUT
 # Keras' own warm-up from η to kη over the first quarter epoch, then held (alpha=1.0: no decay).
-K = 2
 WARMUP_EPOCHS = 0.25
 steps_per_epoch = len(data.y_train) // (K * BATCH_SIZE)
 warmup_steps = int(WARMUP_EPOCHS * steps_per_epoch)
@@ -525,27 +609,22 @@ assert all(float(kerasdist_schedule(step)) == rate for step, rate in enumerate(r
 first, peak = ramp[0], ramp[warmup_steps]
 print(f"step 0: {first:g} (the base rate); end of the warm-up and after: {peak:g} (k x base)")
 print("the rate at steps 0..{}:".format(len(ramp) - 1), " ".join(f"{rate:.5f}" for rate in ramp))
+print(f"peak learning rate {peak:g}, reached after {warmup_steps} warm-up steps")
 
 # %%
-# NBVAL_CHECK_OUTPUT
 # Train 2 replicas x 64 samples with the learning rate doubled, after a quarter epoch of warm-up.
-scaled = kerasdist.run_training(
-    replicas=2, epochs=EPOCHS, global_batch_size=2 * BATCH_SIZE, data=data,
-    learning_rate=BASE_LEARNING_RATE, scale_learning_rate=True, warmup_epochs=WARMUP_EPOCHS, verbose=0,
-)
-print(f"peak learning rate {scaled.learning_rate:g}, reached after {warmup_steps} warm-up steps")
+scaled = train_run("2 replicas, batch 128, scaled + warm-up", strategy, K * BATCH_SIZE, learning_rate=schedule)
+runs = [one_device, same_rate, scaled]
 
 # %%
 # The three learning-rate schedules, step by step, drawn against epochs.
 figure, axis = plt.subplots(figsize=(6, 2.6))
-for label, run, rate, width in (
-    ("1 device, batch 64", baseline, lambda step: BASE_LEARNING_RATE, 5),
-    ("2 replicas, batch 128, same rate", same_rate, lambda step: BASE_LEARNING_RATE, 1.5),
-    ("2 replicas, batch 128, scaled + warm-up", scaled, lambda step: float(schedule(step)), 1.5),
-):
-    per_epoch = len(data.y_train) // run.global_batch_size
+for run, rate, width in ((one_device, lambda step: BASE_LEARNING_RATE, 5),
+                         (same_rate, lambda step: BASE_LEARNING_RATE, 1.5),
+                         (scaled, lambda step: float(schedule(step)), 1.5)):
+    per_epoch = len(data.y_train) // run["global_batch_size"]
     steps = np.arange(EPOCHS * per_epoch)
-    axis.step(steps / per_epoch, [rate(step) for step in steps], where="post", label=label,
+    axis.step(steps / per_epoch, [rate(step) for step in steps], where="post", label=run["name"],
               linewidth=width, alpha=0.5 if width > 2 else 1)
 axis.set(title="Learning rate (warm-up from η to kη, Goyal et al.)", xlabel="epoch", ylabel="learning rate",
          ylim=(0, 2.3e-3))
@@ -555,21 +634,27 @@ figure.tight_layout()
 figure.savefig("results/figures/03_learning_rate_warmup.png", dpi=100, bbox_inches="tight")
 
 # %%
-# Compare the three runs: each step's batch loss against epochs, validation accuracy, and throughput.
-runs = compare.ComparisonResult(
-    runs=[("same batch", baseline), ("same rate", same_rate), ("scaled rate", scaled)],
-    max_abs_loss_difference={}, files={},
-)
-figure = plots.plot_convergence(runs)
+# Compare the three runs: each step's batch loss against epochs, and validation accuracy per epoch.
+figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(12, 3.8))
+for run, color, style in zip(runs, ("black", "darkorange", "steelblue"), ("-", "--", "--")):
+    per_epoch = len(data.y_train) // run["global_batch_size"]
+    loss_axis.plot(np.arange(1, len(run["batch_loss"]) + 1) / per_epoch, run["batch_loss"], style, color=color,
+                   linewidth=1, label=run["name"])
+    accuracy_axis.plot(np.arange(1, EPOCHS + 1), run["history"]["val_sparse_categorical_accuracy"], style,
+                       color=color, marker="o", label=run["name"])
+loss_axis.set(title="Training loss, fixed per-replica batch", xlabel="epoch", ylabel="loss of each step's batch")
+accuracy_axis.set(title="Validation accuracy", xlabel="epoch", ylabel="accuracy", xticks=np.arange(1, EPOCHS + 1))
+for axis in (loss_axis, accuracy_axis):
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+figure.tight_layout()
 figure.savefig("results/figures/03_convergence_fixed_per_replica_batch.png", dpi=100, bbox_inches="tight")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 # Training loss per epoch (Keras' mean over each epoch's steps): the unscaled run lags.
-for name, run in runs.runs:
-    print(f"{name:>11}: batch {run.global_batch_size:>3}, learning rate {run.learning_rate:g}, "
-          "loss per epoch",
-          np.round(run.history["loss"], 2).tolist())
+for run in runs:
+    print(f"{run['name']:<40} loss per epoch {', '.join(f'{loss:.2f}' for loss in run['history']['loss'])}")
 
 # %% [markdown]
 # With the same learning rate, the 128-sample run ends its third epoch well above the 1-device loss:
@@ -583,13 +668,12 @@ for name, run in runs.runs:
 # %%
 # NBVAL_CHECK_OUTPUT
 # A fourth run: the doubled rate from the first step, no warm-up.
-no_warmup = kerasdist.run_training(
-    replicas=2, epochs=EPOCHS, global_batch_size=K * BATCH_SIZE, data=data,
-    learning_rate=BASE_LEARNING_RATE, scale_learning_rate=True, warmup_epochs=0, verbose=0,
-)
-print(f"no warm-up: batch {no_warmup.global_batch_size}, learning rate {no_warmup.learning_rate:g} from step 1")
+no_warmup = train_run("2 replicas, batch 128, scaled, no warm-up", strategy, K * BATCH_SIZE,
+                      learning_rate=K * BASE_LEARNING_RATE)
+print(f"no warm-up: batch {no_warmup['global_batch_size']}, learning rate {K * BASE_LEARNING_RATE:g} from step 1")
 
 # %%
+# NBVAL_CHECK_OUTPUT
 # Mean batch loss over stretches of samples seen: epoch 1 in three parts, then epochs 2 and 3.
 warmup_samples = warmup_steps * K * BATCH_SIZE
 half_epoch = len(data.y_train) // 2
@@ -598,15 +682,15 @@ stretches = ("warm-up", "rest of 1st half", "2nd half", "epoch 2", "epoch 3")
 
 def stretch_means(run):
     """Mean batch loss of the steps whose batch starts in each stretch of samples seen."""
-    per_epoch = len(data.y_train) // run.global_batch_size
-    index = np.arange(len(run.steps["batch_loss"]))
-    epoch, start = index // per_epoch, (index % per_epoch) * run.global_batch_size
+    per_epoch = len(data.y_train) // run["global_batch_size"]
+    index = np.arange(len(run["batch_loss"]))
+    epoch, start = index // per_epoch, (index % per_epoch) * run["global_batch_size"]
     part = np.where(epoch > 0, epoch + 2, np.where(start < warmup_samples, 0, np.where(start < half_epoch, 1, 2)))
-    return np.array([np.mean(np.array(run.steps["batch_loss"])[part == p]) for p in range(len(stretches))])
+    return np.array([np.mean(run["batch_loss"][part == p]) for p in range(len(stretches))])
 
 
 means = {name: stretch_means(run) for name, run in
-         (("1 device, batch 64", baseline), ("same rate", same_rate), ("scaled + warm-up", scaled),
+         (("1 device, batch 64", one_device), ("same rate", same_rate), ("scaled + warm-up", scaled),
           ("scaled, no warm-up", no_warmup))}
 print(f"{'samples seen:':>20}" + "".join(f"{name:>17}" for name in stretches))
 print(f"{'(up to)':>20}" + "".join(f"{bound:>17,}" for bound in (
@@ -614,10 +698,9 @@ print(f"{'(up to)':>20}" + "".join(f"{bound:>17,}" for bound in (
 for name, row in means.items():
     print(f"{name:>20}" + "".join(f"{value:17.3f}" for value in row))
 lag = means["scaled + warm-up"] - means["1 device, batch 64"]
-no_warmup_lag = means["scaled, no warm-up"] - means["1 device, batch 64"]
 early_lag, late_lag = lag[:2].mean(), lag[2]
-epoch1 = {name: run.history["loss"][0] for name, run in
-          (("baseline", baseline), ("scaled", scaled), ("no warm-up", no_warmup))}
+epoch1 = {name: run["history"]["loss"][0] for name, run in
+          (("baseline", one_device), ("scaled", scaled), ("no warm-up", no_warmup))}
 assert late_lag < early_lag  # the lag is at the start of epoch 1
 assert abs(epoch1["no warm-up"] - epoch1["baseline"]) < epoch1["scaled"] - epoch1["baseline"]
 print(f"scaled + warm-up minus 1 device: {early_lag:+.3f} in the first half of epoch 1, "
@@ -628,13 +711,12 @@ print(f"epoch-1 mean loss: 1 device {epoch1['baseline']:.3f}, scaled + warm-up {
 # %%
 # Epoch 1 step by step against the samples seen: the warm-up's stretch is shaded.
 figure, axis = plt.subplots(figsize=(7, 3))
-for (name, run), style in zip((("1 device, batch 64", baseline), ("scaled + warm-up", scaled),
-                               ("scaled, no warm-up", no_warmup)),
-                              ({"color": "black", "linewidth": 3, "alpha": 0.35},
-                               {"color": "steelblue", "linewidth": 1.5}, {"color": "darkorange", "linestyle": "--"})):
-    per_epoch = len(data.y_train) // run.global_batch_size
-    seen = np.arange(1, per_epoch + 1) * run.global_batch_size
-    axis.plot(seen, run.steps["batch_loss"][:per_epoch], label=name, **style)
+for run, style in zip((one_device, scaled, no_warmup),
+                      ({"color": "black", "linewidth": 3, "alpha": 0.35},
+                       {"color": "steelblue", "linewidth": 1.5}, {"color": "darkorange", "linestyle": "--"})):
+    per_epoch = len(data.y_train) // run["global_batch_size"]
+    seen = np.arange(1, per_epoch + 1) * run["global_batch_size"]
+    axis.plot(seen, run["batch_loss"][:per_epoch], label=run["name"], **style)
 axis.axvspan(0, warmup_samples, color="gray", alpha=0.15, label="warm-up")
 axis.set(title="Epoch 1: each step's batch loss against samples seen", xlabel="samples seen",
          ylabel="loss of each step's batch")
@@ -650,8 +732,8 @@ figure.savefig("results/figures/03_epoch1_samples_seen.png", dpi=100, bbox_inche
 # mean averages those early steps in, so it shows a gap that the model has nearly closed by the end
 # of the epoch. The run without warm-up keeps pace from the first samples, and its epoch-1 mean is
 # with the 1-device run's: at k = 2 with Adam the warm-up costs a little progress and buys no
-# stability that was missing. It earns its keep when k is large and kη is too much for freshly
-# initialized weights, which is the regime of the paper (exercise 3).
+# stability that was missing. Goyal et al. introduced it for SGD on a deep network with k up to 256;
+# exercise 3 tries a larger k here.
 #
 # **Exercise.** Build a schedule with `CosineDecay` that warms up from 0 to 2e-3 over 10 steps, then
 # decays along the cosine to 1e-4 over the next 100 steps. Which `alpha` and `decay_steps`? Check the
@@ -669,10 +751,11 @@ figure.savefig("results/figures/03_epoch1_samples_seen.png", dpi=100, bbox_inche
 # </details>
 #
 # Two cautions. The linear rule was derived and tested for SGD with momentum; Adam divides the step
-# by a running estimate of the gradient's size, and for adaptive optimizers a square-root rule
-# (rate x sqrt(k)) is often the better guess (Malladi et al., 2022). And every rule breaks down at
-# some batch size: beyond it, more replicas buy speed per epoch but need more epochs to reach the
-# same accuracy.
+# by a running estimate of the gradient's size, and for adaptive optimizers a square-root rule is
+# often the better guess (Malladi et al., 2022: the rate x sqrt(k), with Adam's β1, β2 and ε adjusted
+# as well). And every rule breaks down at some batch size, the *critical batch size* (McCandlish et
+# al., 2018): beyond it, more replicas buy speed per epoch but need more epochs to reach the same
+# accuracy.
 
 # %% [markdown]
 # ## Gradient accumulation: a large batch without more devices
@@ -754,8 +837,9 @@ print(f"max |loss difference| per update: {update_gap.max():.1e}; max |weight di
 #   virtual CPUs share cores, so their samples/s shows the cost of the all-reduce, not the gain of
 #   parallelism.
 # - **Synchronize BatchNormalization when the per-replica batch is small**
-#   (`BatchNormalization(synchronized=True)`): it costs all-reduces in the forward pass, and it buys
-#   the statistics of the global batch.
+#   (`BatchNormalization(synchronized=True)`): it buys the statistics of the global batch, in
+#   training and in the moving statistics that inference uses, and it costs small, latency-bound
+#   all-reduces in the forward and the backward pass of every step.
 # - **No more devices? Accumulate gradients** (`gradient_accumulation_steps=k`) to reach the global
 #   batch you need, and scale the learning rate as you would for k replicas, counting a schedule's
 #   warm-up in steps (k per update).
@@ -767,105 +851,150 @@ print(f"max |loss difference| per update: {update_gap.max():.1e}; max |weight di
 #   difference measured over all steps is float32 round-off.
 # - That needs the same initial weights, the same data order and no uneven last batch: a batch split
 #   unevenly weighs the samples of the smaller share more.
-# - Virtual CPU replicas share cores and cannot be faster; on real GPUs, step time is about
-#   compute / N + all-reduce(N) + input, and the all-reduce limits the speed-up of small models.
+# - Virtual CPU replicas share cores and cannot be faster. On real GPUs, step time is about
+#   compute / N + all-reduce + input when nothing overlaps: a ring all-reduce sends less than twice
+#   the gradient per device whatever N, and only its latency grows with N, so it is compute / N
+#   shrinking beneath it that limits the speed-up of small models.
 # - At a fixed per-replica batch the global batch grows with the replicas; with an unchanged
 #   learning rate, training falls behind per epoch.
 # - The linear scaling rule with warm-up (Goyal et al., 2017) brings it back: the rate ramps from η
-#   to kη over the first steps, then holds (Keras' `CosineDecay` with `warmup_target` and
-#   `alpha=1.0`); for Adam, treat it as a starting point.
+#   to kη over the first steps (Keras' `CosineDecay` with `warmup_target` and `alpha=1.0`, which
+#   then holds kη; the paper resumes its step schedule from kη). Goyal et al. also divided the loss
+#   by the total batch, corrected momentum and kept BatchNormalization per worker; for Adam, treat
+#   the rule as a starting point.
 # - Measured against samples seen, the warm-up's cost is a lag at the start of epoch 1 that is mostly
 #   gone by its end; the epoch-1 running mean makes it look larger. At k = 2 with Adam, a run
 #   without warm-up kept pace.
-# - N replicas follow one device's path only if no layer looks across the batch: BatchNormalization
-#   parts the paths from the first step (`synchronized=True` joins them again, to float rounding),
-#   and dropout draws its masks per replica.
+# - N replicas follow one device's path only under lesson 1's conditions: BatchNormalization parts
+#   the paths from the first step and keeps its moving statistics per replica (`synchronized=True`
+#   joins them again, to float rounding, for a few all-reduces per step); dropout draws the same
+#   mask on every replica and parts them too.
 # - Gradient accumulation over k steps of batch b follows the same updates as batch k x b, to float
 #   rounding: a large global batch without more devices, under the same scaling rule.
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Run the fixed-global comparison with `global_batch_size=65`. It is not divisible by 2 replicas:
-#    what does kerasdist say? With `global_batch_size=66`, is the gap still at float rounding?
+# 1. Train the two fixed-global runs on a seeded dataset that reshuffles every epoch
+#    (`shuffle(n, seed=0)`, its default `reshuffle_each_iteration=True`), built afresh for each run.
+#    Do the curves still coincide? If not, find why.
 #
 # <details><summary>Hint</summary>
 #
-# Each replica must get the same number of samples; look at the one-line error, then compare
-# `comparison.max_abs_loss_difference` of the run with 66.
+# Compare the loss per epoch of both runs with the float-rounding gap of the lesson. Then look at
+# what Keras' `fit()` does with the dataset before its first step when the model was built under a
+# strategy: `keras/src/backend/tensorflow/trainer.py`, `_maybe_symbolic_build`.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```python
-# try:
-#     kerasdist.run_comparison((1, 2), epochs=1, global_batch_size=65, data=data, verbose=0)
-# except kerasdist.KerasdistError as error:
-#     print(error)  # global_batch_size must be divisible by replicas=2 ...
-# even = kerasdist.run_comparison((1, 2), epochs=1, global_batch_size=66, data=data, verbose=0)
-# print(even.max_abs_loss_difference["fixed_global"])  # still float rounding: 33 + 33 is an even split
+# def reshuffling():
+#     """A seeded dataset that reshuffles every epoch, built afresh for each call."""
+#     return (tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
+#             .shuffle(len(data.y_train), seed=0).batch(BATCH_SIZE, drop_remainder=True).repeat())
+#
+#
+# def loss_per_epoch(run_strategy, dataset):
+#     keras.utils.set_random_seed(0)
+#     with run_strategy.scope():
+#         mlp = build_mlp()
+#     history = mlp.fit(dataset, epochs=EPOCHS, steps_per_epoch=len(data.y_train) // BATCH_SIZE,
+#                       shuffle=False, verbose=0)
+#     return np.array(history.history["loss"])
+#
+#
+# two = loss_per_epoch(strategy, reshuffling())
+# print(np.abs(loss_per_epoch(one_device_strategy, reshuffling()) - two))  # far above float rounding
+# skipped = reshuffling()
+# next(iter(skipped))  # draw one order, as fit() does under a strategy
+# print(np.abs(loss_per_epoch(one_device_strategy, skipped) - two))  # float rounding again
 # ```
+# They part. Built afresh, the dataset repeats its sequence of orders from run to run, but under a
+# strategy `fit()` first takes one batch from a new iterator to build the model (`_maybe_symbolic_build`,
+# in `fit()` and `evaluate()`), and every new iterator of a reshuffling dataset draws the next order:
+# the 2-replica run trains on the orders the 1-device run would see from its second iteration on.
+# Skip one iteration on the 1-device side and the curves coincide again. One dataset object used by
+# both runs is no better: the second run continues the first run's stream. `train_batches()` fixes
+# each epoch's order with its own seed, so no iterator can move it.
 # </details>
 #
-# 2. Lengthen the warm-up to one epoch (`warmup_epochs=1`, the default of `kerasdist compare`). How
-#    does the lag against the 1-device run change, stretch by stretch?
+# 2. Lengthen the warm-up to one epoch (`warmup_steps=steps_per_epoch`, the length `kerasdist
+#    compare` uses). How does the lag against the 1-device run change, stretch by stretch?
 #
 # <details><summary>Hint</summary>
 #
-# Train the scaled run again with `warmup_epochs=1` and pass it to `stretch_means()`. Note that the
-# "warm-up" stretch of the table still means the quarter-epoch ramp of the lesson.
+# Build the schedule like `schedule` above, train it with `train_run()` and pass the run to
+# `stretch_means()`. Note that the "warm-up" stretch of the table still means the quarter-epoch ramp
+# of the lesson.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```python
-# long_warmup = kerasdist.run_training(replicas=2, epochs=EPOCHS, global_batch_size=2 * BATCH_SIZE, data=data,
-#                                      scale_learning_rate=True, warmup_epochs=1, verbose=0)
+# long_schedule = keras.optimizers.schedules.CosineDecay(
+#     initial_learning_rate=BASE_LEARNING_RATE, warmup_target=K * BASE_LEARNING_RATE,
+#     warmup_steps=steps_per_epoch, decay_steps=EPOCHS * steps_per_epoch, alpha=1.0)
+# long_warmup = train_run("2 replicas, batch 128, 1-epoch warm-up", strategy, K * BATCH_SIZE,
+#                         learning_rate=long_schedule)
 # print(np.round(stretch_means(long_warmup) - means["1 device, batch 64"], 3), np.round(lag, 3))
 # ```
 # The lag grows and lasts through epoch 1: the rate stays below kη for the whole epoch. At k = 2
 # with Adam a long warm-up only costs progress; warm-up matters for large k.
 # </details>
 #
-# 3. Simulate a large k on one device: `run_training(replicas=1, global_batch_size=512,
-#    learning_rate=8e-3)` with and without `warmup_epochs=1`. When does warm-up start to pay?
+# 3. Simulate a large k on one device: a global batch of 512 is k = 8 times the lesson's 64, so the
+#    linear rule gives kη = 8e-3. Train it with and without a one-epoch warm-up from η = 1e-3, then
+#    try a larger rate, 3e-2. When does warm-up start to pay?
 #
 # <details><summary>Hint</summary>
 #
-# Look at the loss of the first epoch and at the first few `steps["batch_loss"]`: a rate too large
-# for fresh weights shows up at the very beginning.
+# Build the warm-up like `schedule` above, with `len(data.y_train) // 512` warm-up steps, and pass
+# the rate or the schedule to `train_run()` as `learning_rate`. Look at the first few
+# `batch_loss` values, where a rate too large for fresh weights shows, and at the loss per epoch.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```python
-# for warmup in (0, 1):
-#     run = kerasdist.run_training(replicas=1, epochs=EPOCHS, global_batch_size=512, data=data,
-#                                  learning_rate=8e-3, warmup_epochs=warmup, verbose=0)
-#     print(warmup, np.round(run.history["loss"], 3), np.round(run.steps["batch_loss"][:5], 2))
+# big_steps = len(data.y_train) // 512
+# for peak in (8e-3, 3e-2):
+#     warm = keras.optimizers.schedules.CosineDecay(BASE_LEARNING_RATE, decay_steps=EPOCHS * big_steps,
+#                                                   alpha=1.0, warmup_target=peak, warmup_steps=big_steps)
+#     for label, rate in (("no warm-up", peak), ("warm-up", warm)):
+#         run = train_run(f"batch 512, {peak:g}, {label}", one_device_strategy, 512, learning_rate=rate)
+#         print(f"{run['name']:<28}", np.round(run["batch_loss"][:8], 2), np.round(run["history"]["loss"], 3))
 # ```
-# Without `scale_learning_rate` the warm-up ramps from near zero to 8e-3. Without warm-up the first
-# steps jump to a high loss; with it the start is smooth. The larger the rate, the more it pays.
+# At 8e-3 warm-up does not pay on this MLP with Adam: the run without it falls fastest from the first
+# step, with no jump, and the warmed-up run even bumps once its rate reaches 8e-3 (Adam's first steps
+# are about the rate in size whatever the gradient's scale, and 8e-3 is not too much for fresh
+# weights here). At 3e-2 the run without warm-up jumps within its first steps to a loss several times
+# the initial one and ends epoch 1 far behind; the warmed-up run bumps too when it reaches the full
+# rate, to about half that height, and ends epoch 1 well ahead. Warm-up pays once the scaled rate is
+# too large for fresh weights, which for Adam on this small model takes a larger k than 8.
 # </details>
 #
-# 4. Replace linear scaling by square-root scaling (`learning_rate=BASE_LEARNING_RATE * 2**0.5`
-#    without `scale_learning_rate`). Which rule works better for Adam here?
+# 4. Add gradient clipping, `clipnorm=0.1` (`train_run(..., clipnorm=0.1)`), and train 1 device and
+#    2 replicas for one epoch at the fixed global batch. Do the curves still coincide?
 #
 # <details><summary>Hint</summary>
 #
-# Train 2 replicas at global batch 128 with the new rate and compare the loss per epoch and the
-# test accuracy with `scaled`.
+# Compare each step's `batch_loss` as in the first section, and remember where Keras 3 clips
+# (lesson 1, "When N replicas follow one device's path").
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```python
-# sqrt_rate = kerasdist.run_training(replicas=2, epochs=EPOCHS, global_batch_size=2 * BATCH_SIZE, data=data,
-#                                    learning_rate=BASE_LEARNING_RATE * 2**0.5, verbose=0)
-# for run in (scaled, sqrt_rate):
-#     print(run.learning_rate, np.round(run.history["loss"], 3), round(run.test["accuracy"], 4))
+# clipped = {n: train_run(f"{n} replica(s), clipnorm", run_strategy, BATCH_SIZE, epochs=1, clipnorm=0.1)
+#            for n, run_strategy in ((1, one_device_strategy), (2, strategy))}
+# clip_gap = np.abs(clipped[2]["batch_loss"] - clipped[1]["batch_loss"])
+# print(f"step 1: {clip_gap[0]:.1e}, largest: {clip_gap.max():.1e}")
 # ```
-# On this small problem both are close; neither rule is exact for Adam, so measure.
+# Step 1 agrees (its loss is computed before any update); from the second step on the runs part by
+# far more than float rounding: each replica clips its own half of the gradient before the
+# all-reduce, so the update is not one device's clipped mean gradient. With a threshold the gradients
+# never reach (say `clipnorm=100.0`) they coincide again.
 # </details>
 #
 # 5. From a terminal, run `kerasdist compare --replicas 1,2 --mode both --out results/compare` and

@@ -26,9 +26,10 @@
 # - that synchronous data parallelism at a fixed **global** batch trains the same model as one
 #   device: the loss curves coincide, and we measure how closely;
 # - why an uneven last batch would make them part, and why the last partial batch is dropped;
-# - that the claim needs a model whose loss does not depend on how the batch is split:
-#   BatchNormalization and dropout break it, and synchronized BatchNormalization repairs the first;
-# - how to read throughput on virtual CPU replicas, and what a cost model says about real GPUs;
+# - what BatchNormalization and dropout do to the path, what synchronized BatchNormalization repairs
+#   and what it costs;
+# - how to read throughput on virtual CPU replicas, and what a cost model of the ring all-reduce
+#   says about real GPUs;
 # - what happens at a fixed **per-replica** batch, where the global batch grows with the replicas;
 # - the linear learning-rate scaling rule with warm-up (Goyal et al., 2017), built from Keras' own
 #   cosine-decay schedule, and what the warm-up costs, measured step by step;
@@ -48,12 +49,21 @@
 # replicas, from the same initial weights and with the same data order, and compare the loss after
 # every step.
 #
-# The claim has a condition: each example's loss must depend only on the weights and on that
-# example, not on which other examples share its batch. The guide's MLP meets it. Two common layers
-# do not: **BatchNormalization** normalises with the mean and variance of the batch it sees, which
-# on N replicas is each replica's local batch, and **dropout** draws its random mask per replica,
-# for the local batch. A model with either follows another path on N replicas than on one device;
-# a section below measures how far, and how `BatchNormalization(synchronized=True)` brings it back.
+# Lesson 1 listed when the claim holds, and showed the counter-examples step by step:
+#
+# 1. the same initial weights and the same data order;
+# 2. equal shares: every replica gets as many examples as every other in every step;
+# 3. no batch statistics: BatchNormalization normalises each replica's local batch with its own
+#    statistics (and keeps its moving statistics per replica) unless `synchronized = TRUE`;
+# 4. no random layer: dropout's seed is one mirrored variable, so every replica draws the same mask
+#    for its own rows, which is not what one device draws for the global batch;
+# 5. no gradient clipping in the optimizer: Keras 3 clips each replica's share before the
+#    all-reduce.
+#
+# What is left is the order of floating-point additions. The guide's MLP meets all five. Here we
+# build conditions 1 and 2 with care and measure what is left; then we break condition 2 with an
+# uneven batch, conditions 3 and 4 with BatchNormalization and dropout (and repair 3 with
+# `layer_batch_normalization(synchronized = TRUE)`), over whole runs; exercise 4 breaks condition 5.
 #
 # There are two ways to use more replicas, and they answer different questions:
 #
@@ -66,6 +76,12 @@
 
 # %% [markdown]
 # ## Setup
+#
+# The settings cell ends with `tf$config$experimental$enable_op_determinism()`. With it TensorFlow
+# picks deterministic kernels (on GPUs some default ones add in a varying order) and keeps
+# `tf.data`'s order, so that the same program on the same machine repeats its numbers (its
+# docstring, `tensorflow/python/framework/config.py`). It does not make 1 device and 2 replicas add
+# their gradients in the same order: the gap between them, measured below, stays.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -102,21 +118,25 @@ import keras  # noqa: F401
 
 # %% language="R"
 # # The pieces of a fair comparison: one model builder, one data order, one training function.
-# # The guide's MLP, compiled; optionally with BatchNormalization after dense_1 ("local" or
-# # "synchronized") and an optimizer that accumulates gradients (both used in later sections).
-# build_model <- function(learning_rate = 1e-3, normalization = NULL, gradient_accumulation_steps = NULL) {
+# # The guide's MLP, compiled; optionally with BatchNormalization ("local" or "synchronized") or
+# # dropout (its rate) after dense_1, and an optimizer that accumulates gradients or clips them (used
+# # in later sections and the exercises).
+# build_model <- function(learning_rate = 1e-3, normalization = NULL, dropout = NULL,
+#                         gradient_accumulation_steps = NULL, clipnorm = NULL) {
 #   inputs <- keras_input(shape = 784, name = "digits")
 #   hidden <- inputs |> layer_dense(units = 256, activation = "relu", name = "dense_1")
 #   if (!is.null(normalization))
 #     hidden <- hidden |> layer_batch_normalization(synchronized = normalization == "synchronized",
 #                                                   name = "batch_norm")
+#   if (!is.null(dropout))
+#     hidden <- hidden |> layer_dropout(rate = dropout, name = "dropout")
 #   logits <- hidden |>
 #     layer_dense(units = 256, activation = "relu", name = "dense_2") |>
 #     layer_dense(units = 10, name = "logits")
 #   model <- keras_model(inputs, logits, name = "mnist_mlp")
 #   model |> compile(
 #     optimizer = optimizer_adam(learning_rate = learning_rate,
-#                                gradient_accumulation_steps = gradient_accumulation_steps),
+#                                gradient_accumulation_steps = gradient_accumulation_steps, clipnorm = clipnorm),
 #     loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
 #     metrics = list(metric_sparse_categorical_accuracy())
 #   )
@@ -124,7 +144,7 @@ import keras  # noqa: F401
 # }
 #
 # # Each epoch is shuffled with its own seed and the epochs are chained, so epoch k has the same
-# # order in every run, however many times the dataset is iterated (a reshuffling dataset would not).
+# # order in every run, and in a run resumed at epoch k (see "Fixed global batch" and exercise 1).
 # train_batches <- function(global_batch_size, run_epochs = epochs, seed = 0L) {
 #   examples <- list(np_array(x_train, dtype = "float32"), np_array(y_train, dtype = "int32")) |>
 #     tensor_slices_dataset()
@@ -137,6 +157,7 @@ import keras  # noqa: F401
 # }
 #
 # # Train from seed 0 under a strategy; keep each step's own batch loss and each epoch's time.
+# # `...` goes to build_model(); `learning_rate` may be a number or a schedule.
 # # Keras reports the running mean over the epoch; with equal batches the k-th batch's own loss is
 # # k * mean_k - (k - 1) * mean_(k-1). keras3 numbers the batches from 1 (Python Keras from 0), so
 # # k is `batch` itself; the running mean restarts with every epoch.
@@ -208,9 +229,14 @@ import keras  # noqa: F401
 # %% [markdown]
 # ## Fixed global batch: the curves coincide
 #
-# The same seed gives the same initial weights, `train_batches()` gives the same data order, and the
-# global batch is 64 in both runs: one on the default strategy (one device), one on the
-# `MirroredStrategy` with two replicas of 32 samples each.
+# The same seed gives the same initial weights; `train_batches()` gives every run the same order of
+# examples: each epoch is shuffled with its own seed and the epochs are chained, so epoch k has the
+# same order in every run, and in a run resumed at epoch k (lesson 2). A seeded reshuffling dataset
+# (`dataset_shuffle(seed = 0L)`, which reshuffles every epoch) also repeats its sequence of epoch
+# orders in every run that builds it afresh, because its random stream restarts with the dataset;
+# one dataset object iterated by two runs continues its stream instead, and a resumed run starts it
+# again at epoch 1 (exercise 1). The global batch is 64 in both runs: one on the default strategy
+# (one device), one on the `MirroredStrategy` with two replicas of 32 samples each.
 #
 # The loss plotted is each step's **own batch loss**. What Keras reports after a batch is the
 # running mean over the epoch so far: it is smooth within an epoch and drops at every epoch
@@ -291,11 +317,14 @@ import keras  # noqa: F401
 #
 # `step time = compute / N + all-reduce(N) + input time`
 #
-# where a ring all-reduce of G bytes of gradients sends `2 (N - 1) / N x G` bytes through each link
-# (at bandwidth B) and waits `2 (N - 1)` hop latencies. The parameters are assumptions set in the
-# code cell below and written on the chart: the compute time of one global batch on one GPU, the
-# link bandwidth (PCIe-class), the hop latency and an input time not hidden by prefetching; the
-# gradient size is that of this lesson's MLP.
+# A ring all-reduce of G bytes of gradients is a reduce-scatter followed by an all-gather: each
+# device sends (and receives) `2 (N - 1) / N x G` bytes through its link (at bandwidth B), and waits
+# for `2 (N - 1)` hops of latency. The model adds the three terms: it assumes that no communication
+# overlaps with compute, which is how Keras' optimizer asks for it (one all-reduce once the tape has
+# every gradient). The parameters are assumptions set in the code cell below and written on the
+# chart: the compute time of one global batch on one GPU, the link bandwidth (PCIe-class), the hop
+# latency and an input time not hidden by prefetching; the gradient size is that of this lesson's MLP.
+
 
 # %% magic_args="-w 11 -h 4 --units in -r 90" language="R"
 # # The cost model's parameters (assumptions, not measurements) and its chart.
@@ -323,23 +352,59 @@ import keras  # noqa: F401
 # legend("topleft", c("model", "perfect scaling"), lty = c(1, 3), col = c("black", "gray40"), bty = "n", cex = 0.8)
 # mtext(sprintf("step time = compute/N + all-reduce(N) + input; global batch %d, compute %g ms on 1 device",
 #               model_global_batch, 1e3 * model_compute_s), side = 1, line = 4.5, adj = 1, cex = 0.6)
-# mtext(sprintf("gradients %.2f MB, link %g GB/s, hop latency %g us, input %g ms per step",
+# mtext(sprintf("gradients %.2f MB, link %g GB/s, hop latency %g us, input %g ms per step; no overlap",
 #               gradient_bytes / 1e6, model_bandwidth / 1e9, 1e6 * model_latency_s, 1e3 * model_input_s),
 #       side = 1, line = 5.3, adj = 1, cex = 0.6)
 # cat(sprintf("model: gradients of %.2f MB; 8 devices would be %.1fx as fast as 1 (perfect scaling: 8x)\n",
 #             gradient_bytes / 1e6, modelled_speed[4] / modelled_speed[1]))
 
+# %% language="R"
+# # The all-reduce term of the model for 2 and 8 devices, and the part of it that is latency.
+# for (n in c(2, 8)) {
+#   all_reduce <- step_parts["all_reduce", devices_n == n]
+#   cat(sprintf("model, %d devices: all-reduce %.2f ms, of which latency %.2f ms; compute %.3f ms\n",
+#               n, 1e3 * all_reduce, 1e3 * 2 * (n - 1) * model_latency_s, 1e3 * model_compute_s / n))
+# }
+
 # %% [markdown]
-# The model says two things. Compute does shrink as 1/N, which virtual CPU devices cannot show. But
-# the all-reduce grows with N while the compute per device shrinks, so a small model like this MLP
-# soon spends more time exchanging gradients than computing them: its speed-up stays far below N.
-# What moves the balance towards N is more compute per byte of gradient, or faster links (NVLink
-# instead of PCIe). For a dense layer, the forward and backward pass cost about 6 floating-point
-# operations per weight **per example**, while its gradient is 4 bytes per weight whatever the
-# layer's width: a wider MLP has more compute *and* proportionally more gradient, so compute per
-# byte grows with the batch each device computes (a bigger global batch), not with the model's
-# size. Layers that use each weight many times per example (convolutions, sequence models) do more
-# compute per byte. Measure on your own GPUs before you trust any of these parameters.
+# The model says three things. Compute shrinks as 1/N, which virtual CPU devices cannot show. The
+# bytes each device sends hardly grow with N: `2 (N - 1) / N` of the gradient is at most twice the
+# gradient for any N, which is why the ring all-reduce scales; only the latency term,
+# `2 (N - 1)` hops, grows with N. So the speed-up of a small model like this MLP stays far below N
+# because compute / N shrinks beneath a communication time that stays about the same: soon the
+# step is mostly all-reduce.
+#
+# When is a step compute-bound? Per device and step, with a per-device batch of b examples, the
+# forward and backward pass of a dense layer cost about 6 floating-point operations per weight per
+# example, at F operations/s; the all-reduce moves about 2 x g bytes per weight (g = 4 for float32
+# gradients, 2 for bfloat16) at B bytes/s. Compute dominates when `6 b / F > 2 g / B`, that is
+# `b > (g / 3) x F / B`: the per-device batch must grow with the ratio of the device's speed to its
+# link's. The model's width cancels out (a wider MLP has more compute *and* proportionally more
+# gradient); layers that use each weight many times per example (convolutions, sequence models) do
+# more compute per byte. The cell below puts in an assumed GPU and two kinds of link.
+
+# %% language="R"
+# # Per-device batch above which compute outweighs the all-reduce, b > (g / 3) x F / B (assumptions).
+# model_gpu_flops <- 100e12  # an assumed GPU's dense throughput, operations/s
+# links <- c(`PCIe-class` = model_bandwidth, `NVLink-class` = 30 * model_bandwidth)
+# for (link in names(links))
+#   for (gradient_type in c("float32", "bfloat16")) {
+#     bytes_per_value <- if (gradient_type == "float32") 4 else 2
+#     cat(sprintf("%s link, %s gradients: compute-bound above %s examples per device\n", link, gradient_type,
+#                 format(round(bytes_per_value / 3 * model_gpu_flops / links[[link]]), big.mark = ",")))
+#   }
+
+# %% [markdown]
+# Under these assumptions a PCIe-class link needs a per-device batch in the ten thousands before
+# compute outweighs the all-reduce, an NVLink-class link a few hundred; real kernels run below peak,
+# which lowers the bound. Two more ways change the sum itself. **Overlap**: the gradients of the last
+# layers are ready long before the backward pass ends; PyTorch's DistributedDataParallel, for one,
+# all-reduces them in buckets while the pass goes on, so the step tends to max(compute,
+# communication) instead of their sum. **Less communication**: bfloat16 gradients halve the bytes,
+# and gradient accumulation (the last section) all-reduces once per k steps (between updates, the
+# TensorFlow backend adds each replica's gradient into that replica's own accumulator:
+# `_backend_increment_gradient_accumulators`). Measure on your own GPUs before you trust any of
+# these parameters.
 
 # %% [markdown]
 # ## Why an uneven last batch would make them part
@@ -454,41 +519,78 @@ import keras  # noqa: F401
 # another loss because each replica normalises its 32 examples with their own statistics. With
 # `synchronized = TRUE` the 2-replica run stays on the 1-device run to float rounding. (Synchronized
 # statistics are computed as E[x²] - E[x]², which rounds a little differently from one device's
-# computation; the gap is still of the size of the plain MLP's.) The price is three more all-reduces
-# (sums, sums of squares, counts) per BatchNormalization layer per step, in the forward pass.
+# computation; the gap is still of the size of the plain MLP's.)
 #
-# Dropout breaks the claim in another way: each replica draws a random mask for its own local batch,
-# which is not the mask one device draws for the global batch. The exercise below measures it.
-#
-# **Exercise.** Replace the BatchNormalization layer by `layer_dropout(rate = 0.5)` and train 1 device
-# and 2 replicas for one epoch. Do the paths part?
-#
-# <details><summary>Solution</summary>
-#
-# ```r
-# build_dropout_model <- function() {
-#   inputs <- keras_input(shape = 784)
-#   outputs <- inputs |> layer_dense(256, activation = "relu") |> layer_dropout(rate = 0.5) |>
-#     layer_dense(256, activation = "relu") |> layer_dense(10)
-#   model <- keras_model(inputs, outputs)
-#   model |> compile(optimizer = optimizer_adam(1e-3), loss = loss_sparse_categorical_crossentropy(from_logits = TRUE))
-#   model
+# The layer's moving statistics, which inference uses, part too. Lesson 1 showed why: each replica
+# writes its own batch's statistics into its own copy, and `evaluate()`, `predict()` and `save()` read
+# replica 0's. Here are the copies after the epoch above.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The two copies of the moving mean after one epoch on 2 replicas, local and synchronized statistics.
+# for (variant in list(list("BatchNormalization", local_statistics),
+#                      list("synchronized BatchNormalization", synchronized_statistics))) {
+#   moving_mean <- get_layer(variant[[2]][[2]]$model, "batch_norm")$moving_mean
+#   copies <- lapply(moving_mean$value$values, function(component) component$numpy())
+#   cat(sprintf("%s: moving_mean copies identical: %s; the model reads replica 0's: %s\n", variant[[1]],
+#               identical(copies[[1]], copies[[2]]), identical(moving_mean$numpy(), copies[[1]])))
 # }
-# dropout_loss <- function(run_strategy) {
-#   set_random_seed(0)
-#   with(run_strategy$scope(), model <- build_dropout_model())
-#   history <- model |> fit(train_batches(batch_size, 1L), epochs = 1, shuffle = FALSE, verbose = 0)
-#   unlist(history$metrics$loss)
-# }
-# c(dropout_loss(one_device_strategy), dropout_loss(strategy))  # far more than float rounding apart
-# ```
-# The paths part: each replica draws the dropout mask for its own local batch, not the mask one device
-# draws for the global batch. (The Python twin prints the masks: in Keras 3 the layer's seed state is
-# one mirrored variable, so both replicas draw the same mask, equal to the first half of the 1-device
-# mask. That needs a function run by `strategy.run` on TensorFlow's replica threads, which is Python's
-# job: an R function there would have to call back into R from those threads.) No synchronized
-# variant exists: a model with dropout trains correctly on N replicas, but not on one device's path.
-# </details>
+
+# %% [markdown]
+# So a model trained with plain BatchNormalization on N replicas is evaluated and saved with the
+# moving statistics of replica 0's shards only. Synchronized BatchNormalization has a price, paid in
+# every step of training, per BatchNormalization layer:
+#
+# - **forward**: three all-reduces, of the sums, the sums of squares and the counts, issued one
+#   after another (`_compute_moments_sync` has a TODO to batch them);
+# - **backward**: the gradient of an all-reduced sum is itself an all-reduced sum
+#   (`tensorflow/python/distribute/distribute_lib.py`, `ReplicaContext.all_reduce`), so the sums and
+#   the sums of squares are all-reduced again on the way back;
+# - each of them carries one number per unit, so its cost is latency, not bandwidth, and it sits on
+#   the critical path: the next layer waits for it.
+#
+# Goyal et al. (below) chose the other way on purpose: statistics per worker, over 32 examples each.
+#
+# Dropout breaks the path in another way. It looks at one example at a time, but lesson 1 showed that
+# its seed state is one mirrored variable, so both replicas draw the **same** mask for their own 32
+# rows, where one device draws a mask for all 64 rows of the global batch. The cell below checks the
+# masks again on this strategy, then trains the MLP with a `layer_dropout()` that drops half of the
+# units after `dense_1`, for one epoch on 1 device and on 2 replicas.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Dropout's masks on 2 replicas and on one device (lesson 1), then one epoch with dropout on each.
+# # The per-replica function is Python (strategy$run calls it on TensorFlow's replica threads).
+# reticulate::py_run_string(paste(
+#   "def training_call(layer):",
+#   "    return lambda rows: layer(rows, training=True)", sep = "\n"))
+# ones <- tf$ones(c(2L * 4L, 6L))
+# set_random_seed(0)
+# with(strategy$scope(), probe_dropout <- layer_dropout(rate = 0.5, seed = 1L))
+# ones_per_replica <- reticulate::iter_next(reticulate::as_iterator(
+#   strategy$experimental_distribute_dataset(tensors_dataset(ones))))
+# dropped <- tf_function(function(x) strategy$run(reticulate::py$training_call(probe_dropout), args = list(x)))(
+#   ones_per_replica)
+# replica_masks <- lapply(strategy$experimental_local_results(dropped), function(t) t$numpy() > 0)
+# set_random_seed(0)
+# one_device_dropout <- layer_dropout(rate = 0.5, seed = 1L)
+# one_device_mask <- tf_function(function(x) one_device_dropout(x, training = TRUE))(ones)$numpy() > 0
+# cat("the replicas draw the same mask:", identical(replica_masks[[1]], replica_masks[[2]]),
+#     "; it is one device's mask for the first rows:", identical(replica_masks[[1]], one_device_mask[1:4, ]), "\n")
+# with_dropout <- list(train_run("1 replica(s), dropout", one_device_strategy, batch_size, run_epochs = 1L, dropout = 0.5),
+#                      train_run("2 replica(s), dropout", strategy, batch_size, run_epochs = 1L, dropout = 0.5))
+# dropout_gap <- abs(with_dropout[[2]]$steps$loss - with_dropout[[1]]$steps$loss)
+# stopifnot(max(dropout_gap) > 1e-3)
+# cat("dropout, 2 replicas vs 1 device: the same loss at every step:", max(dropout_gap) < 1e-3, "\n")
+
+# %% language="R"
+# # The measured gap with dropout: from the first step, at the scale of the loss's own changes.
+# cat(sprintf("dropout: |loss difference| %.1e at step 1, up to %.1e\n", dropout_gap[1], max(dropout_gap)))
+
+# %% [markdown]
+# The paths part at the first step: the second replica's 32 examples lose other units than they do on
+# one device. No Keras option changes it; a model with dropout trains correctly on N replicas, with
+# noise correlated across the replicas, but not on one device's path.
 
 # %% [markdown]
 # ## Fixed per-replica batch: the global batch grows
@@ -496,36 +598,47 @@ import keras  # noqa: F401
 # Now keep 64 samples **per replica**: 2 replicas make a global batch of 128, so an epoch has half
 # as many steps. With the same learning rate, each epoch makes half as many updates of about the
 # same size (the gradient is an average, so a bigger batch makes it less noisy, not larger), and
-# training falls behind per epoch.
+# training falls behind per epoch. Every run of this section goes through `train_run()`, with the
+# data order of `train_batches()`; the 1-device run at batch 64 is `one_device` from the first
+# section.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Train 2 replicas x 64 samples with the unchanged learning rate.
-# same_rate <- train_run("2 replicas, batch 128, same rate", strategy, 2L * batch_size)
+# k <- 2L
+# same_rate <- train_run("2 replicas, batch 128, same rate", strategy, k * batch_size)
 # for (run in list(one_device, same_rate))
-#   cat(sprintf("global batch %d: %d steps per epoch\n", run$global_batch_size,
+#   cat(sprintf("%s: global batch %d: %d steps per epoch\n", run$epochs$run[1], run$global_batch_size,
 #               nrow(x_train) %/% run$global_batch_size))
 
 # %% [markdown]
 # ## The linear scaling rule with warm-up
 #
 # Goyal et al. (2017, "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour") trained
-# ResNet-50 with global batches up to 8,192 and matched the small-batch accuracy with two rules:
+# ResNet-50 on ImageNet with SGD and momentum, with k workers of n = 32 images each, up to a global
+# batch of 8,192, and matched the small-batch accuracy. Their recipe:
 #
 # - **linear scaling**: when the global batch is multiplied by k, multiply the learning rate by k;
 # - **gradual warm-up**: start from the base rate η and ramp it up linearly, by the same amount
-#   each step, to kη over the first epochs (5 of 90 in the paper), then hold kη, because a large
-#   rate applied to freshly initialized weights can diverge.
+#   each step, to kη over the first 5 epochs, because the linear rule breaks down early in
+#   training, while the network changes fast; after the ramp the usual schedule resumes from kη
+#   (divided by 10 at epochs 30, 60 and 80 of 90);
+# - the loss of each worker divided by the **total** minibatch kn, as Keras does (lesson 1);
+#   momentum correction when the rate changes, and weight decay kept as in the small-batch run
+#   (scaling the loss is not the same as scaling the rate);
+# - **BatchNormalization per worker**, over its n = 32 images, deliberately not synchronized: with
+#   n fixed, the statistics (and the loss they define) stay those of the small-batch run.
 #
-# Keras has the schedule built in: `learning_rate_schedule_cosine_decay()` with `warmup_target` and
+# Keras has the ramp built in: `learning_rate_schedule_cosine_decay()` with `warmup_target` and
 # `warmup_steps` ramps linearly from `initial_learning_rate` to `warmup_target`, by the same amount
 # each step, then decays along a cosine for `decay_steps` steps down to `alpha` x `warmup_target`.
-# With `alpha = 1` the "decay" ends where it starts, so the rate holds at kη: Goyal et al.'s warm-up
-# exactly, and the same schedule kerasdist builds with `scale_learning_rate`. (A schedule written in
-# R with `LearningRateSchedule()` would work on one device, but under `MirroredStrategy` the schedule
-# is evaluated while the replicas' training step is traced, on TensorFlow's replica threads; a Keras
-# schedule keeps R code out of the traced step.) Here k = 2: the rate goes from 1e-3 to 2e-3 over the
-# first quarter epoch.
+# This lesson trains a few epochs with Adam and has no later schedule to resume, so it holds kη
+# after the ramp: with `alpha = 1` the "decay" ends where it starts. kerasdist builds the same
+# schedule with `scale_learning_rate` and `warmup_epochs`. (A schedule written in R with
+# `LearningRateSchedule()` would work on one device, but under `MirroredStrategy` the schedule is
+# evaluated while the replicas' training step is traced, on TensorFlow's replica threads; a Keras
+# schedule keeps R code out of the traced step.) Here k = 2: the rate goes from 1e-3 to 2e-3 over
+# the first quarter epoch.
 
 # %% [markdown]
 # **Predict, then run.** What is the scaled run's learning rate at its very first step: 0, the base
@@ -534,7 +647,6 @@ import keras  # noqa: F401
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Keras' own warm-up from η to kη over the first quarter epoch, then held (alpha = 1: no decay).
-# k <- 2L
 # base_rate <- 1e-3
 # steps_per_epoch <- nrow(x_train) %/% (k * batch_size)
 # warmup_steps <- as.integer(0.25 * steps_per_epoch)
@@ -580,7 +692,7 @@ import keras  # noqa: F401
 # # Training loss per epoch (Keras' mean over each epoch's steps): the unscaled run lags.
 # for (run in runs)
 #   cat(sprintf("%-40s loss per epoch %s\n", run$epochs$run[1],
-#               paste(round(run$epochs$loss, 2), collapse = ", ")))
+#               paste(sprintf("%.2f", run$epochs$loss), collapse = ", ")))
 
 # %% [markdown]
 # With the same learning rate, the 128-sample run ends its third epoch well above the 1-device loss:
@@ -656,8 +768,8 @@ import keras  # noqa: F401
 # mean averages those early steps in, so it shows a gap that the model has nearly closed by the end
 # of the epoch. The run without warm-up keeps pace from the first samples, and its epoch-1 mean is
 # with the 1-device run's: at k = 2 with Adam the warm-up costs a little progress and buys no
-# stability that was missing. It earns its keep when k is large and kη is too much for freshly
-# initialized weights, which is the regime of the paper (exercise 3).
+# stability that was missing. Goyal et al. introduced it for SGD on a deep network with k up to 256;
+# exercise 3 tries a larger k here.
 #
 # **Exercise.** Build a schedule with `learning_rate_schedule_cosine_decay()` that warms up from 0 to
 # 2e-3 over 10 steps, then decays along the cosine to 1e-4 over the next 100 steps. Which `alpha` and
@@ -675,10 +787,11 @@ import keras  # noqa: F401
 # </details>
 #
 # Two cautions. The linear rule was derived and tested for SGD with momentum; Adam divides the step
-# by a running estimate of the gradient's size, and for adaptive optimizers a square-root rule
-# (rate x sqrt(k)) is often the better guess (Malladi et al., 2022). And every rule breaks down at
-# some batch size: beyond it, more replicas buy speed per epoch but need more epochs to reach the
-# same accuracy.
+# by a running estimate of the gradient's size, and for adaptive optimizers a square-root rule is
+# often the better guess (Malladi et al., 2022: the rate x sqrt(k), with Adam's β1, β2 and ε adjusted
+# as well). And every rule breaks down at some batch size, the *critical batch size* (McCandlish et
+# al., 2018): beyond it, more replicas buy speed per epoch but need more epochs to reach the same
+# accuracy.
 
 # %% [markdown]
 # ## Gradient accumulation: a large batch without more devices
@@ -764,8 +877,9 @@ import keras  # noqa: F401
 #   virtual CPUs share cores, so their samples/s shows the cost of the all-reduce, not the gain of
 #   parallelism.
 # - **Synchronize BatchNormalization when the per-replica batch is small**
-#   (`layer_batch_normalization(synchronized = TRUE)`): it costs all-reduces in the forward pass, and
-#   it buys the statistics of the global batch.
+#   (`layer_batch_normalization(synchronized = TRUE)`): it buys the statistics of the global batch, in
+#   training and in the moving statistics that inference uses, and it costs small, latency-bound
+#   all-reduces in the forward and the backward pass of every step.
 # - **No more devices? Accumulate gradients** (`gradient_accumulation_steps = k`) to reach the global
 #   batch you need, and scale the learning rate as you would for k replicas, counting a schedule's
 #   warm-up in steps (k per update).
@@ -777,138 +891,168 @@ import keras  # noqa: F401
 #   difference measured over all steps is float32 round-off.
 # - That needs the same initial weights, the same data order and no uneven last batch: a batch split
 #   unevenly weighs the samples of the smaller share more.
-# - Virtual CPU replicas share cores and cannot be faster; on real GPUs, step time is about
-#   compute / N + all-reduce(N) + input, and the all-reduce limits the speed-up of small models.
+# - Virtual CPU replicas share cores and cannot be faster. On real GPUs, step time is about
+#   compute / N + all-reduce + input when nothing overlaps: a ring all-reduce sends less than twice
+#   the gradient per device whatever N, and only its latency grows with N, so it is compute / N
+#   shrinking beneath it that limits the speed-up of small models.
 # - At a fixed per-replica batch the global batch grows with the replicas; with an unchanged
 #   learning rate, training falls behind per epoch.
 # - The linear scaling rule with warm-up (Goyal et al., 2017) brings it back: the rate ramps from η
-#   to kη over the first steps, then holds (Keras' cosine-decay schedule with `warmup_target` and
-#   `alpha = 1`); for Adam, treat it as a starting point.
+#   to kη over the first steps (Keras' cosine-decay schedule with `warmup_target` and `alpha = 1`,
+#   which then holds kη; the paper resumes its step schedule from kη). Goyal et al. also divided the
+#   loss by the total batch, corrected momentum and kept BatchNormalization per worker; for Adam,
+#   treat the rule as a starting point.
 # - Measured against samples seen, the warm-up's cost is a lag at the start of epoch 1 that is mostly
 #   gone by its end; the epoch-1 running mean makes it look larger. At k = 2 with Adam, a run
 #   without warm-up kept pace.
-# - N replicas follow one device's path only if no layer looks across the batch: BatchNormalization
-#   parts the paths from the first step (`synchronized = TRUE` joins them again, to float rounding),
-#   and dropout draws its masks per replica.
+# - N replicas follow one device's path only under lesson 1's conditions: BatchNormalization parts
+#   the paths from the first step and keeps its moving statistics per replica (`synchronized = TRUE`
+#   joins them again, to float rounding, for a few all-reduces per step); dropout draws the same
+#   mask on every replica and parts them too.
 # - Gradient accumulation over k steps of batch b follows the same updates as batch k x b, to float
 #   rounding: a large global batch without more devices, under the same scaling rule.
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Train both fixed-global runs with a data order that reshuffles (`dataset_shuffle()` with its
-#    default `reshuffle_each_iteration`) on one dataset object reused by both runs. Do the curves
-#    still coincide, and why not?
+# 1. Train the two fixed-global runs on a seeded dataset that reshuffles every epoch
+#    (`dataset_shuffle(seed = 0L)`, its default `reshuffle_each_iteration`), built afresh for each
+#    run. Do the curves still coincide? If not, find why.
 #
 # <details><summary>Hint</summary>
 #
-# A reshuffling dataset draws a new order each time it is iterated: the second run does not see the
-# first run's order. Compare the loss gap with the step-to-step change of the loss.
+# Compare the loss per epoch of both runs with the float-rounding gap of the lesson. Then look at
+# what Keras' `fit()` does with the dataset before its first step when the model was built under a
+# strategy: `keras/src/backend/tensorflow/trainer.py`, `_maybe_symbolic_build`.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
-# shuffled <- list(np_array(x_train, dtype = "float32"), np_array(y_train, dtype = "int32")) |>
-#   tensor_slices_dataset() |> dataset_shuffle(nrow(x_train), seed = 0L) |>
-#   dataset_batch(batch_size, drop_remainder = TRUE) |> dataset_repeat()
-# steps <- nrow(x_train) %/% batch_size
-# fit_once <- function(strategy) {
+# reshuffling <- function() {  # a seeded dataset that reshuffles every epoch, built afresh for each call
+#   list(np_array(x_train, dtype = "float32"), np_array(y_train, dtype = "int32")) |>
+#     tensor_slices_dataset() |> dataset_shuffle(nrow(x_train), seed = 0L) |>
+#     dataset_batch(batch_size, drop_remainder = TRUE) |> dataset_repeat()
+# }
+# loss_per_epoch <- function(run_strategy, dataset) {
 #   set_random_seed(0)
-#   with(strategy$scope(), model <- build_model())
-#   history <- model |> fit(shuffled, epochs = epochs, steps_per_epoch = steps, verbose = 0)
+#   with(run_strategy$scope(), model <- build_model())
+#   history <- model |> fit(dataset, epochs = epochs, steps_per_epoch = nrow(x_train) %/% batch_size,
+#                           shuffle = FALSE, verbose = 0)
 #   unlist(history$metrics$loss)
 # }
-# abs(fit_once(tf$distribute$get_strategy()) - fit_once(strategy))  # ~1e-2, not float rounding: another order
+# two <- loss_per_epoch(strategy, reshuffling())
+# abs(loss_per_epoch(one_device_strategy, reshuffling()) - two)  # far above float rounding
+# skipped <- reshuffling()
+# invisible(reticulate::iter_next(reticulate::as_iterator(skipped)))  # draw one order, as fit() does under a strategy
+# abs(loss_per_epoch(one_device_strategy, skipped) - two)  # float rounding again
 # ```
+# They part. Built afresh, the dataset repeats its sequence of orders from run to run, but under a
+# strategy `fit()` first takes one batch from a new iterator to build the model (`_maybe_symbolic_build`,
+# in `fit()` and `evaluate()`), and every new iterator of a reshuffling dataset draws the next order:
+# the 2-replica run trains on the orders the 1-device run would see from its second iteration on.
+# Skip one iteration on the 1-device side and the curves coincide again. One dataset object used by
+# both runs is no better: the second run continues the first run's stream. `train_batches()` fixes
+# each epoch's order with its own seed, so no iterator can move it.
 # </details>
 #
 # 2. Lengthen the warm-up to one epoch (`warmup_steps = steps_per_epoch`, the length `kerasdist
-#    compare` uses). How does the lag against the 1-device run change, stretch by stretch? Then write
-#    the same warm-up as an R `LearningRateSchedule()` and train it on one device.
+#    compare` uses). How does the lag against the 1-device run change, stretch by stretch?
 #
 # <details><summary>Hint</summary>
 #
-# Build the schedule like `schedule` above and pass the run to `stretch_means()` (the "warm-up"
-# stretch of the table still means the lesson's quarter-epoch ramp). `train_run()` takes a number or
-# a schedule as `learning_rate`. An R schedule is a class with a `call(step)` method that returns
-# `base + (peak - base) * min(1, step / warmup_steps)`.
+# Build the schedule like `schedule` above, train it with `train_run()` and pass the run to
+# `stretch_means()`. Note that the "warm-up" stretch of the table still means the quarter-epoch ramp
+# of the lesson.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
-# long_schedule <- learning_rate_schedule_cosine_decay(base_rate, decay_steps = epochs * steps_per_epoch, alpha = 1,
-#                                                      warmup_target = k * base_rate, warmup_steps = steps_per_epoch)
+# long_schedule <- learning_rate_schedule_cosine_decay(
+#   initial_learning_rate = base_rate, warmup_target = k * base_rate, warmup_steps = steps_per_epoch,
+#   decay_steps = epochs * steps_per_epoch, alpha = 1)
 # long_warmup <- train_run("2 replicas, batch 128, 1-epoch warm-up", strategy, k * batch_size,
 #                          learning_rate = long_schedule)
-# rbind(long = stretch_means(long_warmup) - means[["1 device, batch 64"]], lesson = lag)
-# # The lag grows and lasts through epoch 1: the rate stays below kη for the whole epoch.
-# LinearWarmup <- LearningRateSchedule("LinearWarmup",
-#   initialize = function(base, peak, warmup_steps) {
-#     self$base <- base; self$peak <- peak; self$warmup_steps <- warmup_steps
-#   },
-#   call = function(step) {
-#     fraction <- op_minimum(1, op_cast(step, "float32") / self$warmup_steps)
-#     self$base + (self$peak - self$base) * fraction
-#   })
-# one_device_warm <- train_run("1 device, R warm-up", tf$distribute$get_strategy(), k * batch_size,
-#                              learning_rate = LinearWarmup(base_rate, k * base_rate, warmup_steps))
+# round(rbind(long = stretch_means(long_warmup) - means[["1 device, batch 64"]], lesson = lag), 3)
 # ```
+# The lag grows and lasts through epoch 1: the rate stays below kη for the whole epoch. At k = 2
+# with Adam a long warm-up only costs progress; warm-up matters for large k.
 # </details>
 #
-# 3. Simulate a large k on one device: global batch 512 with `learning_rate = 8e-3`, with and without
-#    a one-epoch warm-up. When does warm-up start to pay?
+# 3. Simulate a large k on one device: a global batch of 512 is k = 8 times the lesson's 64, so the
+#    linear rule gives kη = 8e-3. Train it with and without a one-epoch warm-up from η = 1e-3, then
+#    try a larger rate, 3e-2. When does warm-up start to pay?
 #
 # <details><summary>Hint</summary>
 #
-# Build the one-epoch warm-up like `schedule` above, with `nrow(x_train) %/% 512L` warm-up steps from
-# 1e-3 to 8e-3; look at the first few `steps$loss`.
+# Build the warm-up like `schedule` above, with `nrow(x_train) %/% 512L` warm-up steps, and pass the
+# rate or the schedule to `train_run()` as `learning_rate`. Look at the first few `steps$loss`
+# values, where a rate too large for fresh weights shows, and at the loss per epoch.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
 # big_steps <- nrow(x_train) %/% 512L
-# warm <- learning_rate_schedule_cosine_decay(1e-3, decay_steps = epochs * big_steps, alpha = 1,
-#                                             warmup_target = 8e-3, warmup_steps = big_steps)
-# cold_run <- train_run("batch 512, 8e-3", tf$distribute$get_strategy(), 512L, learning_rate = 8e-3)
-# warm_run <- train_run("batch 512, 8e-3, warm-up", tf$distribute$get_strategy(), 512L, learning_rate = warm)
-# rbind(head(cold_run$steps$loss), head(warm_run$steps$loss))  # the cold start jumps; the warm one does not
+# for (peak in c(8e-3, 3e-2)) {
+#   warm <- learning_rate_schedule_cosine_decay(base_rate, decay_steps = epochs * big_steps, alpha = 1,
+#                                               warmup_target = peak, warmup_steps = big_steps)
+#   for (label in c("no warm-up", "warm-up")) {
+#     run <- train_run(sprintf("batch 512, %g, %s", peak, label), one_device_strategy, 512L,
+#                      learning_rate = if (label == "warm-up") warm else peak)
+#     cat(sprintf("%-28s", run$epochs$run[1]), sprintf("%.2f", head(run$steps$loss, 8)), "|",
+#         sprintf("%.3f", run$epochs$loss), "\n")
+#   }
+# }
 # ```
+# At 8e-3 warm-up does not pay on this MLP with Adam: the run without it falls fastest from the first
+# step, with no jump, and the warmed-up run even bumps once its rate reaches 8e-3 (Adam's first steps
+# are about the rate in size whatever the gradient's scale, and 8e-3 is not too much for fresh
+# weights here). At 3e-2 the run without warm-up jumps within its first steps to a loss several times
+# the initial one and ends epoch 1 far behind; the warmed-up run bumps too when it reaches the full
+# rate, to about half that height, and ends epoch 1 well ahead. Warm-up pays once the scaled rate is
+# too large for fresh weights, which for Adam on this small model takes a larger k than 8.
 # </details>
 #
-# 4. Replace linear scaling by square-root scaling (peak `1e-3 * sqrt(2)`). Which rule works better
-#    for Adam here?
+# 4. Add gradient clipping, `clipnorm = 0.1` (`train_run(..., clipnorm = 0.1)`), and train 1 device
+#    and 2 replicas for one epoch at the fixed global batch. Do the curves still coincide?
 #
 # <details><summary>Hint</summary>
 #
-# Train 2 replicas at global batch 128 with `learning_rate = 1e-3 * sqrt(2)` and compare its
-# `epochs$loss` and `epochs$val_accuracy` with `scaled`.
+# Compare each step's loss as in the first section, and remember where Keras 3 clips (lesson 1,
+# "When N replicas follow one device's path").
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
-# sqrt_rate <- train_run("2 replicas, batch 128, sqrt rule", strategy, k * batch_size, learning_rate = 1e-3 * sqrt(2))
-# rbind(linear = scaled$epochs$val_accuracy, sqrt = sqrt_rate$epochs$val_accuracy)
+# clipped <- lapply(list(one_device_strategy, strategy), function(run_strategy)
+#   train_run("clipnorm", run_strategy, batch_size, run_epochs = 1L, clipnorm = 0.1))
+# clip_gap <- abs(clipped[[2]]$steps$loss - clipped[[1]]$steps$loss)
+# cat(sprintf("step 1: %.1e, largest: %.1e\n", clip_gap[1], max(clip_gap)))
 # ```
-# On this small problem both are close; neither rule is exact for Adam, so measure.
+# Step 1 agrees (its loss is computed before any update); from the second step on the runs part by
+# far more than float rounding: each replica clips its own half of the gradient before the
+# all-reduce, so the update is not one device's clipped mean gradient. With a threshold the gradients
+# never reach (say `clipnorm = 100`) they coincide again.
 # </details>
 #
-# 5. Run kerasdist's own experiment from R, `kerasdist$run_comparison(c(1L, 2L), epochs = 3L,
-#    data = data)`, and compare its `max_abs_loss_difference` with your measured gap.
+# 5. From a terminal, run `kerasdist compare --replicas 1,2 --mode both --out results/compare` and
+#    open the CSV it writes.
 #
 # <details><summary>Hint</summary>
 #
-# The result is a Python object; `$max_abs_loss_difference` is a named list with one entry per mode.
+# The CSV is in the long format: one row per run, level ("step" or "epoch"), index and metric.
+# Filter on `metric == "batch_loss"` for the per-step curves.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
-# kd_result <- kerasdist$run_comparison(c(1L, 2L), epochs = 3L, data = data, verbose = 0L)
-# str(kd_result$max_abs_loss_difference$fixed_global)  # step and epoch gaps: float rounding, like step_gap
+# rows <- read.csv("results/compare/comparison.csv")
+# batch_loss <- subset(rows, metric == "batch_loss", select = c(run, index, value))
+# head(reshape(batch_loss, idvar = "index", timevar = "run", direction = "wide"))
 # ```
 # </details>
 #

@@ -11,7 +11,7 @@ from kerasdist import run_comparison
 from kerasdist.compare import steady_samples_per_s
 from kerasdist.errors import KerasdistError
 from kerasdist.model import build_model, learning_rate_for
-from kerasdist.plots import step_time_model
+from kerasdist.plots import plot_step_time_model, step_time_model
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +77,14 @@ def test_steady_throughput_leaves_out_the_first_epoch(comparison):
 
 
 def test_warmup_ramps_from_the_base_rate_to_k_times_it_as_goyal_et_al():
+    # Keras' CosineDecay from η (initial_learning_rate) to kη (warmup_target), then held (alpha=1.0).
     schedule = learning_rate_for(1e-3, 4, scale_with_replicas=True, warmup_steps=10)
     rates = [float(schedule(step)) for step in range(15)]
     assert rates[0] == pytest.approx(1e-3) and rates[10:] == pytest.approx([4e-3] * 5)
     steps_up = [b - a for a, b in zip(rates[:10], rates[1:11])]
     assert steps_up == pytest.approx([3e-4] * 10, rel=1e-5)  # the same increment every step
-    unscaled = learning_rate_for(1e-3, 4, warmup_steps=10)  # no scaling: a ramp from near zero to the rate
-    assert float(unscaled(0)) == pytest.approx(1e-4) and float(unscaled(10)) == pytest.approx(1e-3)
+    unscaled = learning_rate_for(1e-3, 4, warmup_steps=10)  # no scaling: from η to η, never from near zero
+    assert {float(unscaled(step)) for step in range(15)} == {float(keras.ops.convert_to_tensor(1e-3))}
     assert learning_rate_for(1e-3, 4, scale_with_replicas=True) == pytest.approx(4e-3)
     flat = learning_rate_for(1e-3, 1, scale_with_replicas=True, warmup_steps=10)  # k = 1: η to 1 x η
     assert {float(flat(step)) for step in range(15)} == {float(keras.ops.convert_to_tensor(1e-3))}
@@ -103,6 +104,14 @@ def test_step_time_model_splits_compute_and_pays_for_the_all_reduce():
     assert one == pytest.approx((4e-3, 0.0, 1e-4))
     assert four[0] == pytest.approx(1e-3)
     assert four[1] == pytest.approx(1.5 * 1e6 / 1e10 + 6 * 1e-5)
+
+
+def test_step_time_model_chart_draws_samples_per_second_from_zero():
+    figure = plot_step_time_model(4096, 1e-3, 1e6, 1e10, 1e-5, 1e-4)
+    speed_axis = figure.axes[1]
+    low, high = speed_axis.get_ylim()
+    assert low == 0 and high >= max(max(line.get_ydata()) for line in speed_axis.get_lines())
+    assert "no overlap of communication with compute" in figure.texts[0].get_text()
 
 
 def test_unknown_mode_is_refused():
