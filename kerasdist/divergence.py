@@ -12,8 +12,8 @@ import numpy as np
 from kerasdist.errors import TrainingDivergedError
 
 ADVICE = (
-    "try a 10x smaller --learning-rate (or --warmup-epochs 1) and rerun: with --checkpoint-dir "
-    "training resumes from the last good checkpoint"
+    "try a 10x smaller --learning-rate (with --scale-learning-rate, or --warmup-epochs 1) and rerun: "
+    "with --checkpoint-dir training resumes from the last good checkpoint"
 )
 
 

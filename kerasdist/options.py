@@ -152,7 +152,9 @@ class TrainingOptions:
         "--scale-learning-rate", "linear scaling rule: learning rate x replicas")
     warmup_epochs: float = option(
         0, lambda name, value: checks.number(name, value, 0.0, fix="use 0 for no warm-up, or e.g. 1"),
-        "epochs of linear learning-rate warm-up.", "--warmup-epochs", "linear learning-rate warm-up",
+        "epochs of linear learning-rate warm-up from the one-replica rate to the scaled one "
+        "(with ``scale_learning_rate``; without it the rate stays flat).", "--warmup-epochs",
+        "linear warm-up from the one-replica rate to the scaled one (with --scale-learning-rate)",
         kind=float)
     jit_compile: bool = option(
         False, checks.flag, "compile steps with XLA.", "--jit-compile", "compile steps with XLA")

@@ -30,7 +30,9 @@
 #'   for several replicas, else `"default"`.
 #' @param learning_rate Adam's learning rate for one replica.
 #' @param scale_learning_rate Multiply the learning rate by `replicas`.
-#' @param warmup_epochs Epochs of linear learning-rate warm-up.
+#' @param warmup_epochs Epochs of linear learning-rate warm-up from the
+#'   one-replica rate to the scaled one (with `scale_learning_rate = TRUE`;
+#'   without it the rate stays flat).
 #' @param jit_compile Compile training steps with XLA.
 #' @param save_every_steps Also checkpoint every this many steps (`NULL`: at
 #'   epoch ends only).
