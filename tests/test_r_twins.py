@@ -114,8 +114,15 @@ KEY_NUMBERS = {
          r"auto-shard rewrite \(policy (\w+)\) kept the same slices as worker_share, for all (\d+) workers", None, 0),
     ],
     "05_multi_worker": [
+        ("TensorFlow's is_chief for the evaluator",
+         r"^TensorFlow's multi_worker_util.is_chief for the evaluator: (\w+)", None, 0),
+        ("where fit() fails: the error and the traceback's frames",
+         r"^worker \d: fit\(\) failed: (.+)$|^    ([\w/.]+:\d+ in \w+)$", None, 0),
+        ("the custom loop: steps, last loss, weight digest (the same pipeline and loop in both twins)",
+         r"^worker \d: custom loop trained (\d+) steps, last loss ([\d.]+)$|^worker \d: weights sha256 (\w+)$",
+         None, 0),
         ("fit() fails, the loop trains, identical weights",
-         r"^(?:fit\(\) failed|(?:the|custom) loop finished) on every worker: (\w+)|^identical final weights: (\w+)",
+         r"^(?:fit\(\) failed|custom loop finished) on every worker: (\w+)|^identical final weights: (\w+)",
          None, 0),
         ("launch: epochs and batch",
          r"epochs trained: (\d+) of (\d+), global batch (\d+) = (\d+) x (\d+)", None, 0),
@@ -129,8 +136,9 @@ KEY_NUMBERS = {
          r"^the evaluator read the chief's newest checkpoint: (\w+)", None, 0),
         ("TensorBoard: folders left and their event files", r"^([\w.]+)/: (\d+) event file\(s\)$", None, 0),
         ("TensorBoard: the chief's log", r"^the chief's log: (\d+) losses, steps (\d+)\.\.(\d+)", None, 0),
-        ("BackupAndRestore: files, and no task rule",
-         r"^Keras 3 BackupAndRestore writes: (.+)$|^asks for the chief or the task type: (\w+)", None, 0),
+        ("BackupAndRestore: files, what it saves and reads back, and no task rule",
+         (r"^Keras 3 BackupAndRestore writes: (.+)$|^its metadata holds: (.+)$|^the saved epoch changes in: (.+)$"
+          r"|^asks for the chief or the task type: (\w+)"), None, 0),
         ("cluster resolvers: the clusters they find", r"^cluster: (\{.*\})$", None, 0),
         ("cluster resolvers: TF_CONFIG task, Slurm task",
          r"^task: (worker \d+)$|^task: (worker \d+) at (\S+), chief: (\w+)$", None, 0),
@@ -307,6 +315,6 @@ def test_lesson5_worker_script_trains_two_workers_with_rscript(tmp_path):
             f"worker {index} ended with status {worker.returncode}:\n{output[-3000:]}"
         )
         assert f"worker {index}: fit() failed: ValueError: Attempt to convert a value (PerReplica" in output
-        assert f"worker {index}: kerasdist's loop trained {steps} steps" in output
+        assert f"worker {index}: custom loop trained {steps} steps" in output
     digests = {re.search(r"weights sha256 (\w+)", output).group(1) for output in outputs}
     assert len(digests) == 1, f"the workers ended with different weights: {digests}"
