@@ -163,7 +163,9 @@ for text in mistakes:
 # | `ps` | no | a parameter server: only for `ParameterServerStrategy` (asynchronous), not used here |
 #
 # The evaluator is listed in `TF_CONFIG` like the others, but it is not part of the training
-# cluster: the all-reduce runs among chief and workers only.
+# cluster: the all-reduce runs among chief and workers only. Keras 2 had a class for this role,
+# `SidecarEvaluator`; no file of Keras 3's or TensorFlow 2.21's installed source names it, so
+# kerasdist's evaluator (below) does the job.
 #
 # "Chief" means two things. In kerasdist, `is_chief` is True for the one task that keeps the
 # checkpoints and logs (the `chief`, or worker 0 without one), so False for an evaluator.
