@@ -13,7 +13,10 @@ as commands, ``python -m kerasdist.jax_distribution COMMAND``:
 ``mirrored``, ``worker`` and ``launch`` train the course's MLP from a
 ``.weights.h5`` file on the arrays ``x``, ``y`` of an ``.npz``, in that order,
 batch after batch (no shuffling); each prints one JSON line as its last line
-of stdout. User errors print one line to stderr and exit 2.
+of stdout, and with ``--save-weights OUT.npz`` writes the final weights
+(``model.get_weights()``, in order; process 0's for ``launch``), so that a
+lesson can compare them with its own. User errors print one line to stderr
+and exit 2.
 """
 
 import argparse
@@ -91,6 +94,18 @@ def _model_from(weights_path):
     return model
 
 
+def save_final_weights(model, path):
+    """Write ``model.get_weights()`` to the .npz ``path`` (``arr_0``, ``arr_1``, ... in order), if given."""
+    if path:
+        np.savez(path, *model.get_weights())
+
+
+def load_final_weights(path):
+    """The weight arrays that ``save_final_weights`` wrote, in order."""
+    with np.load(path) as saved:
+        return [saved[f"arr_{index}"] for index in range(len(saved.files))]
+
+
 def _step_losses(keras):
     """A callback whose ``losses`` holds each step's own loss (Keras logs the epoch's running mean)."""
 
@@ -110,8 +125,13 @@ def _step_losses(keras):
     return StepLosses()
 
 
-def run_mirrored(arrays, weights, replicas, global_batch_size, epochs):
-    """Train under TensorFlow's MirroredStrategy; return ``{"replicas", "losses", "digest"}``."""
+def run_mirrored(arrays, weights, replicas, global_batch_size, epochs, save_weights=None):
+    """Train under TensorFlow's MirroredStrategy; return ``{"replicas", "losses", "digest"}``.
+
+    TensorFlow's own ``MirroredStrategy(devices)``: its default all-reduce
+    (``CollectiveAllReduce``), not kerasdist's ``make_strategy("mirrored")``.
+    ``save_weights``: an .npz path for the final weights (``save_final_weights``).
+    """
     keras = _import_keras("tensorflow")
     import tensorflow as tf
 
@@ -126,11 +146,13 @@ def run_mirrored(arrays, weights, replicas, global_batch_size, epochs):
     recorder = _step_losses(keras)
     model.fit(x, y, batch_size=global_batch_size, epochs=epochs, shuffle=False, verbose=0,
               callbacks=[recorder])
+    save_final_weights(model, save_weights)
     return {"replicas": strategy.num_replicas_in_sync, "losses": recorder.losses,
             "digest": _short_digest(model)}
 
 
-def run_worker(process_id, processes, coordinator, arrays, weights, global_batch_size, epochs):
+def run_worker(process_id, processes, coordinator, arrays, weights, global_batch_size, epochs,
+               save_weights=None):
     """One process of a multi-process ``fit()`` with ``keras.distribution`` on JAX.
 
     Every process joins the cluster at ``coordinator`` (process 0 serves it),
@@ -139,6 +161,7 @@ def run_worker(process_id, processes, coordinator, arrays, weights, global_batch
     ``global_batch_size`` rows, ``local = global_batch_size / processes``.
     The distribution's ``auto_shard_dataset`` is off because that input is
     already sharded (Keras can shard only a tf.data.Dataset itself).
+    Process 0 writes its final weights to ``save_weights`` (an .npz path), if given.
 
     Returns:
         ``{"process", "devices", "losses", "digest"}``: the global device
@@ -159,6 +182,8 @@ def run_worker(process_id, processes, coordinator, arrays, weights, global_batch
     recorder = _step_losses(keras)
     model.fit(x[mine], y[mine], batch_size=local, epochs=epochs, shuffle=False, verbose=0,
               callbacks=[recorder])
+    if process_id == 0:
+        save_final_weights(model, save_weights)
     return {"process": process_id, "devices": jax.device_count(), "losses": recorder.losses,
             "digest": _short_digest(model)}
 
@@ -170,8 +195,10 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def launch(arrays, weights, processes=2, global_batch_size=64, epochs=1, timeout_s=240):
+def launch(arrays, weights, processes=2, global_batch_size=64, epochs=1, timeout_s=240, save_weights=None):
     """Run ``processes`` workers on 127.0.0.1 and wait for all of them, at most ``timeout_s`` in all.
+
+    ``save_weights``: an .npz path where process 0 writes its final weights.
 
     Returns:
         The workers' results (see ``run_worker``), by process id.
@@ -199,6 +226,8 @@ def launch(arrays, weights, processes=2, global_batch_size=64, epochs=1, timeout
                        "--process-id", str(process_id), "--processes", str(processes),
                        "--coordinator", coordinator, "--arrays", arrays, "--weights", weights,
                        "--global-batch-size", str(global_batch_size), "--epochs", str(epochs)]
+            if save_weights:
+                command += ["--save-weights", save_weights]
             workers.append(subprocess.Popen(command, stdout=outputs[-1][0], stderr=outputs[-1][1],
                                             env=environment))
         deadline = time.monotonic() + timeout_s
@@ -257,6 +286,7 @@ def _parser():
         command.add_argument("--weights", required=True, help="initial weights (.weights.h5)")
         command.add_argument("--global-batch-size", type=int, default=64)
         command.add_argument("--epochs", type=int, default=1)
+        command.add_argument("--save-weights", help="write the final weights to this .npz (arr_0, ...)")
     commands.choices["mirrored"].add_argument("--replicas", type=int, default=2)
     commands.choices["worker"].add_argument("--process-id", type=int, required=True)
     commands.choices["worker"].add_argument("--coordinator", required=True, help="HOST:PORT of process 0")
@@ -276,7 +306,8 @@ def main(argv=None):
         read_arrays(options.arrays)  # user errors first, before a backend loads
         check_weights_file(options.weights)
         common = {"arrays": options.arrays, "weights": options.weights,
-                  "global_batch_size": options.global_batch_size, "epochs": options.epochs}
+                  "global_batch_size": options.global_batch_size, "epochs": options.epochs,
+                  "save_weights": options.save_weights}
         if options.command == "mirrored":
             result = run_mirrored(replicas=options.replicas, **common)
         elif options.command == "worker":

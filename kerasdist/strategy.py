@@ -9,9 +9,11 @@ from kerasdist.errors import KerasdistError
 STRATEGIES = ("default", "one_device", "mirrored", "central_storage", "multi_worker")
 NOT_RUNNABLE_HERE = {
     "parameter_server": (
-        "parameter_server needs a cluster: separate 'ps', 'worker' and 'chief' tasks "
-        "described in TF_CONFIG, and a coordinator; it cannot run in one process. "
-        "Use mirrored (one machine) or multi_worker (several processes) instead."
+        "parameter_server needs a cluster of 'worker' and 'ps' tasks (TensorFlow can start one inside "
+        "a single process, one tf.distribute.Server per task) and a coordinator, the chief, that "
+        "schedules every step with ClusterCoordinator; Keras 3 has no ParameterServerStrategy support, "
+        "so neither fit() nor kerasdist's synchronous loop can drive it. Use mirrored (one machine) or "
+        "multi_worker (several processes) instead."
     ),
     "tpu": "tpu needs a TPU (for example a Cloud TPU VM); none is attached to this machine.",
 }
@@ -23,7 +25,9 @@ def make_strategy(name="mirrored", num_replicas=1, collective_timeout_s=None, ve
     Args:
         name: one of "default", "one_device", "mirrored", "central_storage",
             "multi_worker". "parameter_server" and "tpu" raise with an
-            explanation of what they need.
+            explanation of what they need. "mirrored" on CPU devices
+            all-reduces with ``ReductionToOneDevice`` (see below), not with
+            TensorFlow's default ``CollectiveAllReduce``.
         num_replicas: devices to use on this machine (ignored by "default" and
             "multi_worker", which take one device per worker).
         collective_timeout_s: for "multi_worker", how long a collective may
@@ -54,10 +58,11 @@ def make_strategy(name="mirrored", num_replicas=1, collective_timeout_s=None, ve
         strategy = tf.distribute.OneDeviceStrategy(replica_devices(1)[0])
     elif name == "mirrored":
         devices = replica_devices(num_replicas)
-        # On CPU devices TensorFlow picks collective all-reduce, whose group keys clash when a
-        # second MirroredStrategy with another replica count is made in the same process
-        # ("joining a group with size 4, but that group has size 2"). Reducing on one device
-        # gives the same numbers on virtual CPUs; GPUs keep TensorFlow's choice (NCCL).
+        # Without cross_device_ops, TensorFlow 2.21 all-reduces with CollectiveAllReduce (RING on
+        # CPUs and virtual GPUs, NCCL on physical GPUs), whose group keys clash when a second
+        # MirroredStrategy with another replica count is made in the same process ("joining a
+        # group with size 4, but that group has size 2"). On CPU devices kerasdist reduces on one
+        # device instead: the same sums on virtual CPUs. GPUs keep TensorFlow's choice.
         cpu_only = all("CPU" in device for device in devices)
         strategy = tf.distribute.MirroredStrategy(
             devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice() if cpu_only else None

@@ -19,13 +19,14 @@
 #
 # - what `TF_CONFIG` is, and how to build one for a cluster of two workers on this machine;
 # - the roles a task can have: chief, worker and evaluator;
-# - why Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585),
-#   seen on a real two-worker cluster, and how a custom training loop trains the same model;
+# - where Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585):
+#   before its first step, seen on a real two-worker cluster; how a custom training loop trains the
+#   same model, and the two other ways out (Keras 2 through `tf_keras`, and Keras 3 on JAX);
 # - why only the chief's TensorBoard logs are kept, and how the other workers write theirs;
 # - how to launch a cluster from a notebook with `kerasdist launch`, and check that both workers
 #   end with identical weights;
-# - what `BackupAndRestore` does under `MultiWorkerMirroredStrategy`, and how the cluster is found
-#   from `TF_CONFIG` or from Slurm (cluster resolvers), on identical workers.
+# - what `BackupAndRestore` restores (the epoch, not the batch), and how the cluster is found from
+#   `TF_CONFIG` or from Slurm (cluster resolvers), on identical workers.
 #
 # **What you need**: the project's virtualenv as the notebook kernel, and about a minute and a half
 # on a 2-core CPU. The workers are separate processes on this machine that talk over the loopback
@@ -162,28 +163,68 @@ for text in mistakes:
 # | `ps` | no | a parameter server: only for `ParameterServerStrategy` (asynchronous), not used here |
 #
 # The evaluator is listed in `TF_CONFIG` like the others, but it is not part of the training
-# cluster: the all-reduce runs among chief and workers only.
+# cluster: the all-reduce runs among chief and workers only. Keras 2 had a class for this role,
+# `SidecarEvaluator`; no file of Keras 3's or TensorFlow 2.21's installed source names it, so
+# kerasdist's evaluator (below) does the job.
+#
+# "Chief" means two things. In kerasdist, `is_chief` is True for the one task that keeps the
+# checkpoints and logs (the `chief`, or worker 0 without one), so False for an evaluator.
+# TensorFlow's own helper, `multi_worker_util.is_chief`, returns True for an evaluator too: its
+# docstring calls the evaluator "a chief job on its own", the only task of its own cluster. Code
+# that asks TensorFlow "am I the chief?" to decide who writes must leave the evaluator out itself.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Add an evaluator: its TF_CONFIG, and the training cluster the workers' all-reduce uses.
+# Add an evaluator: its TF_CONFIG, the training cluster the workers' all-reduce uses, and both meanings of "chief".
+from tensorflow.python.distribute import multi_worker_util  # TensorFlow's internal helper, for comparison
+
 cluster_with_evaluator = dict(cluster, evaluator=["127.0.0.1:12347"])
 evaluator_config = kerasdist.cluster.tf_config(cluster_with_evaluator, "evaluator", 0)
 evaluator = kerasdist.cluster.parse_tf_config(evaluator_config)
 trains = evaluator.task_type in kerasdist.cluster.TRAINING_ROLES
 print(f"{evaluator.name}: chief={evaluator.is_chief}, trains: {trains}")
 print("training cluster:", evaluator.training_cluster())
+print("TensorFlow's multi_worker_util.is_chief for the evaluator:",
+      multi_worker_util.is_chief(cluster_with_evaluator, "evaluator", 0))
 
 # %% [markdown]
 # ## Why Keras 3 fit() fails here
 #
 # With a `TF_CONFIG` in each process, the rest is the code of lesson 1: make the strategy, build
 # and compile the model in its scope, call `fit()`. Under `MultiWorkerMirroredStrategy`, Keras 3's
-# `fit()` stops at the first step with `ValueError: Attempt to convert a value (PerReplica...)`:
-# its training step does not reduce the per-replica values of a multi-worker strategy
-# (keras-team/keras#20585, also tensorflow/tensorflow#72388, open at the time of writing).
+# `fit()` fails **before its first training step**, inside Keras 3's TensorFlow trainer
+# (`keras/src/backend/tensorflow/trainer.py`):
 #
-# A custom training loop does not depend on that code. The pattern, from the TensorFlow guides:
+# - to build the model's metrics before training, `fit()` takes the first batch from the
+#   distributed dataset and averages it over the replicas with **one**
+#   `strategy.reduce("MEAN", batch, axis=None)` call on the whole `(images, labels)` pair
+#   (`_maybe_symbolic_build`);
+# - `MirroredStrategy` reduces such a pair element by element (`nest.map_structure` in its
+#   `_reduce_to`, `tensorflow/python/distribute/mirrored_strategy.py`), so `fit()` works there;
+#   `MultiWorkerMirroredStrategy`'s `_reduce_to` (`collective_all_reduce_strategy.py`) hands the
+#   whole pair to its collective all-reduce, which tries to make one tensor of it:
+#   `ValueError: Attempt to convert a value (PerReplica...) ... to a Tensor`.
+#
+# The script below prints the last frames of that traceback, in Keras and in `tf.distribute`
+# (with Keras' traceback filtering turned off, so that Keras' own frames show). Past that point the
+# training step would fail too: under a multi-worker strategy Keras averages the step's outputs
+# with `strategy.reduce("MEAN", value, axis=0)` (`reduce_per_replica`, same file), and a scalar
+# loss has no axis 0. That second error, "Invalid reduction dimension 0 for input with 0
+# dimensions", is the one of tensorflow/tensorflow#72388, a different report, now closed;
+# keras-team/keras#20585 tracks the failure of `fit()` (open at the time of writing).
+#
+# There are three ways out:
+#
+# - **a custom training loop**, on Keras 3 with the TensorFlow backend: this lesson, and
+#   kerasdist's loop engine;
+# - **Keras 2**, whose `fit()` supports this strategy (TensorFlow's multi-worker tutorial uses
+#   it): install the `tf_keras` package and set `TF_USE_LEGACY_KERAS=1` before TensorFlow is
+#   imported; `tf.keras` is then Keras 2 (`tensorflow/python/util/lazy_loader.py`);
+# - **Keras 3 on JAX**, with `keras.distribution`: there `fit()` trains in several processes
+#   (lesson 7).
+#
+# A custom training loop does not go through the trainer's reductions. The pattern, from the
+# TensorFlow guides:
 #
 # 1. create the model, and build its optimizer, inside `strategy.scope()`;
 # 2. write one training step for one replica: forward pass, loss **averaged over the global
@@ -199,10 +240,11 @@ print("training cluster:", evaluator.training_cluster())
 # %%
 # %%writefile results/05_multi_worker/fit_then_loop.py
 """One worker: Keras fit() under MultiWorkerMirroredStrategy, then the same model with a custom loop."""
-import hashlib
 import os
+import re
 import shutil
 import sys
+import traceback
 
 import kerasdist  # first: it keeps TensorFlow's start-up lines quiet
 import kerasdist.cluster
@@ -219,14 +261,22 @@ mnist = kerasdist.load_mnist(os.environ.get("KERASDIST_DATA", "auto"), verbose=F
 dataset = kerasdist.data.train_dataset(mnist.x_train, mnist.y_train, GLOBAL_BATCH_SIZE,
                                        seed=0, first_epoch=0, last_epoch=1)
 
-# 1. Keras fit(), exactly as on one machine.
+# 1. Keras fit(), exactly as on one machine; Keras' traceback filtering off, so that its own frames show.
+keras.config.disable_traceback_filtering()
 with strategy.scope():
     model = kerasdist.model.build_model()
 try:
     model.fit(dataset, epochs=1, verbose=0)
     print(f"{task.name}: fit() finished")
 except ValueError as error:
-    print(f"{task.name}: fit() failed: ValueError: {' '.join(str(error).split())[:60]}...")
+    message = re.sub(r"numpy=.*?>", "numpy=...>", " ".join(str(error).split()))  # the tensor's values left out
+    print(f"{task.name}: fit() failed: ValueError: {message}")
+    if task.is_chief:  # where it failed, once: the frames in Keras and tf.distribute, and the last one
+        frames = traceback.extract_tb(error.__traceback__)
+        shown = [frame for frame in frames[:-1] if re.search(r"keras/src/backend|tensorflow/python/distribute",
+                                                              frame.filename)] + frames[-1:]
+        for frame in shown:
+            print(f"    {frame.filename.split('site-packages/')[-1]}:{frame.lineno} in {frame.name}")
 
 # 2. The same model, trained by a custom loop. build_model() also builds the optimizer, in the scope.
 keras.utils.set_random_seed(0)
@@ -268,7 +318,7 @@ with writer.as_default():
 writer.close()
 if not task.is_chief:
     shutil.rmtree(os.path.dirname(log_dir))
-digest = hashlib.sha256(b"".join(weights.tobytes() for weights in model.get_weights())).hexdigest()
+digest = kerasdist.model.weights_digest(model.get_weights())  # SHA-256 of the weights, in order
 print(f"{task.name}: custom loop trained {steps} steps, last loss {float(loss):.4f}")
 print(f"{task.name}: weights sha256 {digest[:16]}")
 print(f"{task.name}: TensorBoard log in {os.path.relpath(log_dir, LOG_ROOT)}"
@@ -486,22 +536,37 @@ assert final["global_step"] == record["epochs"] * steps_per_epoch
 #
 # With `fit()`, Keras' answer to a lost worker is the callback
 # `keras.callbacks.BackupAndRestore(backup_dir)`: at the end of every epoch (or every `save_freq`
-# batches) it saves the weights, with the optimizer state, and a small metadata file; when `fit()`
-# starts again with the same callback, it loads them and goes on at the epoch after the backup.
+# batches) it saves the weights, with the optimizer state, and a small metadata file with an epoch
+# and a batch number. When `fit()` starts again with the same callback, it loads the weights and
+# the optimizer state and reads **only the epoch** back: training goes on at the start of the
+# epoch after the last one that *finished*. The batch number is never read, and the epoch it saves
+# changes only at the end of an epoch. So after a backup in the middle of an epoch (`save_freq` in
+# batches), the interrupted epoch starts again from its first batch, on weights that already hold
+# the updates of the batches before the backup: those batches are trained twice.
+#
 # Under `MultiWorkerMirroredStrategy` a lost worker stops the whole cluster, since every
 # all-reduce needs every worker: you restart **all** the workers with the same command, each one
 # restores the same backup, and they go on together.
 #
 # Every worker runs the same program, so every worker saves. TensorFlow's Keras 2 gave the chief
 # the real backup and the others temporary folders, as with the TensorBoard logs above. Keras 3's
-# callback has no such rule; its source shows the files it writes, the same on every worker:
+# callback has no such rule; its source shows the files it writes, the same on every worker, and
+# what it reads back:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Keras 3's BackupAndRestore, read from its source: the files it writes, and whether it asks which task it is.
-backup_source = inspect.getsource(keras.callbacks.BackupAndRestore)
+# Keras 3's BackupAndRestore, read from its source: its files, what its metadata holds and what a
+# restart reads back, when the saved epoch changes, and whether it asks which task it is.
+backup_class = keras.callbacks.BackupAndRestore
+backup_source = inspect.getsource(backup_class)
 backup_files = sorted(set(re.findall(r'"(\w+\.(?:weights\.h5|json))"', backup_source)))
+saved_keys = re.findall(r'"(\w+)": self\._', inspect.getsource(backup_class._save_model))
+read_keys = re.findall(r'training_metadata\["(\w+)"\]', backup_source)  # in _load_model
+epoch_set_in = [name for name, method in inspect.getmembers(backup_class, inspect.isfunction)
+                if "self._current_epoch =" in inspect.getsource(method) and name != "__init__"]
 print(f"Keras 3 BackupAndRestore writes: {', '.join(backup_files)}")
+print(f"its metadata holds: {', '.join(saved_keys)}; a restart reads back: {', '.join(read_keys)}")
+print(f"the saved epoch changes in: {', '.join(epoch_set_in)}")
 print("asks for the chief or the task type:", any(word in backup_source for word in ("chief", "task_type")))
 
 # %% [markdown]
@@ -591,8 +656,13 @@ print("accelerators per worker here:", accelerators or "none (each worker trains
 # - **One worker per machine**, each with all of its GPUs: `MultiWorkerMirroredStrategy` uses every
 #   local GPU of a worker as a replica. Each gradient all-reduce is one *collective* operation over
 #   all the replicas of all the workers (in TensorFlow's source, `CollectiveAllReduce` with a group
-#   size of local devices times workers); TensorFlow does not document it as a reduction inside
-#   each machine first and then across machines, so do not count on one.
+#   size of local devices times workers), not a documented two-level reduction (inside each machine,
+#   then across machines). It does not need one to use the network well: TensorFlow's ring groups
+#   each worker's devices together (`OrderTaskDeviceMap` in its C++ collective-parameter resolver),
+#   so the ring crosses each machine boundary once, and NVIDIA's NCCL builds its rings and trees
+#   from the NVLink/PCIe topology it finds. A ring is already bandwidth-optimal (each device sends
+#   2(N-1)/N of the gradient, whatever N); a two-level scheme mainly saves latency, the number of
+#   hops.
 # - **Choose the all-reduce implementation** with
 #   `tf.distribute.experimental.CommunicationOptions(implementation=...)`: `RING` is TensorFlow's
 #   own ring algorithms (over gRPC between workers); `NCCL` is NVIDIA's library, used only for
@@ -608,9 +678,21 @@ print("accelerators per worker here:", accelerators or "none (each worker trains
 #   once per step), not the bytes each step sends, and they matter most when steps are short.
 # - **Shard the input** by files where you can (`AutoShardPolicy.FILE`), so each worker reads only
 #   its own; kerasdist's in-memory data is sharded by data (lesson 4).
-# - **Set a collective timeout** (`CommunicationOptions(timeout_seconds=...)`; kerasdist's
-#   `--collective-timeout-s`), so that a dead worker stops the others instead of hanging them, and
-#   rerun the same command to resume from the last checkpoint.
+# - **A dead worker, a hung worker.** A worker whose process dies is noticed by the others through
+#   the coordination service that `MultiWorkerMirroredStrategy` sets up: TensorFlow's source says it
+#   uses "its internal heartbeat to detect peer failures" (`collective_all_reduce_strategy.py`). A
+#   worker that is alive but stuck (a deadlock, a stalled file system) keeps its heartbeat going,
+#   and the others wait for it in the next all-reduce. A collective timeout
+#   (`CommunicationOptions(timeout_seconds=...)`) makes a collective that waits too long fail, but
+#   TensorFlow documents it as a debugging aid: "This should only be used for debugging since it
+#   creates a new thread for each collective" (`collective_util.py`). kerasdist's
+#   `--collective-timeout-s` sets it, and its `--peer-timeout-s` watchdog ends a worker that makes
+#   no progress. Either way, rerun the same command to resume from the last checkpoint.
+# - **Preemption**: on clusters that stop jobs with a signal (Slurm, cloud spot machines),
+#   TensorFlow's `tf.distribute.experimental.PreemptionCheckpointHandler` is the answer for a custom
+#   loop under this strategy: when any worker receives the termination signal, it has all the
+#   workers save a checkpoint at the same step, then exits; on restart it restores it. (Slurm sends
+#   the signal ahead of the time limit with `sbatch --signal`.)
 
 # %% [markdown]
 # ## Summary
@@ -621,10 +703,14 @@ print("accelerators per worker here:", accelerators or "none (each worker trains
 # - Chief and workers train and all-reduce; the chief (or worker 0) keeps the checkpoints and the
 #   TensorBoard logs, the others write theirs to temporary folders that are deleted; an evaluator
 #   evaluates the checkpoints on the side; `ps` belongs to `ParameterServerStrategy` only.
-# - Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585), and
-#   with it its callbacks (`BackupAndRestore`, `TensorBoard`); a custom loop (`strategy.run` in a
-#   `tf.function`, loss averaged over the global batch) trains the same model, and the workers end
-#   with identical weights.
+# - Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today, before its first step, in its
+#   TensorFlow trainer's reductions (keras-team/keras#20585), and with it its callbacks
+#   (`BackupAndRestore`, `TensorBoard`); a custom loop (`strategy.run` in a `tf.function`, loss
+#   averaged over the global batch) trains the same model, and the workers end with identical
+#   weights. Keras 2 (`tf_keras`, `TF_USE_LEGACY_KERAS=1`) and Keras 3 on JAX (lesson 7) are the
+#   other ways out.
+# - `BackupAndRestore` restores the weights, the optimizer state and the epoch, never the batch: a
+#   mid-epoch backup replays its epoch from the first batch.
 # - `kerasdist launch --workers N` runs such a cluster on one machine; `kerasdist worker` is the
 #   command to start on each machine of a real one, and under Slurm `srun kerasdist worker` finds
 #   its cluster by itself (`SlurmClusterResolver`; `kerasdist slurm-script` writes the `sbatch`
@@ -673,8 +759,12 @@ print("accelerators per worker here:", accelerators or "none (each worker trains
 # ```
 #
 # TensorFlow checks it only when the strategy is made, in that process:
-# `ValueError: The task_id 2 exceeds the maximum id of worker.` On a real cluster, that worker
-# stops and the others wait for it until their timeout.
+# ``ValueError: The `task_id` 2 exceeds the maximum id of worker.``
+# (`tensorflow/python/distribute/multi_worker_util.py`). On a real cluster that worker stops
+# before it joins, and the others wait for it at start-up, while `MultiWorkerMirroredStrategy()`
+# connects the cluster (the coordination service's registration). The collective timeout does not
+# cover that wait (it applies to collectives, once training runs); kerasdist's `--peer-timeout-s`
+# does: a worker whose peers do not join within it ends with one line naming them.
 #
 # </details>
 #
@@ -698,19 +788,38 @@ print("accelerators per worker here:", accelerators or "none (each worker trains
 #
 # </details>
 #
-# 4. Launch with `--workers 3 --global-batch-size 63`, then with `--global-batch-size 64`. What does
-#    kerasdist say, and why?
+# 4. A global batch of 64 over 3 replicas: how does `experimental_distribute_dataset` split it, and
+#    is the loss of `tf.nn.compute_average_loss(..., global_batch_size=64)`, summed over the
+#    replicas, still the mean over the 64 examples? Then launch with `--workers 3
+#    --global-batch-size 64`: what does kerasdist say?
 #
 # <details><summary>Hint</summary>
 #
-# Each worker gets an equal share of every global batch.
+# Try it in a fresh Python process with 3 virtual CPUs (`kerasdist.configure_replicas(3)` before
+# anything else starts TensorFlow) and a `MirroredStrategy` over them: its replicas get their
+# shares the way 3 workers do. Then think of what `compute_average_loss` divides by.
 #
 # </details>
 # <details><summary>Solution</summary>
 #
-# 63 = 3 x 21 trains, 21 examples per worker per step. 64 stops before any worker starts, with
+# ```python
+# import kerasdist
+# import tensorflow as tf
+#
+# strategy = tf.distribute.MirroredStrategy(kerasdist.configure_replicas(3))
+# batches = strategy.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(64))
+# print([int(tf.size(part)) for part in strategy.experimental_local_results(next(iter(batches)))])
+# ```
+#
+# TensorFlow splits it unevenly: 22, 22 and 20 examples (three workers of one replica each get the
+# same shares). Each replica sums its examples' losses and divides by 64, so the sum over the
+# replicas is exactly the mean over the 64 examples, and so is the gradient: training is still
+# correct. kerasdist refuses anyway:
 # `kerasdist: error: global_batch_size must be divisible by the 3 workers. Received:
-# global_batch_size=64` (exit status 2): the workers could not split the batch evenly.
+# global_batch_size=64` (exit status 2), before any worker starts. That is kerasdist's own policy,
+# not TensorFlow's: equal shares keep every replica's step the same size (lesson 4), and
+# `distribute_datasets_from_function`, where each worker builds its own input, needs them
+# (`InputContext.get_per_replica_batch_size` raises otherwise). 63 = 3 x 21 trains.
 #
 # </details>
 #

@@ -24,13 +24,14 @@
 #
 # - what `TF_CONFIG` is, and how to build one for a cluster of two workers on this machine;
 # - the roles a task can have: chief, worker and evaluator;
-# - why Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585),
-#   seen on a real two-worker cluster, and how a custom training loop trains the same model;
+# - where Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585):
+#   before its first step, seen on a real two-worker cluster; how a custom training loop trains the
+#   same model, and the two other ways out (Keras 2 through `tf_keras`, and Keras 3 on JAX);
 # - why only the chief's TensorBoard logs are kept, and how the other workers write theirs;
 # - how to launch a cluster with `kerasdist launch`, and check that both workers end with
 #   identical weights;
-# - what `BackupAndRestore` does under `MultiWorkerMirroredStrategy`, and how the cluster is found
-#   from `TF_CONFIG` or from Slurm (cluster resolvers), on identical workers.
+# - what `BackupAndRestore` restores (the epoch, not the batch), and how the cluster is found from
+#   `TF_CONFIG` or from Slurm (cluster resolvers), on identical workers.
 #
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
@@ -165,28 +166,69 @@ import keras  # noqa: F401
 # | `ps` | no | a parameter server: only for `ParameterServerStrategy` (asynchronous), not used here |
 #
 # The evaluator is listed in `TF_CONFIG` like the others, but it is not part of the training
-# cluster: the all-reduce runs among chief and workers only.
+# cluster: the all-reduce runs among chief and workers only. Keras 2 had a class for this role,
+# `SidecarEvaluator`; no file of Keras 3's or TensorFlow 2.21's installed source names it, so
+# kerasdist's evaluator (below) does the job.
+#
+# "Chief" means two things. In kerasdist, `is_chief` is TRUE for the one task that keeps the
+# checkpoints and logs (the `chief`, or worker 0 without one), so FALSE for an evaluator.
+# TensorFlow's own helper, `multi_worker_util.is_chief`, returns TRUE for an evaluator too: its
+# docstring calls the evaluator "a chief job on its own", the only task of its own cluster. Code
+# that asks TensorFlow "am I the chief?" to decide who writes must leave the evaluator out itself.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Add an evaluator: its TF_CONFIG, and the training cluster the workers' all-reduce uses.
+# # Add an evaluator: its TF_CONFIG, the training cluster the workers' all-reduce uses, and both meanings of "chief".
+# multi_worker_util <- import("tensorflow.python.distribute.multi_worker_util")  # TensorFlow's internal helper
 # cluster_with_evaluator <- c(cluster, list(evaluator = list("127.0.0.1:12347")))
 # evaluator <- cluster_tools$parse_tf_config(cluster_tools$tf_config(cluster_with_evaluator, "evaluator", 0L))
 # cat(sprintf("%s: chief=%s, trains: %s\n", evaluator$name, evaluator$is_chief,
 #             evaluator$task_type %in% cluster_tools$TRAINING_ROLES))
 # cat("training cluster:", json$dumps(evaluator$training_cluster()), "\n")
+# cat("TensorFlow's multi_worker_util.is_chief for the evaluator:",
+#     multi_worker_util$is_chief(cluster_with_evaluator, "evaluator", 0L), "\n")
 
 # %% [markdown]
 # ## Why Keras 3 fit() fails here
 #
 # With a `TF_CONFIG` in each process, the rest is the code of lesson 1: make the strategy, build
 # and compile the model in its scope, call `fit()`. Under `MultiWorkerMirroredStrategy`, Keras 3's
-# `fit()` stops at the first step with `ValueError: Attempt to convert a value (PerReplica...)`:
-# its training step does not reduce the per-replica values of a multi-worker strategy
-# (keras-team/keras#20585, also tensorflow/tensorflow#72388, open at the time of writing). keras3
-# calls the same Python `fit()`, so R meets the same error.
+# `fit()` fails **before its first training step**, inside Keras 3's TensorFlow trainer
+# (`keras/src/backend/tensorflow/trainer.py`); keras3 calls the same Python `fit()`, so R meets
+# the same error:
 #
-# A custom training loop does not depend on that code. The pattern, from the TensorFlow guides:
+# - to build the model's metrics before training, `fit()` takes the first batch from the
+#   distributed dataset and averages it over the replicas with **one**
+#   `strategy.reduce("MEAN", batch, axis=None)` call on the whole `(images, labels)` pair
+#   (`_maybe_symbolic_build`);
+# - `MirroredStrategy` reduces such a pair element by element (`nest.map_structure` in its
+#   `_reduce_to`, `tensorflow/python/distribute/mirrored_strategy.py`), so `fit()` works there;
+#   `MultiWorkerMirroredStrategy`'s `_reduce_to` (`collective_all_reduce_strategy.py`) hands the
+#   whole pair to its collective all-reduce, which tries to make one tensor of it:
+#   `ValueError: Attempt to convert a value (PerReplica...) ... to a Tensor`.
+#
+# The script below prints the last frames of that traceback, in Keras and in `tf.distribute`
+# (with Keras' traceback filtering turned off, `config_disable_traceback_filtering()`, so that
+# Keras' own frames show; reticulate hands R the Python exception itself, traceback included).
+# Past that point the training step would fail too: under a multi-worker strategy Keras averages
+# the step's outputs with `strategy.reduce("MEAN", value, axis=0)` (`reduce_per_replica`, same
+# file), and a scalar loss has no axis 0. That second error, "Invalid reduction dimension 0 for
+# input with 0 dimensions", is the one of tensorflow/tensorflow#72388, a different report, now
+# closed; keras-team/keras#20585 tracks the failure of `fit()` (open at the time of writing).
+#
+# There are three ways out:
+#
+# - **a custom training loop**, on Keras 3 with the TensorFlow backend: this lesson, and
+#   kerasdist's loop engine;
+# - **Keras 2**, whose `fit()` supports this strategy (TensorFlow's multi-worker tutorial uses
+#   it): install the Python package `tf_keras` and set `TF_USE_LEGACY_KERAS=1` before TensorFlow
+#   is imported; `tf.keras` is then Keras 2 (`tensorflow/python/util/lazy_loader.py`). keras3 is
+#   built on Keras 3, so this way out is Python's;
+# - **Keras 3 on JAX**, with `keras.distribution`: there `fit()` trains in several processes
+#   (lesson 7).
+#
+# A custom training loop does not go through the trainer's reductions. The pattern, from the
+# TensorFlow guides:
 #
 # 1. create the model, and build its optimizer, inside the strategy's scope;
 # 2. write one training step for one replica: forward pass, loss **averaged over the global
@@ -195,13 +237,21 @@ import keras  # noqa: F401
 # 3. run it on every replica with `strategy$run()`, inside a `tf_function()`;
 # 4. feed it from `strategy$experimental_distribute_dataset()`, which gives each worker its shard.
 #
-# TensorFlow runs step 2 on its own threads, one per replica, and R code runs on R's main thread
-# only; so from R the practical way is a loop whose per-replica step is Python. kerasdist's loop is
-# exactly that (`kerasdist.loop.DistributedSteps`, many steps per call), and it trains any compiled
-# Keras model, including one built with keras3 in R. The worker script below does both in each
-# worker: first `fit()`, then the loop, for one epoch, logging the loss of every step for TensorBoard
-# (the next section looks at those logs). We save it to a file and start it twice with `Rscript`,
-# with one `TF_CONFIG` each.
+# Step 2 cannot be an R function. `strategy$run()` calls it on Python threads that
+# `MirroredStrategy` (and so `MultiWorkerMirroredStrategy`, built on it) starts for the call, one
+# per replica, even for a single replica (`_call_for_each_replica` starts a `_MirroredReplicaThread`
+# per device, `tensorflow/python/distribute/mirrored_run.py`). R runs only on R's main thread:
+# reticulate hands an R function called from another thread to the main thread, which is busy
+# waiting for those very threads. Tried here with one CPU device, the call never returned, and
+# the R function never started. So the replica step is the Python lesson's, a few lines run
+# through reticulate; everything around it (the model, built with keras3, the `tf_function()`,
+# `strategy$run()`, `strategy$reduce()`, the loop, the TensorBoard log) is R. The data pipeline is
+# the Python lesson's too (`kerasdist.data.train_dataset`): the same batches in the same order, so
+# the workers end with the Python lesson's weights, to the bit.
+#
+# The worker script below does both in each worker: first `fit()`, then the loop, for one epoch,
+# logging the loss of every step for TensorBoard (the next section looks at those logs). We save it
+# to a file and start it twice with `Rscript`, with one `TF_CONFIG` each.
 #
 # One thing is different in a script of its own: the order. TensorFlow sets up collective ops (the
 # all-reduce between workers) only when it starts its runtime, and keras3 starts that runtime as
@@ -212,7 +262,7 @@ import keras  # noqa: F401
 
 # %%
 # %%writefile results/05_multi_worker_R/fit_then_loop.R
-# One worker: try keras3 fit() under MultiWorkerMirroredStrategy, then train the same model with kerasdist's loop.
+# One worker: keras3 fit() under MultiWorkerMirroredStrategy, then the same model with the Python lesson's custom loop.
 # The strategy comes first, before keras3 loads Keras (which starts TensorFlow's runtime).
 library(tensorflow, exclude = c("shape", "set_random_seed"))
 library(reticulate)
@@ -224,13 +274,12 @@ library(tfdatasets, exclude = "shape")
 
 global_batch_size <- 64L
 log_root <- c(commandArgs(trailingOnly = TRUE), "tensorboard")[1]  # the TensorBoard folder
-kerasdist <- import("kerasdist")
-kerasdist_loop <- import("kerasdist.loop")
+# The Python lesson's data and pipeline: the same batches in the same order. The arrays stay Python
+# objects (convert = FALSE), so that they reach the pipeline as float32, not as R doubles.
+kerasdist <- import("kerasdist", convert = FALSE)
 mnist <- kerasdist$load_mnist(Sys.getenv("KERASDIST_DATA", "auto"), verbose = FALSE)
-dataset <- tensor_slices_dataset(list(np_array(mnist$x_train, dtype = "float32"),
-                                      np_array(mnist$y_train, dtype = "int32"))) |>
-  dataset_shuffle(nrow(mnist$x_train), seed = 0L) |>
-  dataset_batch(global_batch_size, drop_remainder = TRUE)
+dataset <- import("kerasdist.data")$train_dataset(mnist$x_train, mnist$y_train, global_batch_size,
+                                                  seed = 0L, first_epoch = 0L, last_epoch = 1L)
 
 build_model <- function() {
   inputs <- keras_input(shape = 784, name = "digits")
@@ -244,32 +293,52 @@ build_model <- function() {
     loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
     metrics = list(metric_sparse_categorical_accuracy())
   )
+  model$optimizer$build(model$trainable_variables)  # its slot variables, in the scope
   model
 }
 
-# 1. keras3 fit(), exactly as on one machine.
+# 1. keras3 fit(), exactly as on one machine; Keras' traceback filtering off, so that its own frames show.
+config_disable_traceback_filtering()
 with(strategy$scope(), model <- build_model())
-outcome <- tryCatch({
-  model |> fit(dataset, epochs = 1, shuffle = FALSE, verbose = 0)
-  "finished"
-}, error = function(error) {
-  paste("failed:", substr(gsub("\\s+", " ", conditionMessage(error)), 1, 70), "...")
+tryCatch({
+  model |> fit(dataset, epochs = 1, verbose = 0)
+  cat(sprintf("%s: fit() finished\n", task$name))
+}, python.builtin.ValueError = function(error) {  # the Python exception itself
+  message <- gsub("numpy=.*?>", "numpy=...>", gsub("\\s+", " ", py_str(error)), perl = TRUE)  # values left out
+  cat(sprintf("%s: fit() failed: ValueError: %s\n", task$name, message))
+  if (task$is_chief) {  # where it failed, once: the frames in Keras and tf.distribute, and the last one
+    frames <- iterate(import("traceback")$extract_tb(error$`__traceback__`))  # a list of FrameSummary
+    where <- vapply(frames, function(frame) sprintf("    %s:%d in %s", sub(".*site-packages/", "", frame$filename),
+                                                     frame$lineno, frame$name), "")
+    shown <- grepl("keras/src/backend|tensorflow/python/distribute", vapply(frames, function(f) f$filename, ""))
+    shown[length(shown)] <- TRUE
+    cat(where[shown], sep = "\n")
+  }
 })
-cat(sprintf("%s: fit() %s\n", task$name, outcome))
 
-# 2. The same model trained by kerasdist's loop; build the optimizer inside the scope first.
+# 2. The same model, trained by the Python lesson's custom loop. strategy$run() calls the replica
+# step on Python threads of its own, where R code cannot run: the step is Python, the rest is R.
 set_random_seed(0)
-with(strategy$scope(), {
-  model <- build_model()
-  model$optimizer$build(model$trainable_variables)
+with(strategy$scope(), model <- build_model())
+py_run_string("
+import tensorflow as tf
+
+def replica_step(model, global_batch_size):
+    def step_on_replica(images, labels):
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            per_example_loss = model.loss.call(labels, logits)
+            loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        model.optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+    return step_on_replica
+")
+step_on_replica <- py$replica_step(model, global_batch_size)
+train_step <- tf_function(function(images, labels) {
+  per_replica_loss <- strategy$run(step_on_replica, args = list(images, labels))
+  strategy$reduce(tf$distribute$ReduceOp$SUM, per_replica_loss, axis = NULL)
 })
-steps <- nrow(mnist$x_train) %/% global_batch_size
-loop <- kerasdist_loop$DistributedSteps(model, strategy, global_batch_size, steps_per_execution = steps)
-iterator <- as_iterator(strategy$experimental_distribute_dataset(dataset))
-totals <- loop$train(iterator, steps)  # per step: summed loss, correct predictions, examples
-losses <- totals[, 1] / totals[, 3]    # the loss of each step: the same on every worker
-cat(sprintf("%s: kerasdist's loop trained %d steps, last loss %.4f\n", task$name, steps, losses[steps]))
-cat(sprintf("%s: weights sha256 %s\n", task$name, substr(import("kerasdist.model")$weights_digest(model$get_weights()), 1, 16)))
 
 # TensorBoard: every worker runs the same code, so every worker writes a log. The chief's goes to
 # log_root/train; the others' to a temporary folder beside it, deleted at the end (the pattern of
@@ -279,11 +348,21 @@ if (!task$is_chief) log_dir <- file.path(log_root, sprintf("workertemp_%d", task
 writer <- tf$summary$create_file_writer(log_dir)
 # What tf$summary$scalar() writes (that needs the tensorboard package): a value tagged for the scalars plugin.
 scalar <- tf$compat$v1$SummaryMetadata(plugin_data = tf$compat$v1$SummaryMetadata$PluginData(plugin_name = "scalars"))
+iterator <- as_iterator(strategy$experimental_distribute_dataset(dataset))
+steps <- py_len(mnist$y_train) %/% global_batch_size
 with(writer$as_default(), {
-  for (step in seq_len(steps)) tf$summary$write("loss", losses[step], step = step, metadata = scalar)
+  for (step in seq_len(steps)) {
+    batch <- iter_next(iterator)
+    loss <- train_step(batch[[1]], batch[[2]])
+    tf$summary$write("loss", loss, step = step, metadata = scalar)  # the all-reduced loss: the same everywhere
+  }
 })
 writer$close()
 if (!task$is_chief) unlink(dirname(log_dir), recursive = TRUE)
+# The digest of the variables themselves: get_weights() would hand R doubles, not the float32 values.
+digest <- import("kerasdist.model")$weights_digest(model$weights)
+cat(sprintf("%s: custom loop trained %d steps, last loss %.4f\n", task$name, steps, as.numeric(loss)))
+cat(sprintf("%s: weights sha256 %s\n", task$name, substr(digest, 1, 16)))
 cat(sprintf("%s: TensorBoard log in %s%s\n", task$name, sub(paste0("^", log_root, "/"), "", log_dir),
             if (task$is_chief) "" else ", deleted at the end"))
 # A last all-reduce, so that neither worker exits while the other still needs it.
@@ -324,7 +403,7 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # # What both workers say: fit() fails, the loop trains, and their weights are identical.
 # digests <- unique(sub(".*weights sha256 ", "", grep("weights sha256", worker_lines, value = TRUE)))
 # cat("fit() failed on every worker:", sum(grepl("fit\\(\\) failed", worker_lines)) == num_workers, "\n")
-# cat("the loop finished on every worker:", sum(grepl("loop trained", worker_lines)) == num_workers, "\n")
+# cat("custom loop finished on every worker:", sum(grepl("custom loop trained", worker_lines)) == num_workers, "\n")
 # cat("identical final weights:", length(digests) == 1, "\n")
 # stopifnot(sum(grepl("weights sha256", worker_lines)) == num_workers, length(digests) == 1)
 
@@ -370,7 +449,7 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #     })
 #   })
 # }
-# chief_line <- grep("^worker 0: kerasdist's loop trained", worker_lines, value = TRUE)
+# chief_line <- grep("^worker 0: custom loop trained", worker_lines, value = TRUE)
 # steps_trained <- as.integer(sub(".*trained (\\d+) steps.*", "\\1", chief_line))
 # printed_loss <- as.numeric(sub(".*last loss ", "", chief_line))
 # logged_steps <- as.integer(names(chief_losses))
@@ -388,9 +467,10 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # %% [markdown]
 # ## A two-worker cluster with kerasdist launch
 #
-# kerasdist's loop engine wraps that loop with the rest of a training run: the same metrics as
-# `fit()` (loss, accuracy, validation), checkpoints that every worker writes in step (the chief's
-# are kept), resuming, and a timeout so that a stuck peer cannot hang the others. `kerasdist launch`
+# kerasdist's loop engine is that custom loop, grown up: many steps per `tf.function` call, the
+# same metrics as `fit()` (loss, accuracy, validation), checkpoints that every worker writes in step
+# (the chief's are kept), resuming, and a timeout so that a stuck peer cannot hang the others. It
+# trains any compiled Keras model, one built with keras3 in R included. `kerasdist launch`
 # starts the workers with their `TF_CONFIG` (free ports on 127.0.0.1), prefixes each output line
 # with the task's name, and checks the final weights:
 #
@@ -500,23 +580,44 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #
 # With `fit()`, Keras' answer to a lost worker is the callback
 # `callback_backup_and_restore(backup_dir)`: at the end of every epoch (or every `save_freq`
-# batches) it saves the weights, with the optimizer state, and a small metadata file; when `fit()`
-# starts again with the same callback, it loads them and goes on at the epoch after the backup.
+# batches) it saves the weights, with the optimizer state, and a small metadata file with an epoch
+# and a batch number. When `fit()` starts again with the same callback, it loads the weights and
+# the optimizer state and reads **only the epoch** back: training goes on at the start of the
+# epoch after the last one that *finished*. The batch number is never read, and the epoch it saves
+# changes only at the end of an epoch. So after a backup in the middle of an epoch (`save_freq` in
+# batches), the interrupted epoch starts again from its first batch, on weights that already hold
+# the updates of the batches before the backup: those batches are trained twice.
+#
 # Under `MultiWorkerMirroredStrategy` a lost worker stops the whole cluster, since every
 # all-reduce needs every worker: you restart **all** the workers with the same command, each one
 # restores the same backup, and they go on together.
 #
 # Every worker runs the same program, so every worker saves. TensorFlow's Keras 2 gave the chief
 # the real backup and the others temporary folders, as with the TensorBoard logs above. Keras 3's
-# callback has no such rule; its source shows the files it writes, the same on every worker:
+# callback has no such rule; its source shows the files it writes, the same on every worker, and
+# what it reads back:
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Keras 3's BackupAndRestore, read from its source: the files it writes, and whether it asks which task it is.
-# backup_source <- import("inspect")$getsource(import("keras")$callbacks$BackupAndRestore)
-# backup_files <- sort(unique(gsub('"', "", regmatches(backup_source,
-#   gregexpr('"\\w+\\.(weights\\.h5|json)"', backup_source, perl = TRUE))[[1]])))
+# # Keras 3's BackupAndRestore, read from its source: its files, what its metadata holds and what a
+# # restart reads back, when the saved epoch changes, and whether it asks which task it is.
+# inspect <- import("inspect")
+# backup_class <- import("keras")$callbacks$BackupAndRestore
+# backup_source <- inspect$getsource(backup_class)
+# matches <- function(pattern, text) regmatches(text, regexec(pattern, text, perl = TRUE))  # (match, group)
+# all_groups <- function(pattern, text)
+#   vapply(regmatches(text, gregexpr(pattern, text, perl = TRUE))[[1]], function(m) matches(pattern, m)[[1]][2], "")
+# backup_files <- sort(unique(all_groups('"(\\w+\\.(?:weights\\.h5|json))"', backup_source)))
+# saved_keys <- all_groups('"(\\w+)": self\\._', inspect$getsource(backup_class$`_save_model`))
+# read_keys <- all_groups('training_metadata\\["(\\w+)"\\]', backup_source)  # in _load_model
+# methods <- Filter(function(name) name != "__init__" && inspect$isfunction(py_get_attr(backup_class, name)),
+#                   py_list_attributes(backup_class))
+# epoch_set_in <- Filter(function(name) grepl("self._current_epoch =", inspect$getsource(py_get_attr(backup_class, name)),
+#                                             fixed = TRUE), methods)
 # cat(sprintf("Keras 3 BackupAndRestore writes: %s\n", paste(backup_files, collapse = ", ")))
+# cat(sprintf("its metadata holds: %s; a restart reads back: %s\n", paste(saved_keys, collapse = ", "),
+#             paste(read_keys, collapse = ", ")))
+# cat(sprintf("the saved epoch changes in: %s\n", paste(epoch_set_in, collapse = ", ")))
 # cat("asks for the chief or the task type:", any(vapply(c("chief", "task_type"), grepl, TRUE, backup_source, fixed = TRUE)), "\n")
 
 # %% [markdown]
@@ -609,8 +710,13 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # - **One worker per machine**, each with all of its GPUs: `MultiWorkerMirroredStrategy` uses every
 #   local GPU of a worker as a replica. Each gradient all-reduce is one *collective* operation over
 #   all the replicas of all the workers (in TensorFlow's source, `CollectiveAllReduce` with a group
-#   size of local devices times workers); TensorFlow does not document it as a reduction inside
-#   each machine first and then across machines, so do not count on one.
+#   size of local devices times workers), not a documented two-level reduction (inside each machine,
+#   then across machines). It does not need one to use the network well: TensorFlow's ring groups
+#   each worker's devices together (`OrderTaskDeviceMap` in its C++ collective-parameter resolver),
+#   so the ring crosses each machine boundary once, and NVIDIA's NCCL builds its rings and trees
+#   from the NVLink/PCIe topology it finds. A ring is already bandwidth-optimal (each device sends
+#   2(N-1)/N of the gradient, whatever N); a two-level scheme mainly saves latency, the number of
+#   hops.
 # - **Choose the all-reduce implementation** with
 #   `tf$distribute$experimental$CommunicationOptions(implementation = ...)`: `"RING"` is
 #   TensorFlow's own ring algorithms (over gRPC between workers); `"NCCL"` is NVIDIA's library, used
@@ -626,9 +732,21 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #   once per step), not the bytes each step sends, and they matter most when steps are short.
 # - **Shard the input** by files where you can (`AutoShardPolicy$FILE`), so each worker reads only
 #   its own; kerasdist's in-memory data is sharded by data (lesson 4).
-# - **Set a collective timeout** (`CommunicationOptions(timeout_seconds = ...)`; kerasdist's
-#   `--collective-timeout-s`), so that a dead worker stops the others instead of hanging them, and
-#   rerun the same command to resume from the last checkpoint.
+# - **A dead worker, a hung worker.** A worker whose process dies is noticed by the others through
+#   the coordination service that `MultiWorkerMirroredStrategy` sets up: TensorFlow's source says it
+#   uses "its internal heartbeat to detect peer failures" (`collective_all_reduce_strategy.py`). A
+#   worker that is alive but stuck (a deadlock, a stalled file system) keeps its heartbeat going,
+#   and the others wait for it in the next all-reduce. A collective timeout
+#   (`CommunicationOptions(timeout_seconds = ...)`) makes a collective that waits too long fail, but
+#   TensorFlow documents it as a debugging aid: "This should only be used for debugging since it
+#   creates a new thread for each collective" (`collective_util.py`). kerasdist's
+#   `--collective-timeout-s` sets it, and its `--peer-timeout-s` watchdog ends a worker that makes
+#   no progress. Either way, rerun the same command to resume from the last checkpoint.
+# - **Preemption**: on clusters that stop jobs with a signal (Slurm, cloud spot machines),
+#   TensorFlow's `tf$distribute$experimental$PreemptionCheckpointHandler` is the answer for a custom
+#   loop under this strategy: when any worker receives the termination signal, it has all the
+#   workers save a checkpoint at the same step, then exits; on restart it restores it. (Slurm sends
+#   the signal ahead of the time limit with `sbatch --signal`.)
 
 # %% [markdown]
 # ## Summary
@@ -639,10 +757,14 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # - Chief and workers train and all-reduce; the chief (or worker 0) keeps the checkpoints and the
 #   TensorBoard logs, the others write theirs to temporary folders that are deleted; an evaluator
 #   evaluates the checkpoints on the side; `ps` belongs to `ParameterServerStrategy` only.
-# - Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today (keras-team/keras#20585), from
-#   R as from Python, and with it its callbacks (`callback_backup_and_restore()`,
-#   `callback_tensorboard()`); a custom loop (here kerasdist's, on a keras3 model) trains the same
-#   model, and the workers end with identical weights.
+# - Keras 3 `fit()` fails under `MultiWorkerMirroredStrategy` today, before its first step, in its
+#   TensorFlow trainer's reductions (keras-team/keras#20585), from R as from Python, and with it its
+#   callbacks (`callback_backup_and_restore()`, `callback_tensorboard()`); a custom loop (a keras3
+#   model, a Python replica step, an R loop) trains the same model, and the workers end with
+#   identical weights, the Python lesson's. Keras 2 (`tf_keras`, `TF_USE_LEGACY_KERAS=1`, from
+#   Python) and Keras 3 on JAX (lesson 7) are the other ways out.
+# - `callback_backup_and_restore()` restores the weights, the optimizer state and the epoch, never
+#   the batch: a mid-epoch backup replays its epoch from the first batch.
 # - `kerasdist launch --workers N` runs such a cluster on one machine; `kerasdist worker` is the
 #   command to start on each machine of a real one, and under Slurm `srun kerasdist worker` finds
 #   its cluster by itself (`SlurmClusterResolver`; `kerasdist slurm-script` writes the `sbatch`
@@ -694,47 +816,68 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # ```
 #
 # TensorFlow checks it only when the strategy is made, in that process:
-# `ValueError: The task_id 2 exceeds the maximum id of worker.` On a real cluster, that worker
-# stops and the others wait for it until their timeout.
+# ``ValueError: The `task_id` 2 exceeds the maximum id of worker.``
+# (`tensorflow/python/distribute/multi_worker_util.py`). On a real cluster that worker stops
+# before it joins, and the others wait for it at start-up, while `MultiWorkerMirroredStrategy()`
+# connects the cluster (the coordination service's registration). The collective timeout does not
+# cover that wait (it applies to collectives, once training runs); kerasdist's `--peer-timeout-s`
+# does: a worker whose peers do not join within it ends with one line naming them.
 #
 # </details>
 #
-# 3. In `fit_then_loop.R`, call `loop$train()` twice with half the steps each. Are the final
-#    weights the same as with one call? Why?
+# 3. In `fit_then_loop.R`, replace `tf.nn.compute_average_loss(...)` in the replica step with
+#    `tf.reduce_mean(...)`. Train again: are the weights still identical between workers? Are they
+#    the same as with one worker and the whole batch? (Think of what the all-reduce sums.)
 #
 # <details><summary>Hint</summary>
 #
-# A call runs its steps inside one `tf.function`; what the steps compute does not depend on how
-# many of them one call runs. Mind an odd number of steps.
+# Each replica now averages over its own 32 examples, and `apply_gradients` sums the replicas'
+# gradients. What is the sum of two means?
+#
+# </details>
+# <details><summary>Solution</summary>
+#
+# The workers still agree bit for bit: they all apply the same all-reduced update. But the
+# gradient is now the sum of 2 per-worker means, twice the gradient of the global batch. With
+# SGD the steps would be twice as long; Adam divides each gradient by its running root mean
+# square, so the updates barely change (only through its epsilon). The loss printed is twice the
+# mean loss too. `compute_average_loss` divides by the global batch, so the sum is the mean.
+#
+# </details>
+#
+# 4. A global batch of 64 over 3 replicas: how does `experimental_distribute_dataset()` split it,
+#    and is the loss of `tf$nn$compute_average_loss(..., global_batch_size = 64)`, summed over the
+#    replicas, still the mean over the 64 examples? Then launch with `--workers 3
+#    --global-batch-size 64`: what does kerasdist say?
+#
+# <details><summary>Hint</summary>
+#
+# Try it in a fresh R session with 3 virtual CPUs (kerasdist's `configure_replicas(3L)` before
+# keras3 or anything else starts TensorFlow) and a `MirroredStrategy` over them: its replicas get
+# their shares the way 3 workers do. Then think of what `compute_average_loss` divides by.
 #
 # </details>
 # <details><summary>Solution</summary>
 #
 # ```r
-# half <- steps %/% 2L
-# totals <- rbind(loop$train(iterator, half), loop$train(iterator, steps - half))
+# library(reticulate)
+# devices <- import("kerasdist")$configure_replicas(3L)
+# library(tensorflow)
+# strategy <- tf$distribute$MirroredStrategy(devices)
+# batches <- strategy$experimental_distribute_dataset(tf$data$Dataset$range(64L)$batch(64L))
+# parts <- strategy$experimental_local_results(iter_next(as_iterator(batches)))
+# vapply(parts, function(part) as.integer(tf$size(part)), 0L)
 # ```
 #
-# The weights are the same, bit for bit: the same batches in the same order, the same updates;
-# only the number of `tf.function` calls (and so the Python overhead between them) changes. A
-# `DistributedSteps` made with `steps_per_execution = steps` traces one function for that count;
-# other counts trace again, which costs time, not accuracy.
-#
-# </details>
-#
-# 4. Launch with `--workers 3 --global-batch-size 63`, then with `--global-batch-size 64`. What does
-#    kerasdist say, and why?
-#
-# <details><summary>Hint</summary>
-#
-# Each worker gets an equal share of every global batch.
-#
-# </details>
-# <details><summary>Solution</summary>
-#
-# 63 = 3 x 21 trains, 21 examples per worker per step. 64 stops before any worker starts, with
+# TensorFlow splits it unevenly: 22, 22 and 20 examples (three workers of one replica each get the
+# same shares). Each replica sums its examples' losses and divides by 64, so the sum over the
+# replicas is exactly the mean over the 64 examples, and so is the gradient: training is still
+# correct. kerasdist refuses anyway:
 # `kerasdist: error: global_batch_size must be divisible by the 3 workers. Received:
-# global_batch_size=64` (exit status 2): the workers could not split the batch evenly.
+# global_batch_size=64` (exit status 2), before any worker starts. That is kerasdist's own policy,
+# not TensorFlow's: equal shares keep every replica's step the same size (lesson 4), and
+# `distribute_datasets_from_function`, where each worker builds its own input, needs them
+# (`InputContext.get_per_replica_batch_size` raises otherwise). 63 = 3 x 21 trains.
 #
 # </details>
 #

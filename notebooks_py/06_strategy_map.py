@@ -18,14 +18,18 @@
 # **What you'll learn**
 #
 # - the five `tf.distribute` strategies of the classic guides (Mirrored, CentralStorage,
-#   MultiWorkerMirrored, ParameterServer, TPU): what each does, and which of them run on one machine;
+#   MultiWorkerMirrored, ParameterServer, TPU): what each does, which of them run on one machine
+#   (ParameterServer too, as a cluster inside one process), and which Keras 3 can train with;
+# - how `MirroredStrategy` sums gradients by default (collective all-reduce), and what kerasdist's
+#   `mirrored` does differently on CPUs;
 # - how to switch strategy by changing only the scope the model is built in, and what to check when
 #   you do;
 # - that a saved model does not depend on the strategy it was trained under: save under
 #   `MirroredStrategy`, load under another strategy or none;
 # - model parallelism by device placement (`tf.device`, the manual way: you place each layer yourself):
-#   a model whose two halves live on two devices, contrasted with data parallelism, and where
-#   DTensor and Keras 3's `keras.distribution` stand;
+#   a model whose two halves live on two devices (pipeline parallelism without micro-batches, and
+#   its idle "bubble"), contrasted with data parallelism, and where DTensor and Keras 3's
+#   `keras.distribution` stand;
 # - a custom training loop under `MirroredStrategy`, written cell by cell as in TensorFlow's
 #   "Custom training with tf.distribute.Strategy" tutorial, that matches `fit()` step for step.
 #
@@ -48,7 +52,7 @@
 # | `MirroredStrategy` | data, one machine | synchronous (all-reduce) | a copy on every device | 1 machine, N devices |
 # | `CentralStorageStrategy` (experimental) | data, one machine | synchronous | once, on the CPU (or the one GPU) | 1 machine, N devices |
 # | `MultiWorkerMirroredStrategy` | data, many machines | synchronous (collective all-reduce) | a copy on every device of every worker | a cluster described by `TF_CONFIG` |
-# | `ParameterServerStrategy` | data, many machines | asynchronous | on parameter-server tasks | a cluster with `ps`, `worker` and `chief` tasks, and a coordinator |
+# | `ParameterServerStrategy` | data, many machines | asynchronous | on parameter-server tasks | `worker` and `ps` tasks, and a coordinator (the chief) that schedules the steps; Keras 3 cannot train with it |
 # | `TPUStrategy` | data (and more) on TPU cores | synchronous | on the TPU cores | a TPU |
 #
 # Two more need no cluster: the *default* strategy (what you get without a scope: one device) and
@@ -67,8 +71,11 @@
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
+import glob
 import inspect
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -88,6 +95,8 @@ DATA_SOURCE = os.environ.get("KERASDIST_DATA", "auto")
 NUM_REPLICAS = 2
 GLOBAL_BATCH_SIZE = 64
 WARMUP_STEPS = 5  # steps left out of the throughput: the first one traces the training step
+WORK_DIR = os.path.join("results", "06_strategy_map")  # for the parameter-server script
+os.makedirs(WORK_DIR, exist_ok=True)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -103,20 +112,20 @@ mnist = kerasdist.load_mnist(DATA_SOURCE)
 # %% [markdown]
 # ## Which strategies run here
 #
-# `kerasdist.make_strategy` builds a strategy by name. For the two that cannot run in one process
-# on one machine it raises a `KerasdistError` that says what is missing, instead of TensorFlow's
-# own message.
+# `kerasdist.make_strategy` builds a strategy by name. For two it raises a `KerasdistError` that
+# says why, instead of TensorFlow's own message: `tpu` needs a TPU, and `parameter_server` is one
+# that Keras 3 cannot train with (below).
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Try every strategy by name: build it, or show why it cannot run here.
+# Try every strategy by name: build it, or show why kerasdist does not.
 names = ["default", "one_device", "mirrored", "central_storage", "multi_worker", "parameter_server", "tpu"]
 for name in names:
     try:
         strategy = kerasdist.make_strategy(name, num_replicas=NUM_REPLICAS, verbose=False)
         print(f"{name:17} runs: {type(strategy).__name__}, {strategy.num_replicas_in_sync} replica(s)")
     except kerasdist.KerasdistError as error:
-        print(f"{name:17} cannot run here: {error}")
+        print(f"{name:17} not built: {error}")
 
 # %% [markdown]
 # Three remarks on that list:
@@ -126,7 +135,34 @@ for name in names:
 #   Lesson 5 starts a real two-worker cluster on this machine. TensorFlow may warn that collective
 #   ops were "not configured at program startup": that is about performance, not correctness.
 # - `default` and `one_device` are single-device strategies, whatever `num_replicas` says.
-# - TensorFlow's own errors for the last two are less helpful, as the next cell shows.
+# - `mirrored` is `MirroredStrategy` over the replica devices, with one choice of kerasdist's own:
+#   on CPU devices it sums gradients with `ReductionToOneDevice` (copy the gradients to one device,
+#   add them there, copy the sum back). TensorFlow's default, without `cross_device_ops`, is a
+#   `CollectiveAllReduce`: RING on CPUs and on virtual GPUs, NCCL on physical GPUs
+#   (`_make_collective_ops_with_fallbacks` in `tensorflow/python/distribute/mirrored_strategy.py`);
+#   it falls back to `ReductionToOneDevice` only for a mix of CPUs and GPUs, or in TensorFlow 1's
+#   graph mode. kerasdist avoids the collective on CPUs because two collective `MirroredStrategy`s
+#   with different replica counts in one process clash over their group keys; both sum the same
+#   gradients. Every "mirrored" result below is kerasdist's `ReductionToOneDevice` one; the next cell
+#   shows both.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# How each MirroredStrategy sums gradients on these devices: TensorFlow's default, and kerasdist's "mirrored".
+def all_reduce_of(strategy):
+    """The strategy's cross-device ops (a private attribute, fine for a look), with its implementation."""
+    cross_device_ops = strategy.extended._cross_device_ops
+    options = getattr(cross_device_ops, "_options", None)
+    return type(cross_device_ops).__name__ + (f" ({options.implementation.name})" if options else "")
+
+
+plain_mirrored = tf.distribute.MirroredStrategy(devices=replica_devices)
+print("tf.distribute.MirroredStrategy(devices):", all_reduce_of(plain_mirrored))
+print("kerasdist.make_strategy('mirrored'):    ",
+      all_reduce_of(kerasdist.make_strategy("mirrored", num_replicas=NUM_REPLICAS, verbose=False)))
+
+# %% [markdown]
+# TensorFlow's own errors for the last two strategies are less helpful:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -139,11 +175,87 @@ for build in (lambda: tf.distribute.experimental.ParameterServerStrategy(),
         print(f"{type(error).__name__}: {error}")
 
 # %% [markdown]
-# `ParameterServerStrategy` needs a `cluster_resolver` describing `ps`, `worker` and `chief`
-# tasks, each a separate process (usually on separate machines): the workers compute gradients and
-# push them to the parameter servers *asynchronously*, and a coordinator on the chief dispatches
-# steps to workers. `TPUStrategy` needs a TPU system to connect to. Neither can be faked with
-# virtual CPU devices.
+# `TPUStrategy` needs a TPU system to connect to; virtual CPU devices cannot stand in for one.
+#
+# `ParameterServerStrategy` needs a `cluster_resolver` that describes `worker` and `ps` tasks. The
+# variables live on the parameter servers (`ps`); each worker reads them, computes an update on its
+# own batches and sends it back **asynchronously**, without waiting for the other workers; a
+# coordinator (in TensorFlow 2, the chief: the program you run) creates the variables and schedules
+# every step on a free worker with `tf.distribute.experimental.coordinator.ClusterCoordinator`.
+# The tasks are usually processes on other machines, but TensorFlow's parameter-server tutorial
+# starts them inside one process, one `tf.distribute.Server` per task. The script below does the
+# same (in a process of its own, so that this kernel keeps its two devices): two workers and one
+# parameter server, with the script as the coordinator.
+
+# %%
+# %%writefile results/06_strategy_map/parameter_server.py
+"""ParameterServerStrategy in one process: two workers and a parameter server, and this script as coordinator."""
+import socket
+
+import kerasdist  # first: it keeps TensorFlow's start-up lines quiet
+import tensorflow as tf
+
+NUM_WORKERS, NUM_PS, STEPS = 2, 1, 20
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# The cluster: each worker and parameter server is a tf.distribute.Server on a local port of this process.
+cluster = tf.train.ClusterSpec({"worker": [f"127.0.0.1:{free_port()}" for _ in range(NUM_WORKERS)],
+                                "ps": [f"127.0.0.1:{free_port()}" for _ in range(NUM_PS)]})
+config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=NUM_WORKERS + 1)  # enough threads on 2 cores
+servers = [tf.distribute.Server(cluster, job_name=job, task_index=index, protocol="grpc", config=config)
+           for job in ("worker", "ps") for index in range(cluster.num_tasks(job))]
+
+# The coordinator: the strategy, a variable (placed on the parameter server), and steps scheduled on the workers.
+resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(cluster, rpc_layer="grpc")
+strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+    steps_taken = tf.Variable(0, dtype=tf.int64)
+
+
+@tf.function
+def step():
+    steps_taken.assign_add(1)  # runs on whichever worker is free; the variable lives on the parameter server
+    return steps_taken.read_value()
+
+
+results = [coordinator.schedule(step) for _ in range(STEPS)]
+coordinator.join()  # wait for every scheduled step
+print(f"{type(strategy).__name__}: {len(servers)} servers in this process "
+      f"({NUM_WORKERS} workers, {NUM_PS} parameter server)")
+print(f"the variable lives on /job:{steps_taken.device.split('/job:')[1].split('/')[0]}")
+print(f"{len(results)} steps scheduled, {sum(r.fetch() > 0 for r in results)} finished; "
+      f"the variable counted {int(steps_taken.numpy())}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Run it; the servers and the coordinator live and die with that one process.
+script = os.path.join(WORK_DIR, "parameter_server.py")
+parameter_server_run = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+print(parameter_server_run.stdout.strip() or parameter_server_run.stderr[-3000:])
+
+# %% [markdown]
+# So the strategy *runs* on one machine. What Keras 3 cannot do is train with it: `fit()` would have
+# to schedule its steps through a `ClusterCoordinator`, and nothing in Keras 3's source names
+# either class. That, not the cluster, is why `kerasdist.make_strategy` refuses `parameter_server`
+# (TensorFlow's parameter-server tutorial trains with Keras 2's `fit()`, the `tf_keras` package).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Does Keras 3 know these classes? The files of its source that name them.
+keras_source = os.path.join(os.path.dirname(keras.__file__), "src")
+named = []
+for path in glob.glob(os.path.join(keras_source, "**", "*.py"), recursive=True):
+    with open(path, encoding="utf-8") as source_file:
+        text = source_file.read()
+    named += [path] if "ParameterServerStrategy" in text or "ClusterCoordinator" in text else []
+print(f"Keras 3's source: {len(named)} files name ParameterServerStrategy or ClusterCoordinator")
 
 # %% [markdown]
 # ## Switching strategy by changing only the scope
@@ -235,7 +347,8 @@ print("all four strategies trained the same weights, to within 1e-5")
 #
 # - **Variables.** Without a distributed scope, variables are plain `ResourceVariable`s.
 #   `MirroredStrategy` makes a `MirroredVariable`: one copy per device, kept equal by applying the
-#   same all-reduced update everywhere. `CentralStorageStrategy` makes an `AggregatingVariable`: a
+#   same all-reduced update everywhere (here summed with kerasdist's `ReductionToOneDevice`;
+#   exercise 1 trains under TensorFlow's default collective all-reduce). `CentralStorageStrategy` makes an `AggregatingVariable`: a
 #   single copy on the CPU that both replicas read and update.
 # - **Same training.** The weights after one epoch agree to float rounding (`max |Δw|` is the
 #   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
@@ -258,7 +371,8 @@ print("all four strategies trained the same weights, to within 1e-5")
 
 # %%
 # Steady-state throughput under each strategy, with a note on what the replicas share here.
-figure = plots.plot_bars(list(runs), [run["samples/s"] for run in runs.values()], "samples/s",
+bar_labels = [name + ("\n(ReductionToOneDevice)" if name == "mirrored" else "") for name in runs]
+figure = plots.plot_bars(bar_labels, [run["samples/s"] for run in runs.values()], "samples/s",
                          "fit() under each strategy: steady-state throughput (higher is better)")
 axis = figure.axes[0]
 for label in list(axis.texts):  # whole samples/s on the bars
@@ -366,8 +480,9 @@ print("every load reproduces the model trained under MirroredStrategy")
 # `fit()` hides the training loop. TensorFlow's tutorial *Custom training with
 # tf.distribute.Strategy* writes it out, and it is worth doing once: it is what runs where `fit()`
 # cannot (lesson 5: under `MultiWorkerMirroredStrategy`), and each of its lines says how a
-# synchronous step works. We write it here cell by cell under `MirroredStrategy` with 2 replicas,
-# train the guide's MLP with it for one epoch, and check step by step that it does what `fit()`
+# synchronous step works. We write it here cell by cell under `MirroredStrategy` with 2 replicas
+# (kerasdist's `mirrored`, which sums with `ReductionToOneDevice`), train the guide's MLP with it
+# for one epoch, and check step by step that it does what `fit()`
 # does on the same batches in the same order. To show how a regularization loss is handled, the MLP
 # gets an L2 penalty on its kernels (`L2_FACTOR` times the sum of their squares).
 #
@@ -675,8 +790,27 @@ print("the split model's loss equals the one-device model's, to within 1e-4")
 
 # %% [markdown]
 # Same architecture, same seed, same batches: the split model computes what the one-device
-# model computes (compare its accuracy with the table above, too). What differs is what each
-# device has to store. Count the numbers each device holds (weights plus Adam's two
+# model computes (compare its accuracy with the table above, too).
+#
+# This split is **pipeline parallelism**: each device is a *stage* that holds some consecutive
+# layers, and the batch passes through the stages in turn. Without anything more, as here, one
+# stage works while the other waits: the second device waits for the first's activations in the
+# forward pass, the first for the second's gradients in the backward pass. Pipelines such as GPipe
+# cut each batch into m *micro-batches*, so that the p stages work on different micro-batches at
+# the same time; each stage is still idle for a fraction (p - 1) / (m + p - 1) of the step, the
+# pipeline *bubble* (1F1B schedules interleave the backward passes to hold fewer activations, with
+# the same bubble). The gradients of the micro-batches are summed before the update, so the step is
+# still the step of the whole batch.
+
+# %%
+# The pipeline bubble: the share of a step that each of p stages is idle, with m micro-batches per batch.
+stages = NUM_REPLICAS
+for micro_batches in (1, 4, 16):
+    print(f"p = {stages} stages, m = {micro_batches:2} micro-batch(es): each stage idle "
+          f"{(stages - 1) / (micro_batches + stages - 1):.0%} of the step")
+
+# %% [markdown]
+# What differs from data parallelism is what each device has to store. Count the numbers each device holds (weights plus Adam's two
 # moments per weight) in the two kinds of parallelism.
 
 # %%
@@ -741,25 +875,31 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 # - **One machine, several GPUs**: `MirroredStrategy`. Build and compile in its scope; batch by the
 #   global batch (lesson 4).
 # - **Several machines**: `MultiWorkerMirroredStrategy` with a custom loop today (lesson 5), since
-#   Keras 3 `fit()` fails under it (keras-team/keras#20585).
+#   Keras 3 `fit()` fails under it (keras-team/keras#20585); or Keras 3 on JAX (lesson 7). Keras 3
+#   has no `ParameterServerStrategy` support at all.
 # - **How gradients are summed** is `MirroredStrategy`'s `cross_device_ops=` argument, and its
-#   default is usually right: `NcclAllReduce` when all its devices are GPUs and TensorFlow has
-#   NCCL, `ReductionToOneDevice` otherwise (on CPU devices, as here, on virtual GPUs, or without
-#   NCCL). Where NCCL is missing, keep `ReductionToOneDevice`. `HierarchicalCopyAllReduce` is not a
-#   general substitute: TensorFlow's documentation says it "is a reduction created for Nvidia DGX-1
-#   which assumes GPUs connects like that on DGX-1 machine. If you have different GPU
-#   inter-connections, it is likely that it would be slower than `tf.distribute.ReductionToOneDevice`."
-#   Measure steady-state throughput before and after any change.
+#   default is usually right: a `CollectiveAllReduce`, with NCCL on physical GPUs and RING on CPUs
+#   and virtual GPUs (printed above for this machine). Pass `ReductionToOneDevice()` where the
+#   collective does not suit you (kerasdist does on CPUs, to make several strategies in one process).
+#   `HierarchicalCopyAllReduce` is not a general substitute: TensorFlow's documentation says it "is
+#   a reduction created for Nvidia DGX-1 which assumes GPUs connects like that on DGX-1 machine. If
+#   you have different GPU inter-connections, it is likely that it would be slower than
+#   `tf.distribute.ReductionToOneDevice`." Measure steady-state throughput before and after any
+#   change.
 # - **Model parallelism** pays for copying activations at every cut: cut where the activations are
-#   small, balance the work between devices, and feed micro-batches so that devices do not wait
-#   for each other.
+#   small, balance the work between devices, and feed micro-batches so that the pipeline's bubble
+#   shrinks.
 # - **When you switch strategy**, compare one metric computed by hand with what `fit` reports.
 
 # %% [markdown]
 # ## Summary
 #
-# - Mirrored and CentralStorage run on one machine with several devices; MultiWorkerMirrored and
-#   ParameterServer need a cluster (several processes described by `TF_CONFIG`); TPU needs a TPU.
+# - Mirrored and CentralStorage run on one machine with several devices; MultiWorkerMirrored needs
+#   a cluster (several processes described by `TF_CONFIG`); ParameterServer needs worker and `ps`
+#   tasks, which TensorFlow can start inside one process, but Keras 3 cannot train with it; TPU
+#   needs a TPU.
+# - `MirroredStrategy` sums gradients with a collective all-reduce by default (RING on CPUs, NCCL
+#   on GPUs); kerasdist's `mirrored` uses `ReductionToOneDevice` on CPUs. Both give the same sums.
 # - Switching strategy means building and compiling the model in another `strategy.scope()`; the
 #   variables change kind (`MirroredVariable`, `AggregatingVariable`), the training does not.
 # - With Keras 3, `CentralStorageStrategy` trains correctly but reports wrong metrics; verify.
@@ -771,65 +911,76 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 #   (`tf.nn.scale_regularization_loss`), metrics updated on each replica. It trains what `fit()`
 #   trains, step for step; kerasdist's loop engine is this loop with many steps per call.
 # - Model parallelism places parts of the model on different devices with `tf.device`; each device
-#   stores less, but activations cross devices at every step and devices wait for each other.
+#   stores less, but activations cross devices at every step and, split by layers (a pipeline
+#   without micro-batches), the devices wait for each other.
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Pass `cross_device_ops=tf.distribute.ReductionToOneDevice()` to
-#    `tf.distribute.MirroredStrategy(devices=replica_devices, ...)` and train under it with
-#    `train_under`. Do the weights still match the default strategy's? Is it faster or slower than
-#    the `mirrored` run above, and why?
+# 1. Train under TensorFlow's own `tf.distribute.MirroredStrategy(devices=replica_devices)`, with
+#    no `cross_device_ops`, using `train_under`. How does it sum the gradients? Do its weights match
+#    the default strategy's as closely as kerasdist's `mirrored` run did? Is it faster or slower?
 #
 # <details><summary>Hint</summary>
 #
-# Look at what `MirroredStrategy` chose by itself on these CPU devices (see the performance tips):
-# `type(mirrored.extended._cross_device_ops).__name__` names the class (a private attribute, fine
-# for a look).
+# Inspect a plain `tf.distribute.MirroredStrategy` (not one from `kerasdist.make_strategy`):
+# `strategy.extended._cross_device_ops` is the object that sums (a private attribute, fine for a
+# look), and its `_options.implementation` says which collective. `plain_mirrored` above is one.
 #
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```python
-# strategy = tf.distribute.MirroredStrategy(devices=replica_devices,
-#                                           cross_device_ops=tf.distribute.ReductionToOneDevice())
-# run = train_under(strategy)
+# run = train_under(plain_mirrored)
+# print(all_reduce_of(plain_mirrored))
 # print(max(float(np.max(np.abs(a - b))) for a, b in zip(run["weights"], runs["default"]["weights"])),
 #       run["samples/s"], runs["mirrored"]["samples/s"])
 # ```
 #
-# The weights match to float rounding, exactly as the `mirrored` run's do: how the gradients are
-# summed changes where the sum is computed, not its value. The speed is the same up to noise,
-# because on CPU devices `MirroredStrategy` already uses `ReductionToOneDevice`.
+# It sums with a `CollectiveAllReduce` using RING, TensorFlow's default on CPU devices. The weights
+# match the default strategy's to float rounding, as the `mirrored` run's do: how the gradients
+# are summed changes where and in which order the sums are computed, not their value. On these
+# virtual devices, which share the same cores and memory, the two are about as fast (measure it on
+# an idle machine). On GPUs the default uses NCCL, which moves the data GPU to GPU; that is the
+# choice to keep there.
 #
 # </details>
 #
-# 2. Under `central_storage`, print the loss tracker's variables after `fit`
+# 2. The loss that `fit` reports is a `Mean` metric, the loss tracker (`model.metrics[0]`), with two
+#    variables, `total` and `count`. **Predict** what they should hold after one epoch: Keras adds
+#    each step's mean loss weighted by the step's batch size (`_loss_tracker.update_state(...,
+#    sample_weight=...)` in `keras/src/backend/tensorflow/trainer.py`). Then print them under the
+#    default strategy and under `central_storage`
 #    (`runs["central_storage"]["model"].metrics[0].variables`). What do you see, and how would you
 #    compute the training loss yourself?
 #
 # <details><summary>Hint</summary>
 #
-# The loss tracker is a `Mean`: a `total` and a `count`. For one epoch the count should be the
-# number of steps. A loss function called on a batch returns that batch's mean loss.
+# With batch-size weights, `count` is the number of examples the epoch trained on (the steps times
+# the global batch), and `total / count` is the reported loss. A loss function called on a batch
+# returns that batch's mean loss.
 #
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```python
+# for name in ["default", "central_storage"]:
+#     for variable in runs[name]["model"].metrics[0].variables:
+#         print(name, variable.path, type(variable.value).__name__, variable.numpy())
+# print("examples trained on:", runs["default"]["steps"] * GLOBAL_BATCH_SIZE)
 # model = runs["central_storage"]["model"]
-# for variable in model.metrics[0].variables:
-#     print(variable.path, type(variable.value).__name__, variable.numpy())
 # loss_function = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 # print(np.mean([float(loss_function(y, model(x, training=False))) for x, y in train_batches]))
 # ```
 #
-# Both are `AggregatingVariable`s with absurd values (far more than the number of steps in the
-# count), so their ratio is meaningless. Your own loss, a mean over the training batches of the
-# trained model, is close to the other strategies' and shows the model itself is fine. (It is the
-# loss *after* the epoch, so it is lower than `fit`'s running mean over the epoch.)
+# Under the default strategy `count` is the number of examples trained on and `total / count` is
+# the loss `fit` reported. Under `central_storage` both are `AggregatingVariable`s holding absurd
+# values, many orders of magnitude above the number of examples, so their ratio is meaningless.
+# Your own loss, a mean over the training batches of the trained model, is close to the other
+# strategies' and shows the model itself is fine. (It is the loss *after* the epoch, so it is lower
+# than `fit`'s running mean over the epoch.)
 #
 # </details>
 #

@@ -23,14 +23,18 @@
 # **What you'll learn**
 #
 # - the five `tf$distribute` strategies of the classic guides (Mirrored, CentralStorage,
-#   MultiWorkerMirrored, ParameterServer, TPU): what each does, and which of them run on one machine;
+#   MultiWorkerMirrored, ParameterServer, TPU): what each does, which of them run on one machine
+#   (ParameterServer too, as a cluster inside one process), and which Keras 3 can train with;
+# - how `MirroredStrategy` sums gradients by default (collective all-reduce), and what kerasdist's
+#   `mirrored` does differently on CPUs;
 # - how to switch strategy by changing only the scope the model is built in, and what to check when
 #   you do;
 # - that a saved model does not depend on the strategy it was trained under: save under
 #   `MirroredStrategy`, load under another strategy or none;
 # - model parallelism by device placement (`tf$device()`, the manual way: you place each layer yourself):
-#   a model whose two halves live on two devices, contrasted with data parallelism, and where
-#   DTensor and Keras 3's `keras.distribution` stand;
+#   a model whose two halves live on two devices (pipeline parallelism without micro-batches, and
+#   its idle "bubble"), contrasted with data parallelism, and where DTensor and Keras 3's
+#   `keras.distribution` stand;
 # - a custom training loop under `MirroredStrategy`, written cell by cell as in TensorFlow's
 #   "Custom training with tf.distribute.Strategy" tutorial, that matches `fit()` step for step.
 #
@@ -52,7 +56,7 @@
 # | `MirroredStrategy` | data, one machine | synchronous (all-reduce) | a copy on every device | 1 machine, N devices |
 # | `CentralStorageStrategy` (experimental) | data, one machine | synchronous | once, on the CPU (or the one GPU) | 1 machine, N devices |
 # | `MultiWorkerMirroredStrategy` | data, many machines | synchronous (collective all-reduce) | a copy on every device of every worker | a cluster described by `TF_CONFIG` |
-# | `ParameterServerStrategy` | data, many machines | asynchronous | on parameter-server tasks | a cluster with `ps`, `worker` and `chief` tasks, and a coordinator |
+# | `ParameterServerStrategy` | data, many machines | asynchronous | on parameter-server tasks | `worker` and `ps` tasks, and a coordinator (the chief) that schedules the steps; Keras 3 cannot train with it |
 # | `TPUStrategy` | data (and more) on TPU cores | synchronous | on the TPU cores | a TPU |
 #
 # Two more need no cluster: the *default* strategy (what you get without a scope: one device) and
@@ -91,6 +95,8 @@ import keras  # noqa: F401
 # num_replicas <- 2L
 # global_batch_size <- 64L
 # warmup_steps <- 5L  # steps left out of the throughput: the first one traces the training step
+# work_dir <- file.path("results", "06_strategy_map_R")  # for the parameter-server script
+# dir.create(work_dir, recursive = TRUE, showWarnings = FALSE)
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -111,13 +117,13 @@ import keras  # noqa: F401
 # %% [markdown]
 # ## Which strategies run here
 #
-# kerasdist's `make_strategy()` builds a strategy by name. For the two that cannot run in one
-# process on one machine it raises an error that says what is missing, instead of TensorFlow's own
-# message.
+# kerasdist's `make_strategy()` builds a strategy by name. For two it raises an error that says
+# why, instead of TensorFlow's own message: `tpu` needs a TPU, and `parameter_server` is one that
+# Keras 3 cannot train with (below).
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Try every strategy by name: build it, or show why it cannot run here.
+# # Try every strategy by name: build it, or show why kerasdist does not.
 # # The first line of a Python error, without its class name.
 # python_message <- function(error) {
 #   sub("^[[:alnum:]_.]*Error: ", "", strsplit(conditionMessage(error), "\n")[[1]][1])
@@ -129,7 +135,7 @@ import keras  # noqa: F401
 #     strategy <- kerasdist$make_strategy(name, num_replicas = num_replicas, verbose = FALSE)
 #     cat(sprintf("%-17s runs: %s, %d replica(s)\n", name, strategy$`__class__`$`__name__`,
 #                 strategy$num_replicas_in_sync))
-#   }, error = function(error) cat(sprintf("%-17s cannot run here: %s\n", name, python_message(error))))
+#   }, error = function(error) cat(sprintf("%-17s not built: %s\n", name, python_message(error))))
 # }
 
 # %% [markdown]
@@ -140,7 +146,34 @@ import keras  # noqa: F401
 #   Lesson 5 starts a real two-worker cluster on this machine. TensorFlow may warn that collective
 #   ops were "not configured at program startup": that is about performance, not correctness.
 # - `default` and `one_device` are single-device strategies, whatever `num_replicas` says.
-# - TensorFlow's own errors for the last two are less helpful, as the next cell shows.
+# - `mirrored` is `MirroredStrategy` over the replica devices, with one choice of kerasdist's own:
+#   on CPU devices it sums gradients with `ReductionToOneDevice` (copy the gradients to one device,
+#   add them there, copy the sum back). TensorFlow's default, without `cross_device_ops`, is a
+#   `CollectiveAllReduce`: RING on CPUs and on virtual GPUs, NCCL on physical GPUs
+#   (`_make_collective_ops_with_fallbacks` in `tensorflow/python/distribute/mirrored_strategy.py`);
+#   it falls back to `ReductionToOneDevice` only for a mix of CPUs and GPUs, or in TensorFlow 1's
+#   graph mode. kerasdist avoids the collective on CPUs because two collective `MirroredStrategy`s
+#   with different replica counts in one process clash over their group keys; both sum the same
+#   gradients. Every "mirrored" result below is kerasdist's `ReductionToOneDevice` one; the next cell
+#   shows both.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # How each MirroredStrategy sums gradients on these devices: TensorFlow's default, and kerasdist's "mirrored".
+# # The strategy's cross-device ops (a private attribute, fine for a look), with its implementation.
+# all_reduce_of <- function(strategy) {
+#   cross_device_ops <- strategy$extended$`_cross_device_ops`
+#   paste0(cross_device_ops$`__class__`$`__name__`,
+#          if (py_has_attr(cross_device_ops, "_options"))
+#            sprintf(" (%s)", cross_device_ops$`_options`$implementation$name) else "")
+# }
+# plain_mirrored <- tf$distribute$MirroredStrategy(devices = as.list(devices))
+# cat("tf.distribute.MirroredStrategy(devices):", all_reduce_of(plain_mirrored), "\n")
+# cat("kerasdist.make_strategy('mirrored'):    ",
+#     all_reduce_of(kerasdist$make_strategy("mirrored", num_replicas = num_replicas, verbose = FALSE)), "\n")
+
+# %% [markdown]
+# TensorFlow's own errors for the last two strategies are less helpful:
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -151,11 +184,87 @@ import keras  # noqa: F401
 #          error = function(error) cat(strsplit(conditionMessage(error), "\n")[[1]][1], "\n"))
 
 # %% [markdown]
-# `ParameterServerStrategy` needs a `cluster_resolver` describing `ps`, `worker` and `chief`
-# tasks, each a separate process (usually on separate machines): the workers compute gradients and
-# push them to the parameter servers *asynchronously*, and a coordinator on the chief dispatches
-# steps to workers. `TPUStrategy` needs a TPU system to connect to. Neither can be faked with
-# virtual CPU devices.
+# `TPUStrategy` needs a TPU system to connect to; virtual CPU devices cannot stand in for one.
+#
+# `ParameterServerStrategy` needs a `cluster_resolver` that describes `worker` and `ps` tasks. The
+# variables live on the parameter servers (`ps`); each worker reads them, computes an update on its
+# own batches and sends it back **asynchronously**, without waiting for the other workers; a
+# coordinator (in TensorFlow 2, the chief: the program you run) creates the variables and schedules
+# every step on a free worker with `tf$distribute$experimental$coordinator$ClusterCoordinator`.
+# The tasks are usually processes on other machines, but TensorFlow's parameter-server tutorial
+# starts them inside one process, one `tf$distribute$Server` per task. The R script below does the
+# same (with `Rscript`, a process of its own, so that this session keeps its two devices): two
+# workers and one parameter server, with the script as the coordinator. The step function is an R
+# function made into a graph by `tf_function()`: the coordinator only traces it (on R's main
+# thread) and ships the graph to the workers, so no R code runs on TensorFlow's threads.
+
+# %%
+# %%writefile results/06_strategy_map_R/parameter_server.R
+# ParameterServerStrategy in one process: two workers and a parameter server, and this script as coordinator.
+library(tensorflow, exclude = c("shape", "set_random_seed"))
+library(reticulate)
+num_workers <- 2L
+num_ps <- 1L
+steps <- 20L
+free_port <- function() {
+  socket <- import("socket")$socket()
+  socket$bind(tuple("127.0.0.1", 0L))
+  port <- socket$getsockname()[[2]]
+  socket$close()
+  port
+}
+# The cluster: each worker and parameter server is a tf$distribute$Server on a local port of this process.
+addresses <- function(n) as.list(vapply(seq_len(n), function(i) sprintf("127.0.0.1:%d", free_port()), ""))
+cluster <- tf$train$ClusterSpec(list(worker = addresses(num_workers), ps = addresses(num_ps)))
+config <- tf$compat$v1$ConfigProto(inter_op_parallelism_threads = num_workers + 1L)  # enough threads on 2 cores
+servers <- list()
+for (job in c("worker", "ps"))
+  for (index in seq_len(cluster$num_tasks(job)) - 1L)
+    servers[[length(servers) + 1L]] <- tf$distribute$Server(cluster, job_name = job, task_index = index,
+                                                           protocol = "grpc", config = config)
+
+# The coordinator: the strategy, a variable (placed on the parameter server), and steps scheduled on the workers.
+resolver <- tf$distribute$cluster_resolver$SimpleClusterResolver(cluster, rpc_layer = "grpc")
+strategy <- tf$distribute$experimental$ParameterServerStrategy(resolver)
+coordinator <- tf$distribute$experimental$coordinator$ClusterCoordinator(strategy)
+with(strategy$scope(), steps_taken <- tf$Variable(0L, dtype = tf$int64))
+step <- tf_function(function() {
+  steps_taken$assign_add(1L)  # runs on whichever worker is free; the variable lives on the parameter server
+  steps_taken$read_value()
+})
+results <- lapply(seq_len(steps), function(i) coordinator$schedule(step))
+coordinator$join()  # wait for every scheduled step
+cat(sprintf("%s: %d servers in this process (%d workers, %d parameter server)\n",
+            strategy$`__class__`$`__name__`, length(servers), num_workers, num_ps))
+cat(sprintf("the variable lives on /job:%s\n", sub("/.*", "", sub(".*/job:", "", steps_taken$device))))
+cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length(results),
+            sum(vapply(results, function(result) as.numeric(result$fetch()) > 0, TRUE)),
+            as.integer(steps_taken$numpy())))
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Run it with Rscript; the servers and the coordinator live and die with that one process.
+# parameter_server_run <- processx::run(file.path(R.home("bin"), "Rscript"), file.path(work_dir, "parameter_server.R"),
+#                                       env = c("current", RETICULATE_PYTHON = py_config()$python),
+#                                       timeout = 300, error_on_status = FALSE)
+# cat(if (parameter_server_run$status == 0) parameter_server_run$stdout else
+#   substring(parameter_server_run$stderr, nchar(parameter_server_run$stderr) - 3000))
+
+# %% [markdown]
+# So the strategy *runs* on one machine. What Keras 3 cannot do is train with it: `fit()` would have
+# to schedule its steps through a `ClusterCoordinator`, and nothing in Keras 3's source names
+# either class. That, not the cluster, is why kerasdist's `make_strategy()` refuses
+# `parameter_server` (TensorFlow's parameter-server tutorial trains with Keras 2's `fit()`, the
+# `tf_keras` Python package).
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Does Keras 3 know these classes? The files of its source that name them.
+# keras_source <- file.path(dirname(import("keras")$`__file__`), "src")
+# sources <- list.files(keras_source, pattern = "\\.py$", recursive = TRUE, full.names = TRUE)
+# named <- Filter(function(path) any(grepl("ParameterServerStrategy|ClusterCoordinator", readLines(path, warn = FALSE))),
+#                 sources)
+# cat(sprintf("Keras 3's source: %d files name ParameterServerStrategy or ClusterCoordinator\n", length(named)))
 
 # %% [markdown]
 # ## Switching strategy by changing only the scope
@@ -262,7 +371,8 @@ import keras  # noqa: F401
 #
 # - **Variables.** Without a distributed scope, variables are plain `ResourceVariable`s.
 #   `MirroredStrategy` makes a `MirroredVariable`: one copy per device, kept equal by applying the
-#   same all-reduced update everywhere. `CentralStorageStrategy` makes an `AggregatingVariable`: a
+#   same all-reduced update everywhere (here summed with kerasdist's `ReductionToOneDevice`;
+#   exercise 1 trains under TensorFlow's default collective all-reduce). `CentralStorageStrategy` makes an `AggregatingVariable`: a
 #   single copy on the CPU that both replicas read and update.
 # - **Same training.** The weights after one epoch agree to float rounding (`max |dw|` is the
 #   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
@@ -286,9 +396,11 @@ import keras  # noqa: F401
 # %% magic_args="-w 8 -h 4 --units in -r 100" language="R"
 # # Steady-state throughput under each strategy, with a note on what the replicas share here.
 # speeds <- vapply(runs, function(run) run$samples_per_second, 0)
-# par(mar = c(7, 9, 3, 2), cex.main = 1)
-# bars <- barplot(rev(speeds), horiz = TRUE, las = 1, col = "steelblue", xlim = c(0, max(speeds)) * 6 / 5,
-#                 xlab = "samples/s", main = "fit() under each strategy: steady-state throughput\n(higher is better)")
+# bar_labels <- ifelse(names(speeds) == "mirrored", "mirrored\n(ReductionToOneDevice)", names(speeds))
+# par(mar = c(7, 12, 3, 2), cex.main = 1)
+# bars <- barplot(rev(speeds), names.arg = rev(bar_labels), horiz = TRUE, las = 1, col = "steelblue",
+#                 xlim = c(0, max(speeds)) * 6 / 5, xlab = "samples/s",
+#                 main = "fit() under each strategy: steady-state throughput\n(higher is better)")
 # text(rev(speeds), bars, sprintf("%.0f", rev(speeds)), pos = 4)
 # mtext(sprintf("The %d replicas are virtual CPU devices sharing the same cores:\nhere more replicas cannot be faster.",
 #               num_replicas), side = 1, line = 5, col = "red3")
@@ -402,8 +514,9 @@ import keras  # noqa: F401
 # `fit()` hides the training loop. TensorFlow's tutorial *Custom training with
 # tf.distribute.Strategy* writes it out, and it is worth doing once: it is what runs where `fit()`
 # cannot (lesson 5: under `MultiWorkerMirroredStrategy`), and each of its lines says how a
-# synchronous step works. We write it here cell by cell under `MirroredStrategy` with 2 replicas,
-# train the guide's MLP with it for one epoch, and check step by step that it does what `fit()`
+# synchronous step works. We write it here cell by cell under `MirroredStrategy` with 2 replicas
+# (kerasdist's `mirrored`, which sums with `ReductionToOneDevice`), train the guide's MLP with it
+# for one epoch, and check step by step that it does what `fit()`
 # does on the same batches in the same order. To show how a regularization loss is handled, the MLP
 # gets an L2 penalty on its kernels (`l2_factor` times the sum of their squares).
 #
@@ -463,10 +576,12 @@ import keras  # noqa: F401
 #
 # The step returns its loss in three numbers: the whole loss, the cross-entropy part and the L2 part.
 #
-# One thing cannot be R here: `strategy$run()` calls the replica step on TensorFlow's own threads,
-# one per replica, while R code runs only on R's main thread. An R function there waits for the main
-# thread, which waits for the replicas: the step never ends (we tried). So the replica steps are a
-# few lines of Python, made by a function that R calls with R's model, optimizer, loss and metrics;
+# One thing cannot be R here: `strategy$run()` calls the replica step on Python threads that
+# `MirroredStrategy` starts for the call, one per replica (`_call_for_each_replica` in
+# `tensorflow/python/distribute/mirrored_run.py`), while R code runs only on R's main thread.
+# reticulate hands an R function called from another thread to the main thread, which is busy
+# waiting for those very threads: the step never ends (we tried). So the replica steps are a few
+# lines of Python, made by a function that R calls with R's model, optimizer, loss and metrics;
 # everything around them (`tf_function()`, `strategy$run()`, `strategy$reduce()`, the loop) is R.
 
 # %% language="R"
@@ -670,20 +785,20 @@ import keras  # noqa: F401
 # %% [markdown]
 # The optimizer has state too: Adam keeps two moment variables per weight. Keras creates them on
 # the current default device, which would put all of them on the first device. This small Adam
-# keeps each weight's moments next to the weight. keras3 has no helper for subclassing an
-# optimizer, so these few lines are Python, run through reticulate.
+# keeps each weight's moments next to the weight. keras3 has constructors for subclassing layers,
+# models and callbacks, not optimizers; its `%py_class%` subclasses any Python class, here
+# `keras$optimizers$Adam`. Keras calls the method when it builds the optimizer, on R's main thread
+# (it traces the training step there), so R code is fine here.
 
 # %% language="R"
 # # Adam whose moment variables live on the same device as the weight they belong to.
-# py_run_string("
-# import keras
-# import tensorflow as tf
-#
-# class ColocatedAdam(keras.optimizers.Adam):
-#     def add_variable_from_reference(self, reference_variable, name=None, initializer='zeros'):
-#         with tf.device(reference_variable.value.device):
-#             return super().add_variable_from_reference(reference_variable, name, initializer)
-# ")
+# ColocatedAdam(keras$optimizers$Adam) %py_class% {
+#   add_variable_from_reference <- function(reference_variable, name = NULL, initializer = "zeros") {
+#     with(tf$device(reference_variable$value$device),
+#          variable <- super()$add_variable_from_reference(reference_variable, name, initializer))
+#     variable
+#   }
+# }
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -692,7 +807,7 @@ import keras  # noqa: F401
 # split_model <- TwoDeviceMLP(devices[[1]], devices[[2]], name = "two_device_mlp")
 # split_model$build(list(NULL, 784L))
 # split_model |> compile(
-#   optimizer = py$ColocatedAdam(learning_rate = 1e-3),
+#   optimizer = ColocatedAdam(learning_rate = 1e-3),
 #   loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
 #   metrics = list(metric_sparse_categorical_accuracy()),
 #   jit_compile = FALSE  # XLA would compile the step as one cluster and could ignore the placement
@@ -734,8 +849,27 @@ import keras  # noqa: F401
 
 # %% [markdown]
 # Same architecture, same seed, same batches: the split model computes what the one-device
-# model computes (compare its accuracy with the table above, too). What differs is what each
-# device has to store. Count the numbers each device holds (weights plus Adam's two moments per
+# model computes (compare its accuracy with the table above, too).
+#
+# This split is **pipeline parallelism**: each device is a *stage* that holds some consecutive
+# layers, and the batch passes through the stages in turn. Without anything more, as here, one
+# stage works while the other waits: the second device waits for the first's activations in the
+# forward pass, the first for the second's gradients in the backward pass. Pipelines such as GPipe
+# cut each batch into m *micro-batches*, so that the p stages work on different micro-batches at
+# the same time; each stage is still idle for a fraction (p - 1) / (m + p - 1) of the step, the
+# pipeline *bubble* (1F1B schedules interleave the backward passes to hold fewer activations, with
+# the same bubble). The gradients of the micro-batches are summed before the update, so the step is
+# still the step of the whole batch.
+
+# %% language="R"
+# # The pipeline bubble: the share of a step that each of p stages is idle, with m micro-batches per batch.
+# stages <- num_replicas
+# for (micro_batches in c(1L, 4L, 16L))
+#   cat(sprintf("p = %d stages, m = %2d micro-batch(es): each stage idle %.0f%% of the step\n", stages,
+#               micro_batches, 100 * (stages - 1) / (micro_batches + stages - 1)))
+
+# %% [markdown]
+# What differs from data parallelism is what each device has to store. Count the numbers each device holds (weights plus Adam's two moments per
 # weight) in the two kinds of parallelism.
 
 # %% language="R"
@@ -805,26 +939,31 @@ import keras  # noqa: F401
 # - **One machine, several GPUs**: `MirroredStrategy`. Build and compile in its scope; batch by the
 #   global batch (lesson 4).
 # - **Several machines**: `MultiWorkerMirroredStrategy` with a custom loop today (lesson 5), since
-#   Keras 3 `fit()` fails under it (keras-team/keras#20585).
+#   Keras 3 `fit()` fails under it (keras-team/keras#20585); or Keras 3 on JAX (lesson 7). Keras 3
+#   has no `ParameterServerStrategy` support at all.
 # - **How gradients are summed** is `MirroredStrategy`'s `cross_device_ops =` argument, and its
-#   default is usually right: `tf$distribute$NcclAllReduce()` when all its devices are GPUs and
-#   TensorFlow has NCCL, `tf$distribute$ReductionToOneDevice()` otherwise (on CPU devices, as here,
-#   on virtual GPUs, or without NCCL). Where NCCL is missing, keep `ReductionToOneDevice()`.
-#   `tf$distribute$HierarchicalCopyAllReduce()` is not a general substitute: TensorFlow's
+#   default is usually right: a `CollectiveAllReduce`, with NCCL on physical GPUs and RING on CPUs
+#   and virtual GPUs (printed above for this machine). Pass `tf$distribute$ReductionToOneDevice()`
+#   where the collective does not suit you (kerasdist does on CPUs, to make several strategies in one
+#   process). `tf$distribute$HierarchicalCopyAllReduce()` is not a general substitute: TensorFlow's
 #   documentation says it "is a reduction created for Nvidia DGX-1 which assumes GPUs connects like
 #   that on DGX-1 machine. If you have different GPU inter-connections, it is likely that it would
 #   be slower than `tf.distribute.ReductionToOneDevice`." Measure steady-state throughput before
 #   and after any change.
 # - **Model parallelism** pays for copying activations at every cut: cut where the activations are
-#   small, balance the work between devices, and feed micro-batches so that devices do not wait
-#   for each other.
+#   small, balance the work between devices, and feed micro-batches so that the pipeline's bubble
+#   shrinks.
 # - **When you switch strategy**, compare one metric computed by hand with what `fit()` reports.
 
 # %% [markdown]
 # ## Summary
 #
-# - Mirrored and CentralStorage run on one machine with several devices; MultiWorkerMirrored and
-#   ParameterServer need a cluster (several processes described by `TF_CONFIG`); TPU needs a TPU.
+# - Mirrored and CentralStorage run on one machine with several devices; MultiWorkerMirrored needs
+#   a cluster (several processes described by `TF_CONFIG`); ParameterServer needs worker and `ps`
+#   tasks, which TensorFlow can start inside one process, but Keras 3 cannot train with it; TPU
+#   needs a TPU.
+# - `MirroredStrategy` sums gradients with a collective all-reduce by default (RING on CPUs, NCCL
+#   on GPUs); kerasdist's `mirrored` uses `ReductionToOneDevice` on CPUs. Both give the same sums.
 # - Switching strategy means building and compiling the model in another `strategy$scope()`; the
 #   variables change kind (`MirroredVariable`, `AggregatingVariable`), the training does not.
 # - With Keras 3, `CentralStorageStrategy` trains correctly but reports wrong metrics; verify.
@@ -836,57 +975,68 @@ import keras  # noqa: F401
 #   (`tf$nn$scale_regularization_loss()`), metrics updated on each replica. It trains what `fit()`
 #   trains, step for step; kerasdist's loop engine is this loop with many steps per call.
 # - Model parallelism places parts of the model on different devices with `tf$device()`; each
-#   device stores less, but activations cross devices at every step and devices wait for each other.
+#   device stores less, but activations cross devices at every step and, split by layers (a
+#   pipeline without micro-batches), the devices wait for each other.
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Pass `cross_device_ops = tf$distribute$ReductionToOneDevice()` to
-#    `tf$distribute$MirroredStrategy(devices = as.list(devices), ...)` and train under it with
-#    `train_under()`. Do the weights still match the default strategy's? Is it faster or slower
-#    than the `mirrored` run above, and why?
+# 1. Train under TensorFlow's own `tf$distribute$MirroredStrategy(devices = as.list(devices))`,
+#    with no `cross_device_ops`, using `train_under()`. How does it sum the gradients? Do its weights
+#    match the default strategy's as closely as kerasdist's `mirrored` run did? Is it faster or
+#    slower?
 #
 # <details><summary>Hint</summary>
 #
-# Look at what `MirroredStrategy` chose by itself on these CPU devices (see the performance tips):
-# ``mirrored$extended$`_cross_device_ops` `` names the class (a private attribute, fine for a
-# look).
+# Inspect a plain `tf$distribute$MirroredStrategy()` (not one from kerasdist's `make_strategy()`):
+# ``strategy$extended$`_cross_device_ops` `` is the object that sums (a private attribute, fine for
+# a look), and its `` `_options`$implementation `` says which collective. `plain_mirrored` above is
+# one.
 #
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
-# strategy <- tf$distribute$MirroredStrategy(devices = as.list(devices),
-#                                            cross_device_ops = tf$distribute$ReductionToOneDevice())
-# run <- train_under(strategy)
+# run <- train_under(plain_mirrored)
+# cat(all_reduce_of(plain_mirrored), "\n")
 # cat(max(mapply(function(a, b) max(abs(a - b)), run$weights, runs$default$weights)),
 #     run$samples_per_second, runs$mirrored$samples_per_second, "\n")
 # ```
 #
-# The weights match to float rounding, exactly as the `mirrored` run's do: how the gradients are
-# summed changes where the sum is computed, not its value. The speed is the same up to noise,
-# because on CPU devices `MirroredStrategy` already uses `ReductionToOneDevice`.
+# It sums with a `CollectiveAllReduce` using RING, TensorFlow's default on CPU devices. The weights
+# match the default strategy's to float rounding, as the `mirrored` run's do: how the gradients
+# are summed changes where and in which order the sums are computed, not their value. On these
+# virtual devices, which share the same cores and memory, the two are about as fast (measure it on
+# an idle machine). On GPUs the default uses NCCL, which moves the data GPU to GPU; that is the
+# choice to keep there.
 #
 # </details>
 #
-# 2. Under `central_storage`, print the loss tracker's variables after `fit()`
+# 2. The loss that `fit()` reports is a `Mean` metric, the loss tracker (`model$metrics[[1]]`), with
+#    two variables, `total` and `count`. **Predict** what they should hold after one epoch: Keras
+#    adds each step's mean loss weighted by the step's batch size (`_loss_tracker.update_state(...,
+#    sample_weight=...)` in `keras/src/backend/tensorflow/trainer.py`). Then print them under the
+#    default strategy and under `central_storage`
 #    (`runs$central_storage$model$metrics[[1]]$variables`). What do you see, and how would you
 #    compute the training loss yourself?
 #
 # <details><summary>Hint</summary>
 #
-# The loss tracker is a `Mean`: a `total` and a `count`. For one epoch the count should be the
-# number of steps. A loss function called on a batch returns that batch's mean loss.
+# With batch-size weights, `count` is the number of examples the epoch trained on (the steps times
+# the global batch), and `total / count` is the reported loss. A loss function called on a batch
+# returns that batch's mean loss.
 #
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
+# for (name in c("default", "central_storage"))
+#   for (variable in runs[[name]]$model$metrics[[1]]$variables)
+#     cat(name, variable$path, variable$value$`__class__`$`__name__`, as.numeric(variable$numpy()), "\n")
+# cat("examples trained on:", runs$default$steps * global_batch_size, "\n")
 # model <- runs$central_storage$model
-# for (variable in model$metrics[[1]]$variables)
-#   cat(variable$path, variable$value$`__class__`$`__name__`, as.numeric(variable$numpy()), "\n")
 # loss_function <- loss_sparse_categorical_crossentropy(from_logits = TRUE)
 # batch_losses <- numeric()
 # iterator <- as_iterator(train_batches)
@@ -895,10 +1045,12 @@ import keras  # noqa: F401
 # mean(batch_losses)
 # ```
 #
-# Both are `AggregatingVariable`s with absurd values (far more than the number of steps in the
-# count), so their ratio is meaningless. Your own loss, a mean over the training batches of the
-# trained model, is close to the other strategies' and shows the model itself is fine. (It is the
-# loss *after* the epoch, so it is lower than `fit()`'s running mean over the epoch.)
+# Under the default strategy `count` is the number of examples trained on and `total / count` is
+# the loss `fit()` reported. Under `central_storage` both are `AggregatingVariable`s holding absurd
+# values, many orders of magnitude above the number of examples, so their ratio is meaningless.
+# Your own loss, a mean over the training batches of the trained model, is close to the other
+# strategies' and shows the model itself is fine. (It is the loss *after* the epoch, so it is lower
+# than `fit()`'s running mean over the epoch.)
 #
 # </details>
 #

@@ -24,11 +24,14 @@
 # - `keras.distribution.DataParallel`: `fit()` on N devices, with the same per-step loss as one
 #   device and as TensorFlow's `MirroredStrategy` on the same data order;
 # - `ModelParallel`: a `DeviceMesh` and a `LayoutMap` that shard the Dense kernels across two
-#   devices, and how to read where each weight lives;
+#   devices (tensor parallelism), how to read where each weight lives, and where Adam's moments go;
+# - how to compare runs that should take the same steps: by their weights, since a per-step loss
+#   recovered from Keras' running mean is only as precise as that mean;
 # - `keras.distribution.initialize`: `fit()` in two processes that train as one, the multi-worker
 #   `fit()` that the TensorFlow backend cannot run today (lesson 5);
-# - checkpoint and resume with `BackupAndRestore` on JAX, and a map from every tf.distribute idea
-#   of lessons 1-6 to its keras.distribution counterpart.
+# - checkpoint and resume with `BackupAndRestore` on JAX (and `OrbaxCheckpoint` for several
+#   processes), and a map from every tf.distribute idea of lessons 1-6 to its keras.distribution
+#   counterpart.
 #
 # **What you need**: the project's virtualenv as the notebook kernel, with JAX (the `jax` extra,
 # which `make setup` installs), and about a minute on a 2-core CPU; no GPU. The data is full MNIST
@@ -128,8 +131,10 @@ os.environ["KERAS_BACKEND"] = "jax"
 # `tf.config.set_logical_device_configuration`. JAX's counterpart is an XLA flag,
 # `--xla_force_host_platform_device_count=N`, read when JAX starts: the CPU then shows up as N
 # devices. Like virtual CPUs they share the same cores (they teach, they do not speed up), but
-# each holds its own arrays and JAX runs a real all-reduce between them.
-# `keras.distribution.list_devices()` is the backend-neutral way to list them.
+# each holds its own arrays and JAX runs a real all-reduce between them. (JAX's own setting
+# `jax.config.update("jax_num_cpu_devices", N)`, made before JAX starts its CPU client, does the
+# same without an environment variable.) `keras.distribution.list_devices()` is the
+# backend-neutral way to list them.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -197,12 +202,21 @@ weights_file = os.path.join(workdir, "initial.weights.h5")
 build_mlp().save_weights(weights_file)
 
 
+# %% [markdown]
+# Keras logs the epoch's **running mean** of the loss after each batch, not the batch's own loss.
+# The callback below recovers step k's loss from two means: k x mean_k - (k - 1) x mean_(k-1). Each
+# mean is a float32, rounded to the nearest of its representable values, which lie one *ulp* (unit
+# in the last place) apart; multiplied by k, that rounding grows k times. So two recovered losses
+# can differ by up to about k x ulp(mean_k) + (k - 1) x ulp(mean_(k-1)) through rounding alone,
+# however equal the runs: the callback keeps the means to compute that bound. Comparing the final
+# **weights** is exact, and the lesson does both.
+
 # %%
-# Keras logs the epoch's running mean of the loss after each batch; this callback recovers each step's own loss.
+# Each step's own loss, recovered from the running means that Keras logs (kept too, for the precision).
 class StepLosses(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
-        self.losses, self.previous_mean = [], 0.0
+        self.losses, self.means, self.previous_mean = [], [], 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
         self.previous_mean = 0.0
@@ -210,15 +224,27 @@ class StepLosses(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         mean = float(logs["loss"])
         self.losses.append((batch + 1) * mean - batch * self.previous_mean)
+        self.means.append(mean)
         self.previous_mean = mean
 
 
 def fit_one_epoch(model):
-    """Train one epoch on the ordered digits; return each step's loss."""
+    """Train one epoch on the ordered digits; return each step's loss and the running means it came from."""
     recorder = StepLosses()
     model.fit(x_ordered, y_ordered, batch_size=GLOBAL_BATCH_SIZE, epochs=1, shuffle=False, verbose=0,
               callbacks=[recorder])
-    return np.array(recorder.losses)
+    return np.array(recorder.losses), np.array(recorder.means)
+
+
+def max_weight_gap(weights, reference):
+    """The largest |difference| between two lists of weight arrays (0.0: the same bits, or equal values)."""
+    return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(weights, reference))
+
+
+def saved_weights(path):
+    """The final weights a helper process wrote with --save-weights (arr_0, arr_1, ... in order)."""
+    with np.load(path) as saved:
+        return [saved[f"arr_{index}"] for index in range(len(saved.files))]
 
 
 # %% [markdown]
@@ -233,7 +259,7 @@ def fit_one_epoch(model):
 # %%
 # The reference run: no distribution, so JAX puts everything on its first device.
 one_device = compiled_mlp()
-one_device_losses = fit_one_epoch(one_device)
+one_device_losses, one_device_means = fit_one_epoch(one_device)
 print("one device: weights on", one_device.weights[0].value.sharding.device_set)
 
 # %%
@@ -242,7 +268,7 @@ print("one device: weights on", one_device.weights[0].value.sharding.device_set)
 data_parallel = keras.distribution.DataParallel(devices=devices)
 with data_parallel.scope():
     replicated = compiled_mlp()
-    data_parallel_losses = fit_one_epoch(replicated)
+    data_parallel_losses, _ = fit_one_epoch(replicated)
 print("mesh shape", *data_parallel.device_mesh.shape, "axes", *data_parallel.device_mesh.axis_names)
 
 # %%
@@ -262,9 +288,11 @@ for shard in kernel.value.addressable_shards:
 # %%
 # NBVAL_CHECK_OUTPUT
 # TensorFlow's MirroredStrategy on the same batches, in a TensorFlow process.
+mirrored_weights_file = os.path.join(workdir, "mirrored_final.npz")
 mirrored_run = subprocess.run(
     [sys.executable, "-m", "kerasdist.jax_distribution", "mirrored", "--arrays", arrays_file,
-     "--weights", weights_file, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--replicas", str(NUM_DEVICES)],
+     "--weights", weights_file, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--replicas", str(NUM_DEVICES),
+     "--save-weights", mirrored_weights_file],
     capture_output=True, text=True, timeout=WAIT_S,
 )
 if mirrored_run.returncode:
@@ -283,10 +311,25 @@ assert jax_devices_gap < 1e-4 and backends_gap < 1e-4
 print("the same loss at every step on all three runs:", True)
 
 # %%
-# The measured gaps, and for scale how far the loss moved.
+# The measured gaps, how precise a recovered loss is, and for scale how far the loss moved.
+ulp_times_k = np.arange(1, steps + 1) * np.spacing(one_device_means.astype(np.float32))  # k x ulp(mean_k)
+resolution = ulp_times_k + np.concatenate([[0.0], ulp_times_k[:-1]])  # + (k - 1) x ulp(mean_(k-1))
 print(f"max |loss difference| per step: DataParallel vs one device {jax_devices_gap:.1e}, "
       f"MirroredStrategy (TensorFlow) vs one device (JAX) {backends_gap:.1e}")
+print(f"what rounding the running means allows (k x ulp(mean_k) + (k - 1) x ulp(mean_(k-1))): "
+      f"up to {resolution.max():.1e}")
 print(f"the loss went from {one_device_losses[0]:.3f} to {one_device_losses[-1]:.3f}")
+
+# %% [markdown]
+# The loss gaps are of the size of what that rounding allows: the recovered per-step losses
+# cannot tell these runs apart any better. The final weights can.
+
+# %%
+# The final weights of each run against one device's: exact, unlike the recovered losses.
+data_parallel_weight_gap = max_weight_gap(replicated.get_weights(), one_device.get_weights())
+mirrored_weight_gap = max_weight_gap(saved_weights(mirrored_weights_file), one_device.get_weights())
+print(f"max |weight difference| after one epoch: DataParallel vs one device {data_parallel_weight_gap:.1e}, "
+      f"MirroredStrategy (TensorFlow) vs one device (JAX) {mirrored_weight_gap:.1e}")
 
 # %%
 # Plot the three runs' per-step losses, and their differences from the one-device run.
@@ -302,6 +345,7 @@ gap_axis.semilogy(step_numbers, np.maximum(np.abs(data_parallel_losses - one_dev
                   ms=3, label="DataParallel - one device")
 gap_axis.semilogy(step_numbers, np.maximum(np.abs(mirrored_losses - one_device_losses), floor), "s", ms=3,
                   label="MirroredStrategy - one device")
+gap_axis.semilogy(step_numbers, resolution, "k-", lw=1, label="what rounding the means allows")
 gap_axis.set(title="|difference| from one JAX device", xlabel="step", ylabel="(equal: on the bottom line)",
              ylim=(floor / 2, 1e-3))
 gap_axis.legend(fontsize=8)
@@ -310,10 +354,13 @@ for axis in (loss_axis, gap_axis):
 figure.tight_layout()
 
 # %% [markdown]
-# The two backends agree to float32 rounding, not bit for bit: XLA on JAX and TensorFlow's kernels
-# add the same numbers in other orders, and every step's rounding feeds the next. The same holds
-# between one device and two: the all-reduce sums the two halves of the gradient in another
-# order than one device sums the whole batch.
+# The per-step loss gaps stay near or under the black line, the rounding bound, which grows with
+# the step number: they measure the recovery, not the runs. The weights tell the runs apart. Two backends agree to float32 rounding, not bit for bit:
+# XLA on JAX and TensorFlow's kernels add the same numbers in other orders, and every step's
+# rounding feeds the next. Between one JAX device and `DataParallel` on two, the weight gap
+# printed above is what splitting the batch does: each device sums the gradient of its half, and
+# the all-reduce adds the two halves, another order of additions than one device's sum over the
+# whole batch.
 
 # %% [markdown]
 # ## ModelParallel: a DeviceMesh and a LayoutMap
@@ -324,6 +371,12 @@ figure.tight_layout()
 # splits a kernel's columns (its output units) across the `model` axis, and `("model",)` splits
 # its bias the same way. Weights that match no key are copied on every device. JAX then runs each
 # layer where its pieces are and moves activations between the devices as the layouts require.
+#
+# Splitting the weights *inside* a layer like this is **tensor parallelism** (intra-layer model
+# parallelism): each device holds a slice of the columns of every hidden kernel and computes its
+# slice of the layer's outputs; the next layer needs all of them, so XLA inserts the collectives
+# that gather them. It is the column split of Megatron-LM's layers, and the opposite of lesson 6's
+# `tf.device` split, which gave each device whole layers (pipeline parallelism).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -352,15 +405,29 @@ for variable in sharded.weights:
 # NBVAL_CHECK_OUTPUT
 # Train the split model on the same batches and compare with one device.
 with model_parallel.scope():
-    model_parallel_losses = fit_one_epoch(sharded)
+    model_parallel_losses, _ = fit_one_epoch(sharded)
 model_parallel_gap = np.max(np.abs(model_parallel_losses - one_device_losses))
 assert model_parallel_gap < 1e-4
 print("ModelParallel gives the one-device loss at every step:", True)
 print("its kernel is still split after training:", sharded.weights[0].value.sharding.spec)
 
 # %%
-# The measured gap.
+# The measured gaps: the recovered losses, and the final weights.
 print(f"max |loss difference| per step: ModelParallel vs one device {model_parallel_gap:.1e}")
+print(f"max |weight difference| after one epoch: ModelParallel vs one device "
+      f"{max_weight_gap(sharded.get_weights(), one_device.get_weights()):.1e}")
+
+# %% [markdown]
+# The optimizer state is split too. Adam keeps two moments per weight, each as large as the weight;
+# under `ModelParallel` Keras creates each moment with the layout of its weight, so a device holds
+# the moments of its own slices only. (Lesson 6 needed a `ColocatedAdam` to get that by hand.)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Adam's variables for the first hidden layer, and their layouts: the layout of the weight they belong to.
+for variable in sharded.optimizer.variables:
+    if "dense_1" in variable.path:
+        print(f"{variable.path:30} {str(tuple(variable.shape)):11} {variable.value.sharding.spec}")
 
 # %% [markdown]
 # ## Several processes: keras.distribution.initialize
@@ -402,9 +469,11 @@ print(f"max |loss difference| per step: ModelParallel vs one device {model_paral
 # %%
 # NBVAL_CHECK_OUTPUT
 # Two processes on 127.0.0.1 run fit() together; each prints its per-step losses and a digest of its weights.
+processes_weights_file = os.path.join(workdir, "processes_final.npz")  # process 0's final weights
 launch = subprocess.run(
     [sys.executable, "-m", "kerasdist.jax_distribution", "launch", "--processes", "2", "--arrays", arrays_file,
-     "--weights", weights_file, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--timeout-s", str(WAIT_S - 30)],
+     "--weights", weights_file, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--timeout-s", str(WAIT_S - 30),
+     "--save-weights", processes_weights_file],
     capture_output=True, text=True, timeout=WAIT_S,
 )
 if launch.returncode:
@@ -424,8 +493,13 @@ print("identical weights in both processes:", len(digests) == 1)
 print("the one-device loss at every step:", processes_gap < 1e-4)
 
 # %%
-# The measured gap.
+# The measured gaps: the recovered losses, and the final weights (also against DataParallel in this
+# kernel, which splits every batch between two devices the same way).
+processes_weights = saved_weights(processes_weights_file)
 print(f"max |loss difference| per step: two processes vs one device {processes_gap:.1e}")
+print(f"max |weight difference| after one epoch: two processes vs one device "
+      f"{max_weight_gap(processes_weights, one_device.get_weights()):.1e}, "
+      f"vs DataParallel in this kernel {max_weight_gap(processes_weights, replicated.get_weights()):.1e}")
 
 # %% [markdown]
 # ## Checkpoint and resume on JAX
@@ -435,6 +509,12 @@ print(f"max |loss difference| per step: two processes vs one device {processes_g
 # backup folder loads them and starts at the next epoch. Under a distribution, the restored
 # weights take the layouts of the model they are loaded into. Below, a `DataParallel` run is
 # stopped in its second epoch and resumed, and ends where an uninterrupted run ends.
+#
+# That is one process. With several (`keras.distribution.initialize`), each would write the same
+# `.weights.h5` files on its own; Keras 3's `keras.callbacks.OrbaxCheckpoint` (it needs the
+# `orbax-checkpoint` package) is the callback for that case: its docstring says that on JAX it
+# "automatically coordinates checkpointing across all hosts", and it saves in the background while
+# training goes on.
 
 # %%
 # A callback that stops training with an error in the middle of the second epoch, like a crash.
@@ -488,8 +568,9 @@ assert int(resumed.optimizer.iterations) == int(uninterrupted.optimizer.iteratio
 print("resumed = uninterrupted weights:", resume_gap < 1e-5, "; optimizer steps equal:", True)
 
 # %%
-# The measured gap.
+# The measured gap; and the multi-process checkpoint callback, which Keras 3.15 has.
 print(f"resumed vs uninterrupted, final weights: max |difference| {resume_gap:.1e}")
+print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "OrbaxCheckpoint"))
 
 # %% [markdown]
 # ## tf.distribute and keras.distribution side by side
@@ -505,8 +586,8 @@ print(f"resumed vs uninterrupted, final weights: max |difference| {resume_gap:.1
 # | all-reduce (1, 6) | `CollectiveAllReduce` / NCCL, chosen by the strategy | inserted by XLA from the layouts (`jax.jit` with shardings) |
 # | input sharding across workers (4, 5) | `tf.data` auto-shard policy (`DATA`, `FILE`, `OFF`) | `auto_shard_dataset=True` for a `tf.data.Dataset`; `False` when each process feeds its own shard |
 # | several machines (5) | `TF_CONFIG` + `MultiWorkerMirroredStrategy`; `fit()` fails (keras-team/keras#20585), a custom loop works | `keras.distribution.initialize(job_addresses, num_processes, process_id)`; `fit()` works |
-# | checkpoint and resume (2, 5) | `BackupAndRestore`, `ModelCheckpoint`, `.keras` | the same callbacks and files; weights take the layout of the model they are loaded into |
-# | model parallelism (6) | layers placed with `tf.device` | `ModelParallel` with a `DeviceMesh` and a `LayoutMap` that splits the weights themselves |
+# | checkpoint and resume (2, 5) | `BackupAndRestore`, `ModelCheckpoint`, `.keras` | the same callbacks and files in one process (weights take the layout of the model they are loaded into); `OrbaxCheckpoint` across processes |
+# | model parallelism (6) | layers placed with `tf.device` (pipeline parallelism) | `ModelParallel` with a `DeviceMesh` and a `LayoutMap` that splits the weights themselves (tensor parallelism); the optimizer state follows |
 #
 # The files are the same on both backends: the `.weights.h5` file made here on JAX started the
 # TensorFlow run, and lesson 6's "save under one strategy, load under another" holds across
@@ -526,6 +607,12 @@ print(f"resumed vs uninterrupted, final weights: max |difference| {resume_gap:.1
 #   and optimizer state no longer fit on one.
 # - **A mesh can be both.** A 2 x 4 mesh (`batch`, `model`) trains two data-parallel copies of a
 #   model split four ways; only the mesh's shape changes, not the model code.
+# - **Checkpoint several processes with `OrbaxCheckpoint`**: it coordinates the processes and saves
+#   in the background; like `BackupAndRestore`, it keeps the model's state, not the position in the
+#   data.
+# - **Compare runs by their weights.** A loss recovered from Keras' running mean is only as precise
+#   as k float32 steps (ulps) of that mean; two runs that differ less than that look equal in the
+#   losses.
 
 # %% [markdown]
 # ## Summary
@@ -535,13 +622,15 @@ print(f"resumed vs uninterrupted, final weights: max |difference| {resume_gap:.1
 # - `keras.distribution` describes devices as a mesh with named axes and tensors by layouts;
 #   `DataParallel` splits the batch and copies the weights, `ModelParallel` splits the weights a
 #   `LayoutMap` names.
-# - On the same data order and initial weights, one JAX device, `DataParallel`, `ModelParallel`,
-#   TensorFlow's `MirroredStrategy` and two JAX processes took the same steps, up to float32
-#   rounding (measured above).
+# - On the same data order and initial weights, one JAX device, `DataParallel`, `ModelParallel`
+#   (tensor parallelism; Adam's moments take their weight's layout), TensorFlow's
+#   `MirroredStrategy` and two JAX processes took the same steps, up to float32 rounding: their
+#   final weights say so exactly, where the recovered per-step losses only can to their precision.
 # - `keras.distribution.initialize` joins processes into one cluster in which `fit()` works; with
 #   NumPy input each process feeds its own share and `auto_shard_dataset` is off. Both processes
 #   ended with identical weights.
-# - `BackupAndRestore` resumes on JAX as on TensorFlow.
+# - `BackupAndRestore` resumes on JAX as on TensorFlow, in one process; `OrbaxCheckpoint` is the
+#   callback for several.
 
 # %% [markdown]
 # ## Exercises

@@ -30,11 +30,14 @@
 # - `DataParallel`: `fit()` on N devices, with the same per-step loss as one device and as
 #   TensorFlow's `MirroredStrategy` on the same data order;
 # - `ModelParallel`: a `DeviceMesh` and a `LayoutMap` that shard the Dense kernels across two
-#   devices, and how to read where each weight lives;
+#   devices (tensor parallelism), how to read where each weight lives, and where Adam's moments go;
+# - how to compare runs that should take the same steps: by their weights, since a per-step loss
+#   recovered from Keras' running mean is only as precise as that mean;
 # - `keras$distribution$initialize`: `fit()` in two processes that train as one, the multi-worker
 #   `fit()` that the TensorFlow backend cannot run today (lesson 5);
-# - checkpoint and resume with `callback_backup_and_restore()` on JAX, and a map from every
-#   tf.distribute idea of lessons 1-6 to its keras.distribution counterpart.
+# - checkpoint and resume with `callback_backup_and_restore()` on JAX (and `OrbaxCheckpoint` for
+#   several processes), and a map from every tf.distribute idea of lessons 1-6 to its
+#   keras.distribution counterpart.
 #
 # **What you need**: R with the package keras3 (`install.packages("keras3")`), rpy2 and JAX (the
 # `jax` extra) in the kernel's Python environment, and about a minute on a 2-core CPU. The data is
@@ -131,8 +134,9 @@
 # Lesson 1 split the CPU into virtual devices with `tf$config$set_logical_device_configuration()`.
 # JAX's counterpart is the XLA flag `--xla_force_host_platform_device_count=N`, read when JAX
 # starts: the CPU then shows up as N devices that share the same cores but hold their own arrays,
-# with a real all-reduce between them. `keras$distribution$list_devices()` lists them for any
-# backend.
+# with a real all-reduce between them. (JAX's own setting `jax_num_cpu_devices`, made with
+# `jax$config$update()` before JAX starts its CPU client, does the same without an environment
+# variable.) `keras$distribution$list_devices()` lists them for any backend.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -200,21 +204,40 @@
 # weights_file <- file.path(workdir, "initial.weights.h5")
 # save_model_weights(build_mlp(), weights_file)
 
+# %% [markdown]
+# Keras logs the epoch's **running mean** of the loss after each batch, not the batch's own loss.
+# The callback below recovers step k's loss from two means: k x mean_k - (k - 1) x mean_(k-1). Each
+# mean is a float32, rounded to the nearest of its representable values, which lie one *ulp* (unit
+# in the last place) apart; multiplied by k, that rounding grows k times. So two recovered losses
+# can differ by up to about k x ulp(mean_k) + (k - 1) x ulp(mean_(k-1)) through rounding alone,
+# however equal the runs: the callback keeps the means to compute that bound. Comparing the final
+# **weights** is exact, and the lesson does both.
+
 # %% language="R"
-# # Keras logs the epoch's running mean of the loss; keras3 numbers batches from 1, so batch k's own
-# # loss is k * mean_k - (k - 1) * mean_(k-1).
+# # Each step's own loss, recovered from the running means that Keras logs (kept too, for the precision).
+# # keras3 numbers batches from 1, so batch k's own loss is k * mean_k - (k - 1) * mean_(k-1).
 # fit_one_epoch <- function(model) {
 #   losses <- numeric(0)
+#   means <- numeric(0)
 #   previous_mean <- 0
 #   recorder <- callback_lambda(
 #     on_epoch_begin = function(epoch, logs) previous_mean <<- 0,
 #     on_train_batch_end = function(batch, logs) {
 #       losses[batch] <<- batch * logs$loss - (batch - 1) * previous_mean
+#       means[batch] <<- logs$loss
 #       previous_mean <<- logs$loss
 #     })
 #   model |> fit(x_ordered, y_ordered, batch_size = global_batch_size, epochs = 1L, shuffle = FALSE,
 #                verbose = 0, callbacks = list(recorder))
-#   losses
+#   list(losses = losses, means = means)
+# }
+# # The largest |difference| between two lists of weight arrays (0: the same values).
+# max_weight_gap <- function(weights, reference) max(mapply(function(a, b) max(abs(a - b)), weights, reference))
+# # The final weights a helper process wrote with --save-weights (arr_0, arr_1, ... in order).
+# saved_weights <- function(path) {
+#   saved <- np$load(path)
+#   lapply(seq_len(reticulate::py_len(saved$files)) - 1L,
+#          function(index) reticulate::py_to_r(saved$get(sprintf("arr_%d", index))))
 # }
 
 # %% [markdown]
@@ -229,7 +252,8 @@
 # %% language="R"
 # # The reference run: no distribution, so JAX puts everything on its first device.
 # one_device <- compiled_mlp()
-# one_device_losses <- fit_one_epoch(one_device)
+# one_device_run <- fit_one_epoch(one_device)
+# one_device_losses <- one_device_run$losses
 # cat("one device: weights on", reticulate::py_str(one_device$weights[[1]]$value$sharding$device_set), "\n")
 
 # %% language="R"
@@ -238,7 +262,7 @@
 # data_parallel <- keras$distribution$DataParallel(devices = devices)
 # with(data_parallel$scope(), {
 #   replicated <- compiled_mlp()
-#   data_parallel_losses <- fit_one_epoch(replicated)
+#   data_parallel_losses <- fit_one_epoch(replicated)$losses
 # })
 # cat("mesh shape", unlist(data_parallel$device_mesh$shape), "axes", unlist(data_parallel$device_mesh$axis_names), "\n")
 
@@ -261,9 +285,10 @@
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # TensorFlow's MirroredStrategy on the same batches, in a TensorFlow process.
+# mirrored_weights_file <- file.path(workdir, "mirrored_final.npz")
 # mirrored_run <- processx::run(python, c("-m", "kerasdist.jax_distribution", "mirrored", "--arrays", arrays_file,
 #                                         "--weights", weights_file, "--global-batch-size", global_batch_size,
-#                                         "--replicas", num_devices),
+#                                         "--replicas", num_devices, "--save-weights", mirrored_weights_file),
 #                               timeout = wait_s, error_on_status = FALSE)
 # if (mirrored_run$status != 0) cat(substring(mirrored_run$stderr, nchar(mirrored_run$stderr) - 3000))
 # mirrored <- jsonlite::fromJSON(tail(strsplit(mirrored_run$stdout, "\n")[[1]], 1))
@@ -280,10 +305,26 @@
 # cat("the same loss at every step on all three runs:", TRUE, "\n")
 
 # %% language="R"
-# # The measured gaps, and for scale how far the loss moved.
+# # The measured gaps, how precise a recovered loss is, and for scale how far the loss moved.
+# ulp_times_k <- seq_len(steps) * reticulate::py_to_r(np$spacing(np$asarray(one_device_run$means, dtype = "float32")))
+# resolution <- ulp_times_k + c(0, head(ulp_times_k, -1))  # k x ulp(mean_k) + (k - 1) x ulp(mean_(k-1))
 # cat(sprintf(paste("max |loss difference| per step: DataParallel vs one device %.1e,",
 #                   "MirroredStrategy (TensorFlow) vs one device (JAX) %.1e\n"), jax_devices_gap, backends_gap))
+# cat(sprintf(paste("what rounding the running means allows (k x ulp(mean_k) + (k - 1) x ulp(mean_(k-1))):",
+#                   "up to %.1e\n"), max(resolution)))
 # cat(sprintf("the loss went from %.3f to %.3f\n", one_device_losses[1], one_device_losses[steps]))
+
+# %% [markdown]
+# The loss gaps are of the size of what that rounding allows: the recovered per-step losses
+# cannot tell these runs apart any better. The final weights can.
+
+# %% language="R"
+# # The final weights of each run against one device's: exact, unlike the recovered losses.
+# data_parallel_weight_gap <- max_weight_gap(get_weights(replicated), get_weights(one_device))
+# mirrored_weight_gap <- max_weight_gap(saved_weights(mirrored_weights_file), get_weights(one_device))
+# cat(sprintf(paste("max |weight difference| after one epoch: DataParallel vs one device %.1e,",
+#                   "MirroredStrategy (TensorFlow) vs one device (JAX) %.1e\n"), data_parallel_weight_gap,
+#             mirrored_weight_gap))
 
 # %% magic_args="-w 10 -h 3.4 --units in -r 100" language="R"
 # # Plot the three runs' per-step losses, and their differences from the one-device run.
@@ -303,14 +344,19 @@
 #      col = "steelblue", ylim = c(floor / 2, 1e-3), xlab = "step", ylab = "(equal: on the bottom line)",
 #      main = "|difference| from one JAX device")
 # points(step_numbers, pmax(abs(mirrored_losses - one_device_losses), floor), pch = 15, cex = 0.6, col = "darkorange")
-# legend("topright", cex = 0.75, pch = c(16, 15), col = c("steelblue", "darkorange"),
-#        legend = c("DataParallel - one device", "MirroredStrategy - one device"))
+# lines(step_numbers, resolution, col = "black")
+# legend("topright", cex = 0.75, pch = c(16, 15, NA), lty = c(NA, NA, 1), col = c("steelblue", "darkorange", "black"),
+#        legend = c("DataParallel - one device", "MirroredStrategy - one device", "what rounding the means allows"))
 # grid()
 
 # %% [markdown]
-# The two backends agree to float32 rounding, not bit for bit: XLA on JAX and TensorFlow's kernels
-# add the same numbers in other orders, and every step's rounding feeds the next. The same holds
-# between one device and two: the all-reduce sums the two halves of the gradient in another order.
+# The per-step loss gaps stay near or under the black line, the rounding bound, which grows with
+# the step number: they measure the recovery, not the runs. The weights tell the runs apart. Two
+# backends agree to float32 rounding, not bit for bit: XLA on JAX and TensorFlow's kernels add the
+# same numbers in other orders, and every step's rounding feeds the next. Between one JAX device
+# and `DataParallel` on two, the weight gap printed above is what splitting the batch does: each
+# device sums the gradient of its half, and the all-reduce adds the two halves, another order of
+# additions than one device's sum over the whole batch.
 
 # %% [markdown]
 # ## ModelParallel: a DeviceMesh and a LayoutMap
@@ -318,8 +364,14 @@
 # `ModelParallel` splits weights. A `DeviceMesh` names the axes of the devices; here a 1 x 2 mesh
 # with axes `batch` (size 1) and `model` (size 2). A `LayoutMap` maps variable paths (regular
 # expressions) to layouts: `list(NULL, "model")` splits a kernel's columns across the `model` axis,
-# `list("model")` its bias. Weights that match no key are copied on every device. (In R, `[[<-` on
-# the Python `LayoutMap` sets a key: `layout_map[["dense.*kernel"]] <- ...`.)
+# `list("model")` its bias. Weights that match no key are copied on every device. reticulate's
+# `py_set_item()` sets a key of the Python `LayoutMap`.
+#
+# Splitting the weights *inside* a layer like this is **tensor parallelism** (intra-layer model
+# parallelism): each device holds a slice of the columns of every hidden kernel and computes its
+# slice of the layer's outputs; the next layer needs all of them, so XLA inserts the collectives
+# that gather them. It is the column split of Megatron-LM's layers, and the opposite of lesson 6's
+# `tf$device()` split, which gave each device whole layers (pipeline parallelism).
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -327,8 +379,8 @@
 # mesh <- keras$distribution$DeviceMesh(shape = list(1L, num_devices), axis_names = list("batch", "model"),
 #                                       devices = devices)
 # layout_map <- keras$distribution$LayoutMap(mesh)
-# layout_map$`__setitem__`("dense.*kernel", reticulate::tuple(NULL, "model"))
-# layout_map$`__setitem__`("dense.*bias", reticulate::tuple("model"))
+# reticulate::py_set_item(layout_map, "dense.*kernel", reticulate::tuple(NULL, "model"))
+# reticulate::py_set_item(layout_map, "dense.*bias", reticulate::tuple("model"))
 # model_parallel <- keras$distribution$ModelParallel(layout_map = layout_map, batch_dim_name = "batch")
 # with(model_parallel$scope(), sharded <- compiled_mlp())
 # cat("mesh shape", unlist(mesh$shape), "axes", unlist(mesh$axis_names), "\n")
@@ -348,15 +400,30 @@
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Train the split model on the same batches and compare with one device.
-# with(model_parallel$scope(), model_parallel_losses <- fit_one_epoch(sharded))
+# with(model_parallel$scope(), model_parallel_losses <- fit_one_epoch(sharded)$losses)
 # model_parallel_gap <- max(abs(model_parallel_losses - one_device_losses))
 # stopifnot(model_parallel_gap < 1e-4)
 # cat("ModelParallel gives the one-device loss at every step:", TRUE, "\n")
 # cat("its kernel is still split after training:", reticulate::py_str(sharded$weights[[1]]$value$sharding$spec), "\n")
 
 # %% language="R"
-# # The measured gap.
+# # The measured gaps: the recovered losses, and the final weights.
 # cat(sprintf("max |loss difference| per step: ModelParallel vs one device %.1e\n", model_parallel_gap))
+# cat(sprintf("max |weight difference| after one epoch: ModelParallel vs one device %.1e\n",
+#             max_weight_gap(get_weights(sharded), get_weights(one_device))))
+
+# %% [markdown]
+# The optimizer state is split too. Adam keeps two moments per weight, each as large as the weight;
+# under `ModelParallel` Keras creates each moment with the layout of its weight, so a device holds
+# the moments of its own slices only. (Lesson 6 needed a `ColocatedAdam` to get that by hand.)
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Adam's variables for the first hidden layer, and their layouts: the layout of the weight they belong to.
+# for (variable in sharded$optimizer$variables)
+#   if (grepl("dense_1", variable$path))
+#     cat(sprintf("%-30s %-11s %s\n", variable$path, sprintf("(%s)", paste(unlist(variable$shape), collapse = ", ")),
+#                 reticulate::py_str(variable$value$sharding$spec)))
 
 # %% [markdown]
 # ## Several processes: keras.distribution.initialize
@@ -398,9 +465,10 @@
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Two processes on 127.0.0.1 run fit() together; each prints its per-step losses and a digest of its weights.
+# processes_weights_file <- file.path(workdir, "processes_final.npz")  # process 0's final weights
 # launch <- processx::run(python, c("-m", "kerasdist.jax_distribution", "launch", "--processes", 2, "--arrays",
 #                                   arrays_file, "--weights", weights_file, "--global-batch-size", global_batch_size,
-#                                   "--timeout-s", wait_s - 30),
+#                                   "--timeout-s", wait_s - 30, "--save-weights", processes_weights_file),
 #                         timeout = wait_s, error_on_status = FALSE)
 # if (launch$status != 0) cat(substring(launch$stderr, nchar(launch$stderr) - 3000))
 # workers <- jsonlite::fromJSON(tail(strsplit(launch$stdout, "\n")[[1]], 1), simplifyVector = FALSE)
@@ -419,8 +487,13 @@
 # cat("the one-device loss at every step:", processes_gap < 1e-4, "\n")
 
 # %% language="R"
-# # The measured gap.
+# # The measured gaps: the recovered losses, and the final weights (also against DataParallel in this
+# # session, which splits every batch between two devices the same way).
+# processes_weights <- saved_weights(processes_weights_file)
 # cat(sprintf("max |loss difference| per step: two processes vs one device %.1e\n", processes_gap))
+# cat(sprintf("max |weight difference| after one epoch: two processes vs one device %.1e, vs DataParallel in this kernel %.1e\n",
+#             max_weight_gap(processes_weights, get_weights(one_device)),
+#             max_weight_gap(processes_weights, get_weights(replicated))))
 
 # %% [markdown]
 # ## Checkpoint and resume on JAX
@@ -431,6 +504,12 @@
 # the layouts of the model they are loaded into. A `DataParallel` run is stopped in its second
 # epoch and resumed, and ends where an uninterrupted run ends. keras3 numbers epochs and batches
 # from 1 in R callbacks.
+#
+# That is one process. With several (`keras$distribution$initialize()`), each would write the same
+# `.weights.h5` files on its own; Keras 3's `keras$callbacks$OrbaxCheckpoint` (it needs the Python
+# package `orbax-checkpoint`; keras3 has no wrapper for it yet) is the callback for that case: its
+# docstring says that on JAX it "automatically coordinates checkpointing across all hosts", and it
+# saves in the background while training goes on.
 
 # %% language="R"
 # # A callback that stops training with an error in the middle of the second epoch, like a crash,
@@ -469,8 +548,9 @@
 # cat("resumed = uninterrupted weights:", resume_gap < 1e-5, "; optimizer steps equal:", TRUE, "\n")
 
 # %% language="R"
-# # The measured gap.
+# # The measured gap; and the multi-process checkpoint callback, which Keras 3.15 has.
 # cat(sprintf("resumed vs uninterrupted, final weights: max |difference| %.1e\n", resume_gap))
+# cat("keras.callbacks.OrbaxCheckpoint exists:", reticulate::py_has_attr(keras$callbacks, "OrbaxCheckpoint"), "\n")
 
 # %% [markdown]
 # ## tf.distribute and keras.distribution side by side
@@ -486,8 +566,8 @@
 # | all-reduce (1, 6) | `CollectiveAllReduce` / NCCL, chosen by the strategy | inserted by XLA from the layouts (`jax.jit` with shardings) |
 # | input sharding across workers (4, 5) | tf.data auto-shard policy (`DATA`, `FILE`, `OFF`) | `auto_shard_dataset = TRUE` for a `tf.data.Dataset`; `FALSE` when each process feeds its own shard |
 # | several machines (5) | `TF_CONFIG` + `MultiWorkerMirroredStrategy`; `fit()` fails (keras-team/keras#20585), a custom loop works | `keras$distribution$initialize(job_addresses, num_processes, process_id)`; `fit()` works |
-# | checkpoint and resume (2, 5) | `callback_backup_and_restore()`, `callback_model_checkpoint()`, `.keras` | the same callbacks and files; weights take the layout of the model they are loaded into |
-# | model parallelism (6) | layers placed with `tf$device()` | `ModelParallel` with a `DeviceMesh` and a `LayoutMap` that splits the weights themselves |
+# | checkpoint and resume (2, 5) | `callback_backup_and_restore()`, `callback_model_checkpoint()`, `.keras` | the same callbacks and files in one process (weights take the layout of the model they are loaded into); `OrbaxCheckpoint` across processes |
+# | model parallelism (6) | layers placed with `tf$device()` (pipeline parallelism) | `ModelParallel` with a `DeviceMesh` and a `LayoutMap` that splits the weights themselves (tensor parallelism); the optimizer state follows |
 #
 # The files are the same on both backends: the `.weights.h5` file made here on JAX started the
 # TensorFlow run.
@@ -504,6 +584,12 @@
 #   device; `ModelParallel` pays for moving activations between devices.
 # - **A mesh can be both.** A 2 x 4 mesh (`batch`, `model`) trains two data-parallel copies of a
 #   model split four ways; only the mesh's shape changes.
+# - **Checkpoint several processes with `OrbaxCheckpoint`**: it coordinates the processes and saves
+#   in the background; like `callback_backup_and_restore()`, it keeps the model's state, not the
+#   position in the data.
+# - **Compare runs by their weights.** A loss recovered from Keras' running mean is only as precise
+#   as k float32 steps (ulps) of that mean; two runs that differ less than that look equal in the
+#   losses.
 
 # %% [markdown]
 # ## Summary
@@ -514,13 +600,15 @@
 # - `keras.distribution` describes devices as a mesh with named axes and tensors by layouts;
 #   `DataParallel` splits the batch and copies the weights, `ModelParallel` splits the weights a
 #   `LayoutMap` names.
-# - On the same data order and initial weights, one JAX device, `DataParallel`, `ModelParallel`,
-#   TensorFlow's `MirroredStrategy` and two JAX processes took the same steps, up to float32
-#   rounding (measured above).
+# - On the same data order and initial weights, one JAX device, `DataParallel`, `ModelParallel`
+#   (tensor parallelism; Adam's moments take their weight's layout), TensorFlow's
+#   `MirroredStrategy` and two JAX processes took the same steps, up to float32 rounding: their
+#   final weights say so exactly, where the recovered per-step losses only can to their precision.
 # - `keras$distribution$initialize` joins processes into one cluster in which `fit()` works; with
 #   NumPy input each process feeds its own share and `auto_shard_dataset` is off. Both processes
 #   ended with identical weights.
-# - `callback_backup_and_restore()` resumes on JAX as on TensorFlow.
+# - `callback_backup_and_restore()` resumes on JAX as on TensorFlow, in one process;
+#   `OrbaxCheckpoint` is the callback for several.
 
 # %% [markdown]
 # ## Exercises
@@ -542,7 +630,7 @@
 #
 #    </details>
 # 2. Make `ModelParallel` also split the `logits` layer:
-#    `layout_map$__setitem__("logits.*kernel", reticulate::tuple(NULL, "model"))`. What happens with
+#    `reticulate::py_set_item(layout_map, "logits.*kernel", reticulate::tuple(NULL, "model"))`. What happens with
 #    two devices, and with four (`num_devices <- 4L`)? Why?
 #
 #    <details><summary>Hint</summary>

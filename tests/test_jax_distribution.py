@@ -11,7 +11,7 @@ import pytest
 
 from kerasdist import model as model_module
 from kerasdist.errors import KerasdistError
-from kerasdist.jax_distribution import launch, run_worker
+from kerasdist.jax_distribution import launch, load_final_weights, run_worker
 from kerasdist.model import weights_digest
 
 pytest.importorskip("jax", reason="needs JAX (the jax extra: pip install -e '.[jax]')")
@@ -47,20 +47,24 @@ def test_weights_digest_tells_arrays_apart_by_their_bits():
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("training")
-def test_two_processes_fit_as_one_with_the_steps_of_mirrored_strategy(start):
+def test_two_processes_fit_as_one_with_the_steps_of_mirrored_strategy(start, tmp_path):
     arrays, weights = start
     workers = launch(arrays, weights, processes=2, global_batch_size=GLOBAL_BATCH_SIZE,
-                     timeout_s=LAUNCH_TIMEOUT_S)
+                     timeout_s=LAUNCH_TIMEOUT_S, save_weights=str(tmp_path / "workers.npz"))
     assert [worker["process"] for worker in workers] == [0, 1]
     assert all(worker["devices"] == 2 for worker in workers)  # one cluster: each sees both processes' devices
     assert workers[0]["digest"] == workers[1]["digest"], "the processes ended with different weights"
     assert len(workers[0]["losses"]) == STEPS
     assert workers[0]["losses"][-1] < workers[0]["losses"][0]
-    done = command("mirrored", "--arrays", arrays, "--weights", weights, "--replicas", "2")
+    done = command("mirrored", "--arrays", arrays, "--weights", weights, "--replicas", "2",
+                   "--save-weights", str(tmp_path / "mirrored.npz"))
     assert done.returncode == 0, done.stderr[-3000:]
     mirrored = json.loads(done.stdout.splitlines()[-1])
     assert mirrored["replicas"] == 2
     np.testing.assert_allclose(mirrored["losses"], workers[0]["losses"], atol=1e-4)
+    # --save-weights: the final weights themselves, the ones each run's digest describes.
+    for saved, run in ((tmp_path / "workers.npz", workers[0]), (tmp_path / "mirrored.npz", mirrored)):
+        assert weights_digest(load_final_weights(str(saved)))[:16] == run["digest"]
 
 
 @pytest.mark.slow

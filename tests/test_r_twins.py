@@ -114,8 +114,15 @@ KEY_NUMBERS = {
          r"auto-shard rewrite \(policy (\w+)\) kept the same slices as worker_share, for all (\d+) workers", None, 0),
     ],
     "05_multi_worker": [
+        ("TensorFlow's is_chief for the evaluator",
+         r"^TensorFlow's multi_worker_util.is_chief for the evaluator: (\w+)", None, 0),
+        ("where fit() fails: the error and the traceback's frames",
+         r"^worker \d: fit\(\) failed: (.+)$|^    ([\w/.]+:\d+ in \w+)$", None, 0),
+        ("the custom loop: steps, last loss, weight digest (the same pipeline and loop in both twins)",
+         r"^worker \d: custom loop trained (\d+) steps, last loss ([\d.]+)$|^worker \d: weights sha256 (\w+)$",
+         None, 0),
         ("fit() fails, the loop trains, identical weights",
-         r"^(?:fit\(\) failed|(?:the|custom) loop finished) on every worker: (\w+)|^identical final weights: (\w+)",
+         r"^(?:fit\(\) failed|custom loop finished) on every worker: (\w+)|^identical final weights: (\w+)",
          None, 0),
         ("launch: epochs and batch",
          r"epochs trained: (\d+) of (\d+), global batch (\d+) = (\d+) x (\d+)", None, 0),
@@ -129,14 +136,21 @@ KEY_NUMBERS = {
          r"^the evaluator read the chief's newest checkpoint: (\w+)", None, 0),
         ("TensorBoard: folders left and their event files", r"^([\w.]+)/: (\d+) event file\(s\)$", None, 0),
         ("TensorBoard: the chief's log", r"^the chief's log: (\d+) losses, steps (\d+)\.\.(\d+)", None, 0),
-        ("BackupAndRestore: files, and no task rule",
-         r"^Keras 3 BackupAndRestore writes: (.+)$|^asks for the chief or the task type: (\w+)", None, 0),
+        ("BackupAndRestore: files, what it saves and reads back, and no task rule",
+         (r"^Keras 3 BackupAndRestore writes: (.+)$|^its metadata holds: (.+)$|^the saved epoch changes in: (.+)$"
+          r"|^asks for the chief or the task type: (\w+)"), None, 0),
         ("cluster resolvers: the clusters they find", r"^cluster: (\{.*\})$", None, 0),
         ("cluster resolvers: TF_CONFIG task, Slurm task",
          r"^task: (worker \d+)$|^task: (worker \d+) at (\S+), chief: (\w+)$", None, 0),
     ],
     "06_strategy_map": [
         ("strategies that run", r"^(\w+)\s+runs: (\w+), (\d+) replica", None, 0),
+        ("how TF's MirroredStrategy and kerasdist's mirrored sum gradients",
+         r"^(tf\.distribute\.MirroredStrategy\(devices\)|kerasdist\.make_strategy\('mirrored'\)):\s+(.+)$", None, 0),
+        ("ParameterServerStrategy in one process",
+         r"^(ParameterServerStrategyV2: .+)$|^(the variable lives on .+)$|^(\d+ steps scheduled, .+)$", None, 0),
+        ("Keras 3's source names neither PSS class", r"^Keras 3's source: (\d+) files", None, 0),
+        ("pipeline bubble", r"^p = (\d+) stages, m = +(\d+) micro-batch\(es\): each stage idle (\d+)%", None, 0),
         ("strategy table: replicas, variable, max |dw|",
          STRATEGY_ROW + rf"(\d+)\s+(\w+)\s+.*?\s{NUMBER}\s+[\d.]+\s+[\d.]+\s+[\d.]+$", None, 1e-5),
         ("strategy table: fit loss, val acc by evaluate() and by hand",
@@ -188,12 +202,17 @@ KEY_NUMBERS = {
         ("ModelParallel: each weight's layout and pieces",
          r"^(\w+/\w+)\s+\((\d+),? ?(\d*)\)\s+(PartitionSpec\(.*?\))\s+TFRT_CPU_0: \((\d+),? ?(\d*)\)", None, 0),
         ("ModelParallel: split after training", r"its kernel is still split after training: (PartitionSpec\(.*\))", None, 0),
+        ("ModelParallel: Adam's moments take their weight's layout",
+         r"^(adam\w*/dense_1_\w+)\s+\((\d+),? ?(\d*)\)\s+(PartitionSpec\(.*\))$", None, 0),
+        ("the rounding bound of a recovered loss", rf"up to {NUMBER}$", None, 1e-6),
+        ("two processes against DataParallel, final weights", rf"vs DataParallel in this kernel {NUMBER}", None, 1e-7),
         ("two processes: devices, steps, weight digests",
          r"process (\d): (\d+) devices in the cluster, (\d+) steps, weights sha256 (\w+)", None, 0),
         ("BackupAndRestore: files, epochs resumed", r"the backup holds: (.+)$|second fit\(\) trained epochs (\d+) of (\d+)",
          None, 0),
         ("resumed = uninterrupted", r"resumed = uninterrupted weights: (\w+) ; optimizer steps equal: (\w+)", None, 0),
         ("resumed vs uninterrupted, max |difference|", rf"final weights: max \|difference\| {NUMBER}", None, 1e-6),
+        ("OrbaxCheckpoint", r"^keras.callbacks.OrbaxCheckpoint exists: (\w+)", None, 0),
     ],
     # Speeds differ run to run (and the twins run at different moments): only what does not is compared.
     "08_speed": [
@@ -307,6 +326,6 @@ def test_lesson5_worker_script_trains_two_workers_with_rscript(tmp_path):
             f"worker {index} ended with status {worker.returncode}:\n{output[-3000:]}"
         )
         assert f"worker {index}: fit() failed: ValueError: Attempt to convert a value (PerReplica" in output
-        assert f"worker {index}: kerasdist's loop trained {steps} steps" in output
+        assert f"worker {index}: custom loop trained {steps} steps" in output
     digests = {re.search(r"weights sha256 (\w+)", output).group(1) for output in outputs}
     assert len(digests) == 1, f"the workers ended with different weights: {digests}"
