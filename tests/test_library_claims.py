@@ -6,6 +6,7 @@ This process has 2 virtual CPU replicas (tests/conftest.py); claims that need ot
 JAX backend run in a fresh, bounded process.
 """
 
+import inspect
 import json
 import os
 import pathlib
@@ -249,10 +250,73 @@ def test_a_distributed_dataset_splits_an_uneven_global_batch_into_rounded_up_sha
 
 
 @pytest.mark.slow  # a fresh process
-def test_jax_cpu_collectives_default_to_gloo():
-    """Lesson 07: JAX's CPU collectives across processes use gloo unless told otherwise."""
+def test_what_lesson_07_says_of_jax():
+    """Lesson 07: JAX's CPU collectives across processes use gloo unless told otherwise; jax_num_cpu_devices
+    exists beside XLA_FLAGS; under ModelParallel, Adam's moments take their kernel's layout."""
     pytest.importorskip("jax")
-    assert run_fresh("""
-        import json, jax
-        print(json.dumps(jax.config.jax_cpu_collectives_implementation))
-    """) == "gloo"
+    found = run_fresh("""
+        import json, os
+        os.environ["KERAS_BACKEND"] = "jax"
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        import jax, keras
+        mesh = keras.distribution.DeviceMesh((1, 2), ("batch", "model"), keras.distribution.list_devices())
+        layout_map = keras.distribution.LayoutMap(mesh)
+        layout_map["dense.*kernel"] = (None, "model")
+        with keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch").scope():
+            inputs = keras.Input((8,))
+            model = keras.Model(inputs, keras.layers.Dense(4, name="dense")(inputs))
+            model.compile(optimizer="adam", loss="mse")
+            model.optimizer.build(model.trainable_variables)
+        moments = {v.path: str(v.value.sharding.spec) for v in model.optimizer.variables if "kernel" in v.path}
+        print(json.dumps({"collectives": jax.config.jax_cpu_collectives_implementation,
+                          "num_cpu_devices": hasattr(jax.config, "jax_num_cpu_devices"), "moments": moments}))
+    """)
+    assert found["collectives"] == "gloo" and found["num_cpu_devices"]
+    assert set(found["moments"].values()) == {"PartitionSpec(None, 'model')"}, found["moments"]
+
+
+def test_adams_step_count_and_rate_are_kept_by_the_first_replica(strategy):
+    """Lesson 01: Adam's iteration and learning rate aggregate ONLY_FIRST_REPLICA, its moments NONE."""
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+        model.optimizer.build(model.trainable_variables)
+    aggregation = {variable.path.split("/")[-1]: variable.value.aggregation for variable in model.optimizer.variables}
+    assert aggregation["iteration"] == aggregation["learning_rate"] == tf.VariableAggregation.ONLY_FIRST_REPLICA
+    moments = [value for name, value in aggregation.items() if "momentum" in name or "velocity" in name]
+    assert moments and set(moments) == {tf.VariableAggregation.NONE}
+
+
+def test_synchronized_batch_normalization_all_reduces_three_sums_one_by_one():
+    """Lesson 03: the sum, the sum of squares and the count are three separate all-reduces per layer and step."""
+    from keras.src.backend.tensorflow import nn
+
+    assert inspect.getsource(nn._compute_moments_sync).count("replica_ctx.all_reduce(") == 3
+
+
+def test_what_tensorflow_says_of_cluster_roles():
+    """Lesson 05: TensorFlow counts the evaluator as a chief (kerasdist does not), and names a worker index
+    past the cluster in these words."""
+    from tensorflow.python.distribute import multi_worker_util
+
+    cluster = {"chief": ["localhost:1"], "worker": ["localhost:2", "localhost:3"], "evaluator": ["localhost:4"]}
+    assert multi_worker_util.is_chief(cluster, "evaluator", 0) is True
+    assert multi_worker_util.is_chief(cluster, "worker", 0) is False
+    with pytest.raises(ValueError, match=r"^The `task_id` 2 exceeds the maximum id of worker\.$"):
+        multi_worker_util._validate_cluster_spec(cluster, "worker", 2)
+
+
+def test_a_global_batch_that_does_not_divide_is_refused_per_replica():
+    """Lesson 05: distribute_datasets_from_function's InputContext refuses 64 over 3 replicas."""
+    context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=3)
+    with pytest.raises(ValueError):
+        context.get_per_replica_batch_size(64)
+    assert context.get_per_replica_batch_size(66) == 22
+
+
+def test_the_fault_tolerance_pieces_the_lessons_name_exist():
+    """Lessons 02, 05 and 07: TensorFlow's preemption handler, Keras' Orbax checkpoint callback; no
+    SidecarEvaluator in Keras 3."""
+    assert hasattr(tf.distribute.experimental, "PreemptionCheckpointHandler")
+    assert hasattr(keras.callbacks, "OrbaxCheckpoint")
+    assert not [path for path in KERAS_SOURCE.rglob("*.py") if "SidecarEvaluator" in path.read_text()]
