@@ -769,9 +769,9 @@ print(f"{'BackupAndRestore':17}{f'epoch 2, batch {backup_batches} (global batch 
 #
 #    ```python
 #    def epoch_dataset(epoch):
-#        """Epoch `epoch` (0-based) in an order that depends on (seed, epoch) only."""
+#        """Epoch `epoch` (0-based) in an order that depends on the epoch only (its seed)."""
 #        return (tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
-#                .shuffle(len(data.y_train), seed=1000 + epoch)
+#                .shuffle(len(data.y_train), seed=epoch)
 #                .batch(GLOBAL_BATCH_SIZE, drop_remainder=True))
 #
 #

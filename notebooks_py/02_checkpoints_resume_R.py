@@ -790,10 +790,10 @@ import keras  # noqa: F401
 #    <details><summary>Solution</summary>
 #
 #    ```r
-#    epoch_dataset <- function(epoch) {  # epoch: 0-based, as stored; the order depends on (seed, epoch) only
+#    epoch_dataset <- function(epoch) {  # epoch: 0-based, as stored; the order depends on the epoch only (its seed)
 #      list(np_array(x_train, dtype = "float32"), np_array(y_train, dtype = "int32")) |>
 #        tensor_slices_dataset() |>
-#        dataset_shuffle(buffer_size = nrow(x_train), seed = 1000L + epoch) |>
+#        dataset_shuffle(buffer_size = nrow(x_train), seed = epoch) |>
 #        dataset_batch(global_batch_size, drop_remainder = TRUE)
 #    }
 #    callback_save_position <- Callback(
