@@ -23,7 +23,7 @@
 # - why "the newest file by ctime" is the wrong way to find the latest checkpoint;
 # - what `ModelCheckpoint(save_freq=N)` saves every N batches, and why `fit()` cannot continue from it;
 # - mid-epoch backups: kerasdist resumes at the next batch, Keras `BackupAndRestore` replays the
-#   epoch.
+#   epoch; and (exercise 6) how to build mid-epoch resume for `fit()` yourself.
 #
 # **What you need**: lesson 1, the project's virtualenv as the kernel, and about a minute and a half
 # on a 2-core CPU. The lesson writes into `results/02_checkpoints/` next to this notebook and
@@ -474,9 +474,13 @@ figure.tight_layout()
 # ## Keras BackupAndRestore replays the epoch
 #
 # Keras has its own fault-tolerance callback, `BackupAndRestore`. With `save_freq=20` it backs up
-# every 20 batches (counted across epochs, like `ModelCheckpoint`) into two files: `latest.weights.h5`
-# (weights and optimizer state) and `training_metadata.json`. The crash below lands where the SIGKILL
-# did: epoch 2, 4 batches after step 20 of it.
+# every 20 batches into two files: `latest.weights.h5` (weights and optimizer state) and
+# `training_metadata.json`. It counts the batches **across epochs**, like `ModelCheckpoint` (and
+# unlike kerasdist, which counts inside each epoch), and with an integer `save_freq` it writes
+# nothing at an epoch's end; so its backups in epoch 2 fall at other batches than kerasdist's
+# checkpoints did. To compare like with like, the crash below comes `LOST_STEPS` batches after its
+# newest backup, as the SIGKILL came `LOST_STEPS` steps after kerasdist's newest checkpoint: both
+# methods then lose the batches after their backup, and what we compare is what the restore does.
 
 # %%
 # A callback that counts the batches each epoch trains.
@@ -496,16 +500,20 @@ class BatchCounter(keras.callbacks.Callback):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# First run, 2 epochs: back up every 20 batches, crash in epoch 2, and read what the backup recorded.
+# First run, 2 epochs: back up every 20 batches (counted across epochs), crash LOST_STEPS batches after
+# the first backup of epoch 2, and read what the backup recorded.
 BACKUP_DIR = RUN_DIR / "backup_and_restore"
 EPOCHS_BACKUP = 2
+backup_in_epoch_2 = (STEPS_PER_EPOCH // SAVE_EVERY_STEPS + 1) * SAVE_EVERY_STEPS - STEPS_PER_EPOCH
+print(f"backups after global batches {SAVE_EVERY_STEPS}, {2 * SAVE_EVERY_STEPS}, ...: in epoch 2 the first "
+      f"after its batch {backup_in_epoch_2}; the crash comes after batch {backup_in_epoch_2 + LOST_STEPS}")
 keras.utils.set_random_seed(0)
 with strategy.scope():
     model = build_model()
 try:
     model.fit(train_dataset, epochs=EPOCHS_BACKUP, shuffle=False, verbose=0,
               callbacks=[keras.callbacks.BackupAndRestore(str(BACKUP_DIR), save_freq=SAVE_EVERY_STEPS),
-                         CrashAt(epoch=2, batch=SAVE_EVERY_STEPS + LOST_STEPS)])
+                         CrashAt(epoch=2, batch=backup_in_epoch_2 + LOST_STEPS)])
 except RuntimeError as error:
     print("Training stopped:", error)
 metadata = json.loads((BACKUP_DIR / "training_metadata.json").read_text())
@@ -513,6 +521,7 @@ print(f"Keras {keras.__version__} backup: {sorted(path.name for path in BACKUP_D
       f"training_metadata.json = {metadata}")
 backup_epoch, backup_batches = metadata["epoch"] + 1, metadata["batch"] + 1  # 1-based epoch, batches done in it
 print(f"the backup holds epoch {backup_epoch} up to its batch {backup_batches}")
+assert (backup_epoch, backup_batches) == (2, backup_in_epoch_2)
 
 # %% [markdown]
 # The metadata records the epochs finished **and** the batch (0-based) of the backup. But when the
@@ -544,11 +553,24 @@ print(f"kerasdist trained {kerasdist_batches} batches of epoch 2 after its resto
 # Self-check: the whole epoch again, so every batch of the backup was replayed.
 assert counter.batches[backup_epoch] == STEPS_PER_EPOCH and replayed == backup_batches
 
+# %%
+# Like with like: each method's newest backup before the failure, the batches trained after it (lost,
+# and trained again by any method), and the batches already in it that the restore trained again.
+# (kerasdist's kill lands a little after the step the cell waited for, so its loss varies by a few steps.)
+print(f"{'':17}{'newest backup':34}{'lost':>6}{'trained twice':>15}")
+print(f"{'kerasdist':17}{f'epoch 2, step {resumed_from - STEPS_PER_EPOCH} (ckpt-{resumed_from})':34}"
+      f"{killed_at - resumed_from:>6}{0:>15}")
+print(f"{'BackupAndRestore':17}{f'epoch 2, batch {backup_batches} (global batch {STEPS_PER_EPOCH + backup_batches})':34}"
+      f"{backup_in_epoch_2 + LOST_STEPS - backup_batches:>6}{replayed:>15}")
+
 # %% [markdown]
 # `BackupAndRestore` restored the epoch but not the batch: it trained the whole of epoch 2 again, so
-# the batches of epoch 2 in its backup were trained twice (the lines above count them), on top of the
-# batches between the backup and the crash, which any method loses. kerasdist trained only the
-# batches that were missing. `BackupAndRestore` also deleted its backup once training succeeded (the
+# the batches of epoch 2 in its backup were trained twice, on top of the batches between the backup
+# and the crash, which any method loses and trains again. kerasdist trained only the batches that
+# were missing. The table compares like with like: each method's own newest backup, and the
+# failure the same number of batches after it (kerasdist's kill a few steps later, as the kill
+# lands a little after the step the lesson waits for). The gap grows with the backup's position in
+# its epoch: a backup late in a long epoch makes `BackupAndRestore` replay almost the whole epoch. `BackupAndRestore` also deleted its backup once training succeeded (the
 # default, `delete_checkpoint=True`), so it is a crash guard, not a record of the run.
 
 # %% [markdown]
@@ -570,8 +592,27 @@ assert counter.batches[backup_epoch] == STEPS_PER_EPOCH and replayed == backup_b
 # - **Wait with a deadline, and reap.** A parent that watches a training process polls with a time
 #   limit and collects the child's exit status (`Popen.wait(timeout=...)`); a dead child nobody reaps
 #   is a zombie, and "is it still there?" stays true for it.
-# - **Several workers**: all of them must restore the same checkpoint, and only one (the chief)
-#   should write it. Lesson 5 covers multi-worker training.
+# - **Expect a warning before the kill.** Cloud preemption and batch schedulers usually send
+#   `SIGTERM` and wait a grace period before `SIGKILL`. Catch it, finish the step, save, exit:
+#   kerasdist's trainer does this (`kerasdist/interrupt.py`), and TensorFlow's
+#   `tf.distribute.experimental.PreemptionCheckpointHandler` does it for a custom loop under
+#   `MultiWorkerMirroredStrategy`, with every worker saving at the same step (unless told otherwise
+#   it treats `SIGTERM` as the notice, and `TerminationConfig(grace_period=...)` lets it train on
+#   until the grace period nearly ends; `tensorflow/python/distribute/failure_handling/failure_handling.py`).
+# - **Custom loops can checkpoint the data position itself.** `tf.train.Checkpoint(iterator=iterator)`
+#   saves a `tf.data` iterator's state with the weights, and restoring it continues at the next
+#   element (`_serialize_to_tensors` of the iterator in `tensorflow/python/data/ops/iterator_ops.py`).
+#   The state includes the pipeline's buffers (the `experimental_symbolic_checkpoint` option in
+#   `tensorflow/python/data/ops/options.py` stores positions instead), so a large shuffle buffer makes
+#   a large checkpoint. `fit()` creates its own iterator, so with `fit()` rebuild each epoch's order
+#   from (seed, epoch) and skip the batches done (exercise 6).
+# - **Several workers**: all of them must restore the same checkpoint, and under
+#   `MultiWorkerMirroredStrategy` **every** worker must take part in every save: saving reads
+#   variables, and a sync-on-read variable is saved as its all-reduced value, a collective that waits
+#   for all workers (`_SyncOnReadSaveable` in `tensorflow/python/distribute/values.py`). A save
+#   called on the chief alone can hang. Only the chief's files are kept: the other workers save into a
+#   temporary directory and delete it (`PreemptionCheckpointHandler` uses `workertemp_<task id>`;
+#   kerasdist's workers, lesson 5, do the same).
 
 # %% [markdown]
 # ## Summary
@@ -643,7 +684,7 @@ assert counter.batches[backup_epoch] == STEPS_PER_EPOCH and replayed == backup_b
 #
 #    </details>
 #
-# 4. Corrupt the newest kerasdist checkpoint (truncate its `.data-*` file) and rerun: which
+# 4. Corrupt the newest kerasdist checkpoint (empty its `.data-*` file) and rerun: which
 #    checkpoint does it use, and what does it warn?
 #
 #    <details><summary>Hint</summary>
@@ -654,26 +695,135 @@ assert counter.batches[backup_epoch] == STEPS_PER_EPOCH and replayed == backup_b
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    `open(path, "r+").truncate(10)` on `ckpt-N.data-00000-of-00001`. kerasdist warns that it skips
-#    the checkpoint that fails to load and restores the one before it (the previous mid-epoch or
-#    epoch-end checkpoint), so it resumes a little earlier and trains those steps again.
+#    ```python
+#    corrupted = Path(tf.train.latest_checkpoint(str(CLI_DIR)) + ".data-00000-of-00001")
+#    corrupted.write_bytes(b"")  # an empty file, as a write cut short would leave
+#    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+#    print(rerun.stdout, rerun.stderr)
+#    ```
+#
+#    kerasdist warns "skipping checkpoint .../ckpt-N: it cannot be loaded (Read less bytes than
+#    requested)" and restores the newest one that loads, the checkpoint before it (here the last
+#    mid-epoch one of epoch 2), so it resumes a little earlier and trains those steps again.
 #
 #    </details>
 #
-# 5. Time one epoch with and without `--save-every-steps 5`. How much does a checkpoint cost here?
+# 5. How much does one checkpoint cost here, next to one training step? Time 20 saves of the model
+#    with `tf.train.CheckpointManager` and 20 steps with `model.train_on_batch`, and compare the
+#    medians. What does saving every 20 steps then add to the training time?
 #
 #    <details><summary>Hint</summary>
 #
-#    Use `--epochs 1`, a fresh `--checkpoint-dir` for each run, and `--json`: the record has
-#    `wall_time_s`.
+#    Time in the same process, one action at a time, and take the median: a single timing on a
+#    busy CPU says little. Trace the step once before timing it.
 #
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    Divide the difference of the two `wall_time_s` by the number of extra checkpoints,
-#    `(STEPS_PER_EPOCH - 1) // 5`. For this small MLP a checkpoint costs milliseconds to tens of
-#    milliseconds, small next to a step on a loaded CPU; repeat each run to see how noisy the
-#    difference is.
+#    ```python
+#    import statistics
+#
+#    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, optimizer=model.optimizer),
+#                                         RUN_DIR / "cost", max_to_keep=1)
+#    x, y = next(iter(train_dataset))
+#    model.train_on_batch(x, y)  # trace the step once
+#
+#
+#    def median_ms(action, repeats=20):
+#        seconds = []
+#        for _ in range(repeats):
+#            start = time.perf_counter()
+#            action()
+#            seconds.append(time.perf_counter() - start)
+#        return 1e3 * statistics.median(seconds)
+#
+#
+#    save_ms, step_ms = median_ms(manager.save), median_ms(lambda: model.train_on_batch(x, y))
+#    print(f"one save {save_ms:.1f} ms, one step {step_ms:.1f} ms: a save costs {save_ms / step_ms:.1f} steps")
+#    ```
+#
+#    A save writes the weights and Adam's two moments (three floats per weight). If it costs s
+#    steps, saving every N steps adds about s / N to the training time: for this MLP, a save costs a
+#    step or so, and saving every 20 steps adds a few percent. For a large model a save takes
+#    seconds to minutes, and the interval has to grow (or the save run in the background).
+#
+#    </details>
+#
+# 6. **Mid-epoch resume for `fit()`, by hand.** Write what kerasdist does for `fit()`: a callback that
+#    saves weights, optimizer state, epoch and batch every `SAVE_EVERY_STEPS` batches (and at each
+#    epoch end) with `tf.train.CheckpointManager`, and a `train()` that restores the newest
+#    checkpoint and continues at the next batch with the same data order. Crash it with
+#    `CrashAt(epoch=2, batch=SAVE_EVERY_STEPS + LOST_STEPS)`, call `train()` again, and compare the
+#    final weights with an uninterrupted run.
+#
+#    <details><summary>Hint</summary>
+#
+#    Keep the position in two `tf.Variable`s inside the `tf.train.Checkpoint`. Give each epoch its
+#    own dataset, shuffled with a seed made from the epoch, so that a new process can rebuild it;
+#    train one epoch per `fit()` call (`initial_epoch=e, epochs=e + 1`) and `skip()` the batches
+#    already done in the first one. Keras counts batches from 0 again in a skipped epoch, so count
+#    them yourself.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    ```python
+#    def epoch_dataset(epoch):
+#        """Epoch `epoch` (0-based) in an order that depends on the epoch only (its seed)."""
+#        return (tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
+#                .shuffle(len(data.y_train), seed=epoch)
+#                .batch(GLOBAL_BATCH_SIZE, drop_remainder=True))
+#
+#
+#    class SavePosition(keras.callbacks.Callback):
+#        """Count the batches done in the epoch; save every `every` of them and at each epoch end."""
+#
+#        def __init__(self, manager, epoch, batch, every):
+#            super().__init__()
+#            self.manager, self.epoch, self.batch, self.every = manager, epoch, batch, every
+#
+#        def on_train_batch_end(self, batch, logs=None):
+#            self.batch.assign_add(1)
+#            if int(self.batch) % self.every == 0:
+#                self.manager.save()
+#
+#        def on_epoch_end(self, epoch, logs=None):
+#            self.epoch.assign(epoch + 1)
+#            self.batch.assign(0)
+#            self.manager.save()
+#
+#
+#    def train(directory, callbacks=()):
+#        """Train to EPOCHS epochs, resuming from the newest checkpoint in `directory` at the next batch."""
+#        keras.utils.set_random_seed(0)
+#        with strategy.scope():
+#            model = build_model()
+#            model.optimizer.build(model.trainable_variables)  # its slots exist, so the restore fills them
+#        epoch, batch = tf.Variable(0, dtype=tf.int64), tf.Variable(0, dtype=tf.int64)
+#        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, epoch=epoch, batch=batch)
+#        manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=2)
+#        checkpoint.restore(manager.latest_checkpoint)  # nothing to restore on a fresh start
+#        first, skip = int(epoch), int(batch)
+#        for e in range(first, EPOCHS):
+#            model.fit(epoch_dataset(e).skip(skip if e == first else 0), initial_epoch=e, epochs=e + 1,
+#                      shuffle=False, verbose=0,
+#                      callbacks=[SavePosition(manager, epoch, batch, SAVE_EVERY_STEPS), *callbacks])
+#        return model
+#
+#
+#    uninterrupted = train(RUN_DIR / "by_hand_whole")
+#    try:
+#        train(RUN_DIR / "by_hand", [CrashAt(epoch=2, batch=SAVE_EVERY_STEPS + LOST_STEPS)])
+#    except RuntimeError as error:
+#        print(error)
+#    resumed = train(RUN_DIR / "by_hand")  # restores epoch 2, batch SAVE_EVERY_STEPS, and goes on
+#    print(max(abs(a - b).max() for a, b in zip(uninterrupted.get_weights(), resumed.get_weights())))
+#    ```
+#
+#    The resumed run ends with the weights of the uninterrupted one (the difference printed is 0, or
+#    float rounding): it restored the optimizer's step count and moments, and it trained the same
+#    batches in the same order, each once. `tf.train.Checkpoint` restores into the variables as they
+#    are, so the model is built (and its optimizer's slots created) before the restore.
 #
 #    </details>
 #

@@ -29,7 +29,7 @@
 # - what `callback_model_checkpoint(save_freq = N)` saves every N batches, and why `fit()` cannot
 #   continue from it;
 # - mid-epoch backups: kerasdist resumes at the next batch, `callback_backup_and_restore()` replays
-#   the epoch.
+#   the epoch; and (exercise 6) how to build mid-epoch resume for `fit()` yourself.
 #
 # **What you need**: lesson 1, R with keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
@@ -491,9 +491,14 @@ import keras  # noqa: F401
 # ## Keras BackupAndRestore replays the epoch
 #
 # keras3 has its own fault-tolerance callback, `callback_backup_and_restore()`. With `save_freq = 20`
-# it backs up every 20 batches (counted across epochs, like `callback_model_checkpoint()`) into two
-# files: `latest.weights.h5` (weights and optimizer state) and `training_metadata.json`. The crash
-# below lands where the SIGKILL did: epoch 2, 4 batches after step 20 of it.
+# it backs up every 20 batches into two files: `latest.weights.h5` (weights and optimizer state) and
+# `training_metadata.json`. It counts the batches **across epochs**, like
+# `callback_model_checkpoint()` (and unlike kerasdist, which counts inside each epoch), and with an
+# integer `save_freq` it writes nothing at an epoch's end; so its backups in epoch 2 fall at other
+# batches than kerasdist's checkpoints did. To compare like with like, the crash below comes
+# `lost_steps` batches after its newest backup, as the SIGKILL came `lost_steps` steps after
+# kerasdist's newest checkpoint: both methods then lose the batches after their backup, and what we
+# compare is what the restore does.
 
 # %% language="R"
 # # A callback that notes the epoch of every batch it sees.
@@ -512,15 +517,19 @@ import keras  # noqa: F401
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # First run, 2 epochs: back up every 20 batches, crash in epoch 2, and read what the backup recorded.
+# # First run, 2 epochs: back up every 20 batches (counted across epochs), crash lost_steps batches after
+# # the first backup of epoch 2, and read what the backup recorded.
 # backup_dir <- file.path(run_dir, "backup_and_restore")
 # epochs_backup <- 2L
+# backup_in_epoch_2 <- (steps_per_epoch %/% save_every_steps + 1L) * save_every_steps - steps_per_epoch
+# cat(sprintf("backups after global batches %d, %d, ...: in epoch 2 the first after its batch %d; the crash comes after batch %d\n",
+#             save_every_steps, 2L * save_every_steps, backup_in_epoch_2, backup_in_epoch_2 + lost_steps))
 # set_random_seed(0)
 # with(strategy$scope(), model <- build_model())
 # tryCatch(
 #   model |> fit(train_dataset, epochs = epochs_backup, shuffle = FALSE, verbose = 0,
 #                callbacks = list(callback_backup_and_restore(backup_dir, save_freq = save_every_steps),
-#                                 callback_crash_at(epoch = 2, batch = save_every_steps + lost_steps))),
+#                                 callback_crash_at(epoch = 2, batch = backup_in_epoch_2 + lost_steps))),
 #   error = function(e) cat("Training stopped:", crash_message(e), "\n")
 # )
 # metadata_file <- file.path(backup_dir, "training_metadata.json")
@@ -531,6 +540,7 @@ import keras  # noqa: F401
 # backup_epoch <- metadata$epoch + 1L    # 1-based epoch of the backup
 # backup_batches <- metadata$batch + 1L  # batches of that epoch done (the file stores a 0-based batch)
 # cat(sprintf("the backup holds epoch %d up to its batch %d\n", backup_epoch, backup_batches))
+# stopifnot(backup_epoch == 2L, backup_batches == backup_in_epoch_2)
 
 # %% [markdown]
 # The metadata records the epochs finished **and** the batch (0-based) of the backup. But when the
@@ -562,11 +572,26 @@ import keras  # noqa: F401
 # # Self-check: the whole epoch again, so every batch of the backup was replayed.
 # stopifnot(sum(trained_epochs == backup_epoch) == steps_per_epoch, replayed == backup_batches)
 
+# %% language="R"
+# # Like with like: each method's newest backup before the failure, the batches trained after it (lost,
+# # and trained again by any method), and the batches already in it that the restore trained again.
+# # (kerasdist's kill lands a little after the step the cell waited for, so its loss varies by a few steps.)
+# cat(sprintf("%-17s%-34s%6s%15s\n", "", "newest backup", "lost", "trained twice"))
+# cat(sprintf("%-17s%-34s%6d%15d\n", "kerasdist",
+#             sprintf("epoch 2, step %d (ckpt-%d)", resumed_from - steps_per_epoch, resumed_from),
+#             killed_at - resumed_from, 0L))
+# cat(sprintf("%-17s%-34s%6d%15d\n", "BackupAndRestore",
+#             sprintf("epoch 2, batch %d (global batch %d)", backup_batches, steps_per_epoch + backup_batches),
+#             backup_in_epoch_2 + lost_steps - backup_batches, replayed))
+
 # %% [markdown]
 # `callback_backup_and_restore()` restored the epoch but not the batch: it trained the whole of epoch
-# 2 again, so the batches of epoch 2 in its backup were trained twice (the lines above count them), on
-# top of the batches between the backup and the crash, which any method loses. kerasdist trained only
-# the batches that were missing. The callback also deleted its backup once training succeeded (the
+# 2 again, so the batches of epoch 2 in its backup were trained twice, on top of the batches between
+# the backup and the crash, which any method loses and trains again. kerasdist trained only the
+# batches that were missing. The table compares like with like: each method's own newest backup, and
+# the failure the same number of batches after it (kerasdist's kill a few steps later, as the kill
+# lands a little after the step the lesson waits for). The gap grows with the backup's position in
+# its epoch: a backup late in a long epoch makes the callback replay almost the whole epoch. The callback also deleted its backup once training succeeded (the
 # default, `delete_checkpoint = TRUE`), so it is a crash guard, not a record of the run.
 
 # %% [markdown]
@@ -589,8 +614,28 @@ import keras  # noqa: F401
 # - **Wait with a deadline, and reap.** A parent that watches a training process polls with a time
 #   limit and collects the child's exit status (`processx`'s `$is_alive()` and `$wait(timeout)`); a
 #   dead child nobody reaps is a zombie, and `tools::pskill(pid, 0)` stays TRUE for it.
-# - **Several workers**: all of them must restore the same checkpoint, and only one (the chief)
-#   should write it. Lesson 5 covers multi-worker training.
+# - **Expect a warning before the kill.** Cloud preemption and batch schedulers usually send
+#   `SIGTERM` and wait a grace period before `SIGKILL`. Catch it, finish the step, save, exit:
+#   kerasdist's trainer does this (`kerasdist/interrupt.py`), and TensorFlow's
+#   `tf$distribute$experimental$PreemptionCheckpointHandler` does it for a custom loop under
+#   `MultiWorkerMirroredStrategy`, with every worker saving at the same step (unless told otherwise
+#   it treats `SIGTERM` as the notice, and `TerminationConfig(grace_period = ...)` lets it train on
+#   until the grace period nearly ends; `tensorflow/python/distribute/failure_handling/failure_handling.py`).
+# - **Custom loops can checkpoint the data position itself.**
+#   `tf$train$Checkpoint(iterator = iterator)` saves a tf.data iterator's state with the weights, and
+#   restoring it continues at the next element (`_serialize_to_tensors` of the iterator in
+#   `tensorflow/python/data/ops/iterator_ops.py`). The state includes the pipeline's buffers (the
+#   `experimental_symbolic_checkpoint` option in `tensorflow/python/data/ops/options.py` stores
+#   positions instead), so a large shuffle buffer makes a large checkpoint. `fit()` creates its own
+#   iterator, so with `fit()` rebuild each epoch's order from (seed, epoch) and skip the batches done
+#   (exercise 6).
+# - **Several workers**: all of them must restore the same checkpoint, and under
+#   `MultiWorkerMirroredStrategy` **every** worker must take part in every save: saving reads
+#   variables, and a sync-on-read variable is saved as its all-reduced value, a collective that waits
+#   for all workers (`_SyncOnReadSaveable` in `tensorflow/python/distribute/values.py`). A save
+#   called on the chief alone can hang. Only the chief's files are kept: the other workers save into a
+#   temporary directory and delete it (`PreemptionCheckpointHandler` uses `workertemp_<task id>`;
+#   kerasdist's workers, lesson 5, do the same).
 
 # %% [markdown]
 # ## Summary
@@ -664,7 +709,7 @@ import keras  # noqa: F401
 #
 #    </details>
 #
-# 4. Corrupt the newest kerasdist checkpoint (truncate its `.data-*` file) and rerun: which
+# 4. Corrupt the newest kerasdist checkpoint (empty its `.data-*` file) and rerun: which
 #    checkpoint does it use, and what does it warn?
 #
 #    <details><summary>Hint</summary>
@@ -675,27 +720,136 @@ import keras  # noqa: F401
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    Truncate it from R with `con <- file(path, "r+b"); truncate(con); close(con)` (on
-#    `ckpt-N.data-00000-of-00001`). kerasdist warns that it skips the checkpoint that fails to load
-#    and restores the one before it (the previous mid-epoch or epoch-end checkpoint), so it resumes a
-#    little earlier and trains those steps again.
+#    ```r
+#    corrupted <- paste0(tf$train$latest_checkpoint(cli_dir), ".data-00000-of-00001")
+#    writeBin(raw(0), corrupted)  # an empty file, as a write cut short would leave
+#    rerun <- processx::run(python, as.character(cli_args), timeout = 600, error_on_status = FALSE)
+#    cat(rerun$stdout, rerun$stderr)
+#    ```
+#
+#    kerasdist warns "skipping checkpoint .../ckpt-N: it cannot be loaded (Read less bytes than
+#    requested)" and restores the newest one that loads, the checkpoint before it (here the last
+#    mid-epoch one of epoch 2), so it resumes a little earlier and trains those steps again.
 #
 #    </details>
 #
-# 5. Time one epoch with and without `--save-every-steps 5`. How much does a checkpoint cost here?
+# 5. How much does one checkpoint cost here, next to one training step? Time 20 saves of the model
+#    with `tf$train$CheckpointManager` and 20 steps with `train_on_batch()`, and compare the medians.
+#    What does saving every 20 steps then add to the training time?
 #
 #    <details><summary>Hint</summary>
 #
-#    Use `--epochs 1`, a fresh `--checkpoint-dir` for each run, and `--json`: the record has
-#    `wall_time_s`.
+#    Time in the same process, one action at a time, and take the median: a single timing on a
+#    busy CPU says little. Trace the step once before timing it.
 #
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    Divide the difference of the two `wall_time_s` by the number of extra checkpoints,
-#    `(steps_per_epoch - 1) %/% 5`. For this small MLP a checkpoint costs milliseconds to tens of
-#    milliseconds, small next to a step on a loaded CPU; repeat each run to see how noisy the
-#    difference is.
+#    ```r
+#    manager <- tf$train$CheckpointManager(tf$train$Checkpoint(model = model, optimizer = model$optimizer),
+#                                          file.path(run_dir, "cost"), max_to_keep = 1L)
+#    batch <- iter_next(as_iterator(train_dataset))
+#    invisible(model |> train_on_batch(batch[[1]], batch[[2]]))  # trace the step once
+#    median_ms <- function(action, repeats = 20L) {
+#      seconds <- vapply(seq_len(repeats), function(i) {
+#        started <- Sys.time()
+#        action()
+#        as.numeric(difftime(Sys.time(), started, units = "secs"))
+#      }, numeric(1))
+#      1e3 * median(seconds)
+#    }
+#    save_ms <- median_ms(function() manager$save())
+#    step_ms <- median_ms(function() model |> train_on_batch(batch[[1]], batch[[2]]))
+#    cat(sprintf("one save %.1f ms, one step %.1f ms: a save costs %.1f steps\n", save_ms, step_ms,
+#                save_ms / step_ms))
+#    ```
+#
+#    A save writes the weights and Adam's two moments (three floats per weight). If it costs s
+#    steps, saving every N steps adds about s / N to the training time: for this MLP, a save costs a
+#    step or so, and saving every 20 steps adds a few percent. For a large model a save takes
+#    seconds to minutes, and the interval has to grow (or the save run in the background).
+#
+#    </details>
+#
+# 6. **Mid-epoch resume for `fit()`, by hand.** Write what kerasdist does for `fit()`: a callback that
+#    saves weights, optimizer state, epoch and batch every `save_every_steps` batches (and at each
+#    epoch end) with `tf$train$CheckpointManager`, and a `train()` that restores the newest
+#    checkpoint and continues at the next batch with the same data order. Crash it with
+#    `callback_crash_at(epoch = 2, batch = save_every_steps + lost_steps)`, call `train()` again, and
+#    compare the final weights with an uninterrupted run.
+#
+#    <details><summary>Hint</summary>
+#
+#    Keep the position in two `tf$Variable`s inside the `tf$train$Checkpoint`. Give each epoch its
+#    own dataset, shuffled with a seed made from the epoch, so that a new process can rebuild it;
+#    train one epoch per `fit()` call (in keras3, `initial_epoch = e, epochs = e` for the 1-based
+#    epoch e) and `dataset_skip()` the batches already done in the first one. Keras counts batches
+#    from 1 again in a skipped epoch, so count them yourself.
+#
+#    </details>
+#    <details><summary>Solution</summary>
+#
+#    ```r
+#    epoch_dataset <- function(epoch) {  # epoch: 0-based, as stored; the order depends on the epoch only (its seed)
+#      list(np_array(x_train, dtype = "float32"), np_array(y_train, dtype = "int32")) |>
+#        tensor_slices_dataset() |>
+#        dataset_shuffle(buffer_size = nrow(x_train), seed = epoch) |>
+#        dataset_batch(global_batch_size, drop_remainder = TRUE)
+#    }
+#    callback_save_position <- Callback(
+#      "SavePosition",
+#      initialize = function(manager, epoch, batch, every) {
+#        super$initialize()
+#        self$manager <- manager
+#        self$position_epoch <- epoch
+#        self$position_batch <- batch
+#        self$every <- as.integer(every)
+#      },
+#      on_train_batch_end = function(batch, logs = NULL) {
+#        self$position_batch$assign_add(1L)
+#        if (as.integer(self$position_batch$numpy()) %% self$every == 0L) self$manager$save()
+#        invisible(NULL)
+#      },
+#      on_epoch_end = function(epoch, logs = NULL) {  # keras3's epoch is 1-based: `epoch` epochs are done
+#        self$position_epoch$assign(epoch)
+#        self$position_batch$assign(0L)
+#        self$manager$save()
+#        invisible(NULL)
+#      }
+#    )
+#    train <- function(directory, callbacks = list()) {
+#      set_random_seed(0)
+#      with(strategy$scope(), {
+#        model <- build_model()
+#        model$optimizer$build(model$trainable_variables)  # its slots exist, so the restore fills them
+#      })
+#      epoch <- tf$Variable(0L, dtype = "int64")
+#      batch <- tf$Variable(0L, dtype = "int64")
+#      checkpoint <- tf$train$Checkpoint(model = model, optimizer = model$optimizer, epoch = epoch, batch = batch)
+#      manager <- tf$train$CheckpointManager(checkpoint, directory, max_to_keep = 2L)
+#      checkpoint$restore(manager$latest_checkpoint)  # nothing to restore on a fresh start
+#      first <- as.integer(epoch$numpy())
+#      skip <- as.integer(batch$numpy())
+#      for (e in seq.int(first, length.out = epochs - first)) {  # the 0-based epochs still to train
+#        model |> fit(epoch_dataset(e) |> dataset_skip(if (e == first) skip else 0L),
+#                     initial_epoch = e + 1L, epochs = e + 1L, shuffle = FALSE, verbose = 0,
+#                     callbacks = c(list(callback_save_position(manager, epoch, batch, save_every_steps)),
+#                                   callbacks))
+#      }
+#      model
+#    }
+#    uninterrupted <- train(file.path(run_dir, "by_hand_whole"))
+#    tryCatch(train(file.path(run_dir, "by_hand"),
+#                   list(callback_crash_at(epoch = 2, batch = save_every_steps + lost_steps))),
+#             error = function(e) cat(crash_message(e), "\n"))
+#    resumed <- train(file.path(run_dir, "by_hand"))  # restores epoch 2, batch save_every_steps, and goes on
+#    max(mapply(function(a, b) max(abs(a - b)), get_weights(uninterrupted), get_weights(resumed)))
+#    ```
+#
+#    The resumed run ends with the weights of the uninterrupted one (the difference printed is 0, or
+#    float rounding): it restored the optimizer's step count and moments, and it trained the same
+#    batches in the same order, each once. `tf$train$Checkpoint` restores into the variables as they
+#    are, so the model is built (and its optimizer's slots created) before the restore.
 #
 #    </details>
 #

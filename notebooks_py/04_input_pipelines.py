@@ -18,10 +18,12 @@
 # **What you'll learn**
 #
 # - how a `tf.data` pipeline builds the *global* batch that a strategy then splits across replicas;
-# - what `shuffle`, `prefetch`, parallel `map` and `cache` each buy, measured side by side;
+# - what `shuffle`, `prefetch`, parallel `map` and `cache` each buy, measured side by side, and how
+#   many reads a parallel `map` can keep in flight (tf.data's thread pool caps it);
 # - what changes with more replicas: per-replica batch = global batch / N, how
-#   `strategy.experimental_distribute_dataset` splits a batch (also an uneven one), and how
-#   workers share a dataset.
+#   `strategy.experimental_distribute_dataset` splits a batch (also an uneven one), which all-reduce
+#   a `MirroredStrategy` uses, and how workers share a dataset (and why an unseeded shuffle is not
+#   safe for that, even under a global seed).
 #
 # **What you need**: the project's virtualenv as the notebook kernel, and under two minutes on a
 # 2-core CPU (no GPU needed: two virtual CPU devices stand in for two GPUs). The data is full
@@ -67,7 +69,6 @@ import os
 import time
 
 import kerasdist
-import kerasdist.data
 import kerasdist.model
 import keras
 import numpy as np
@@ -98,11 +99,20 @@ mnist = kerasdist.load_mnist(DATA_SOURCE)
 # Batch the dataset by the **global** batch size, not the per-replica one. The strategy divides
 # each global batch between the replicas, so with the global batch fixed, adding replicas gives each
 # one less work per step, and the number of steps per epoch does not change.
+#
+# A `MirroredStrategy` sums the replicas' gradients with an all-reduce. Left to choose, TF 2.21 takes
+# `CollectiveAllReduce` (a ring) when all devices are CPUs, as here, and NCCL on physical GPUs
+# (`_make_collective_ops_with_fallbacks` in `tensorflow/python/distribute/mirrored_strategy.py`).
+# We pass `ReductionToOneDevice` instead, as kerasdist does on CPU devices (`kerasdist.make_strategy`):
+# it sums on one device, gives the same sums here, and lets `fit()` run several steps per call
+# (shown near the end of the lesson). Both twins of this lesson use it, and every timing of the
+# model below is `MirroredStrategy` with `ReductionToOneDevice`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# One strategy, one replica per device; the global batch is split between them.
-strategy = kerasdist.make_strategy("mirrored", num_replicas=NUM_REPLICAS)
+# One strategy, one replica per device, with an explicit all-reduce; the global batch is split between them.
+strategy = tf.distribute.MirroredStrategy(replica_devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+print(f"Number of devices: {strategy.num_replicas_in_sync}; all-reduce: ReductionToOneDevice")
 per_replica_batch_size = GLOBAL_BATCH_SIZE // strategy.num_replicas_in_sync
 steps_per_epoch = len(mnist.y_train) // GLOBAL_BATCH_SIZE
 print(f"global batch {GLOBAL_BATCH_SIZE} = {strategy.num_replicas_in_sync} replicas "
@@ -213,9 +223,11 @@ for name, pipeline in pipelines.items():
 # %% [markdown]
 # ## Measuring the pipelines
 #
-# First, how long does one training step of the guide's MLP (784-256-256-10, the model of
-# TensorFlow's distributed-training guide) take here with 2 replicas, when the data is already in
-# memory? That is the time a pipeline has to prepare the next batch.
+# First, how long does one training step of the MLP take here with 2 replicas, when the data is
+# already in memory? That is the time a pipeline has to prepare the next batch. The MLP
+# (784-256-256-10, Adam, cross-entropy from logits) is `get_compiled_model()` of the keras.io guide
+# [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/);
+# `kerasdist.model.build_model()` builds it.
 #
 # Timings vary from run to run on a shared machine: compare the numbers of one run with each other,
 # never with another run's. Every timing is the **median of several timed epochs after a warm-up
@@ -249,12 +261,16 @@ def seconds_per_epoch_training(runs, rounds=ROUNDS):
 
 
 # %%
-# The model fed from memory: kerasdist's own pipeline (cache, shuffle, batch, prefetch).
-from_memory = kerasdist.data.train_dataset(mnist.x_train[:num_records], mnist.y_train[:num_records],
-                                           GLOBAL_BATCH_SIZE, seed=0, first_epoch=0, last_epoch=1)
+# The model fed from memory (cache, shuffle, batch, prefetch), under MirroredStrategy with ReductionToOneDevice.
+from_memory = (tf.data.Dataset.from_tensor_slices((mnist.x_train[:num_records], mnist.y_train[:num_records]))
+               .cache()
+               .shuffle(num_records, seed=0)
+               .batch(GLOBAL_BATCH_SIZE, drop_remainder=True)
+               .prefetch(AUTOTUNE))
 memory_epoch_s = seconds_per_epoch_training({"from memory": (strategy, from_memory)})["from memory"]
 step_s = memory_epoch_s / batches_per_epoch
-print(f"from memory: {memory_epoch_s:.2f} s/epoch, {step_s * 1e3:.0f} ms per training step")
+print(f"from memory, mirrored (ReductionToOneDevice): {memory_epoch_s:.2f} s/epoch, "
+      f"{step_s * 1e3:.0f} ms per training step")
 
 # %% [markdown]
 # On this CPU the model and the pipeline compete for the same two cores, which blurs any timing of
@@ -339,11 +355,56 @@ for series, seconds in (("alone", alone), ("with a training step", with_step)):
 # - **+ prefetch** has nothing to overlap with when the pipeline runs alone. With a training step
 #   it reads the next batch while the step runs, so an epoch costs about the *larger* of "all
 #   reads" and "all steps" instead of their sum.
-# - **+ parallel map** keeps several reads in flight, which shortens the pipeline alone. With a
-#   training step it can only help as long as reading is slower than training: after that the step
-#   time sets the pace, and the "alone" bars show the head room left for a faster accelerator.
+# - **+ parallel map** keeps several reads in flight, which shortens the pipeline alone: but only
+#   as many as tf.data's thread pool has threads (next cell). With a training step it can only help
+#   as long as reading is slower than training: after that the step time sets the pace, and the
+#   "alone" bars show the head room left for a faster accelerator.
 # - **+ cache** reads storage only in the first epoch; later epochs come from memory, so alone it
 #   needs no reads at all, and with a training step the step time sets the pace again.
+#
+# How many reads does the parallel map keep in flight? A `map` runs each call of its function on
+# tf.data's thread pool, which by default has one thread per schedulable CPU core; a read that
+# waits holds its thread. `AUTOTUNE` never gives a map more parallel calls than that pool has
+# threads (the autotuner's `parallelism` parameter has the maximum `ctx->runner_threadpool_size()`,
+# `tensorflow/core/kernels/data/parallel_map_dataset_op.cc` in TensorFlow's source; the C++ is not
+# in the wheel). We time the parallel map alone with 1 call, with `AUTOTUNE`, with 8 calls, and with
+# both on a private pool of 8 threads (`options.threading.private_threadpool_size`); the reads in
+# flight are all the reads of an epoch one after another, divided by the epoch's time.
+
+# %%
+# Reads in flight: the parallel-map pipeline alone, with several num_parallel_calls and thread-pool sizes.
+def parallel_reads(calls, threads=None):
+    """The '+ parallel map' pipeline with `calls` parallel calls and, if given, a private pool of `threads`."""
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    if threads:
+        options.threading.private_threadpool_size = threads
+    return (keys.shuffle(num_records, seed=0).batch(GLOBAL_BATCH_SIZE, drop_remainder=True)
+            .map(read_and_decode, num_parallel_calls=calls).prefetch(AUTOTUNE).with_options(options))
+
+
+settings = {"1 call": parallel_reads(1), "AUTOTUNE": parallel_reads(AUTOTUNE), "8 calls": parallel_reads(8),
+            "8 calls, 8 threads": parallel_reads(8, threads=8),
+            "AUTOTUNE, 8 threads": parallel_reads(AUTOTUNE, threads=8)}
+for pipeline in settings.values():
+    seconds_per_epoch(pipeline)  # warm-up (AUTOTUNE also tunes here)
+settings_epochs = {name: [] for name in settings}
+for _ in range(ROUNDS):
+    for name, pipeline in settings.items():
+        settings_epochs[name].append(seconds_per_epoch(pipeline))
+all_reads_s = batches_per_epoch * READ_LATENCY_S
+in_flight = {name: all_reads_s / float(np.median(seconds)) for name, seconds in settings_epochs.items()}
+cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+print(f"schedulable CPU cores: {cores}")
+for name, reads in in_flight.items():
+    print(f"{name:20} {all_reads_s / reads:5.2f} s/epoch: {reads:4.1f} reads in flight")
+
+# %% [markdown]
+# On the default pool, neither `AUTOTUNE` nor an explicit 8 gets beyond about one read in flight
+# per core: calls beyond the pool's threads wait for a thread. With a pool of 8 threads, both go up
+# to about 8. A read that waits for storage uses no CPU, so for latency-bound input (network storage,
+# a remote service) give the pipeline more threads than cores and set the parallelism to match;
+# for CPU-bound decoding, more threads than cores only adds switching.
 #
 # Finally the real model, fed by the slowest and by the fastest pipeline. Two things blur this
 # comparison. The model and the pipeline share two CPU cores here, so how long a step takes depends
@@ -355,7 +416,7 @@ for series, seconds in (("alone", alone), ("with a training step", with_step)):
 # by how much, and whether that is beyond what we read as noise.
 
 # %%
-# The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
+# The real model under MirroredStrategy (ReductionToOneDevice), fed by the slowest and the fastest pipeline.
 trained = seconds_per_epoch_training({name: (strategy, pipelines[name]) for name in ("read", "+ cache")})
 for name, seconds in trained.items():
     print(f"{name:15} {seconds:5.2f} s/epoch")
@@ -385,9 +446,13 @@ for device, part in zip(strategy.extended.worker_devices, strategy.experimental_
 # A final batch that is smaller than the global batch is cut, in replica order, into shares of
 # (its size / N) rounded up; the last replica gets what is left, which may be fewer or even none.
 # Each replica averages the loss over its own share, and the strategy then averages the replicas,
-# so the examples of a smaller share weigh more. That is the one place where 1 replica and N replicas
-# would compute different gradients from the same data, and it is why kerasdist batches training
-# data with `drop_remainder=True`. We build such a last batch ourselves, of 5 examples.
+# so the examples of a smaller share weigh more. That is the one place in the input pipeline where 1
+# replica and N replicas would compute different gradients from the same data (lesson 3 shows other
+# causes in the model), and it is why kerasdist batches training data with `drop_remainder=True`.
+# The exact remedy, if you keep the last batch, is to divide each replica's *sum* of per-example
+# losses by the number of examples in the whole global batch (a count summed over the replicas), in
+# a custom loop; `fit()` instead divides each replica's mean by N (`scale_loss_for_distribution` in
+# `keras/src/losses/loss.py`). We build such a last batch ourselves, of 5 examples.
 #
 # **Predict, then run.** How will 2 replicas share 5 examples? Decide, then run: the cell asserts
 # the rule above.
@@ -404,6 +469,9 @@ share = -(-REMAINDER // NUM_REPLICAS)  # REMAINDER / NUM_REPLICAS, rounded up
 assert shares == [max(0, min(share, REMAINDER - i * share)) for i in range(NUM_REPLICAS)], shares
 print(f"an example of the share of {min(shares)} weighs {max(shares) / min(shares):.2g} times "
       f"as much as one of the share of {max(shares)}")
+print("fit() weighs each example 1/(N x its share): "
+      + ", ".join(f"1/{NUM_REPLICAS * share}" for share in shares)
+      + f"; a sum divided by the {REMAINDER} examples of the step weighs each 1/{REMAINDER}")
 
 # %% [markdown]
 # When each worker should build its own pipeline (for example to read only its own files),
@@ -458,8 +526,9 @@ for replicas in (1, 2, 4, 8):
 # %% [markdown]
 # And the time per epoch? With the global batch fixed, each replica computes on half the examples,
 # so on two real GPUs a step would take about half the compute, plus the all-reduce. We measure it
-# here, at steady state (best of the epochs after the first, tracing excluded), with 1 and with 2
-# replicas, the model fed from memory. But here the **virtual CPU replicas share the same CPU
+# here, at steady state (the median of the timed epochs after an untimed first one, so tracing is
+# excluded), with 1 and with 2 replicas, the model fed from memory, both under `MirroredStrategy` with
+# `ReductionToOneDevice` and the same pipeline. But here the **virtual CPU replicas share the same CPU
 # cores**: two replicas do the same arithmetic on the same cores, plus the all-reduce, so more
 # replicas add no compute on this machine: expect no speed-up (a difference either way is the
 # all-reduce, or noise from other programs). For what changes on real GPUs (compute / N +
@@ -467,19 +536,49 @@ for replicas in (1, 2, 4, 8):
 # ([03_convergence.ipynb](03_convergence.ipynb)).
 
 # %%
-# Steady-state seconds per epoch with 1 and with 2 replicas, the same global batch, fed from memory.
-one_replica = kerasdist.make_strategy("mirrored", num_replicas=1, verbose=False)
+# Steady-state seconds per epoch with 1 and with 2 replicas (MirroredStrategy, ReductionToOneDevice), the same
+# global batch, fed from memory.
+one_replica = tf.distribute.MirroredStrategy(replica_devices[:1], cross_device_ops=tf.distribute.ReductionToOneDevice())
 # Timed in turns, so that both see the same load on the machine.
 replica_epoch_s = seconds_per_epoch_training({"1 replica": (one_replica, from_memory),
                                               f"{NUM_REPLICAS} replicas": (strategy, from_memory)})
 for label, seconds in replica_epoch_s.items():
-    print(f"{label:10} {seconds:5.2f} s/epoch, {batches_per_epoch * GLOBAL_BATCH_SIZE / seconds:6.0f} samples/s")
+    print(f"{label:10} {seconds:5.2f} s/epoch, {batches_per_epoch * GLOBAL_BATCH_SIZE / seconds:6.0f} samples/s "
+          f"(mirrored, ReductionToOneDevice)")
 figure = plots.plot_grouped_bars(
-    list(replica_epoch_s), {"seconds per epoch, steady state": list(replica_epoch_s.values())},
+    list(replica_epoch_s), {"seconds per epoch, steady state (median)": list(replica_epoch_s.values())},
     "seconds per epoch (lower is better)", f"Same global batch ({GLOBAL_BATCH_SIZE}), 1 vs {NUM_REPLICAS} replicas",
-    note="Virtual CPU replicas share the same CPU cores: expect no speed-up here.\n"
+    note=f"MirroredStrategy with ReductionToOneDevice; median of {ROUNDS} epochs after a warm-up.\n"
+         "Virtual CPU replicas share the same CPU cores: expect no speed-up here.\n"
          "On real GPUs: see lesson 3's cost model (compute / N + all-reduce + input time).")
 figure.savefig("results/figures/04_input_pipelines_replicas_steady_state.png", dpi=100)
+
+# %% [markdown]
+# The all-reduce matters for one more thing. `compile(steps_per_execution=N)` makes `fit()` run N
+# steps per call of its compiled function, which saves the per-step overhead of small models. Under
+# `MirroredStrategy` with TF's own choice of all-reduce it fails in Keras 3.15 (keras-team/keras#19246,
+# open); with `ReductionToOneDevice` it runs. The next cell tries both, with 2 steps per call.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# fit() with 2 steps per call under MirroredStrategy: TF's own all-reduce choice, then ReductionToOneDevice.
+tf_choice = tf.distribute.MirroredStrategy(replica_devices)
+# Which all-reduce TF chose: a private attribute, read only to show it.
+print("TF's choice over these CPU devices:", type(tf_choice.extended._cross_device_ops).__name__)
+for label, on in (("TF's choice", tf_choice), ("ReductionToOneDevice", strategy)):
+    keras.utils.set_random_seed(0)
+    with on.scope():
+        model = kerasdist.model.build_model()
+        model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), steps_per_execution=2)
+    try:
+        model.fit(from_memory, epochs=1, shuffle=False, verbose=0)
+        print(f"{label}: fit ran, {int(model.optimizer.iterations.numpy())} steps in "
+              f"{batches_per_epoch // 2} calls")
+    except tf.errors.InvalidArgumentError as error:
+        print(f"{label}: fit failed with {type(error).__name__}: "
+              + ("You must feed a value for placeholder tensor ..." if "You must feed a value" in str(error)
+                 else str(error).splitlines()[0]))
 
 # %% [markdown]
 # ### Sharding across workers
@@ -491,7 +590,9 @@ figure.savefig("results/figures/04_input_pipelines_replicas_steady_state.png", d
 #
 # - `AUTO`, the default: try `FILE`, and when the pipeline reads no files (no file reader such as
 #   `TFRecordDataset` at its source, as with an in-memory array) fall back to `DATA`;
-# - `FILE`: each worker reads only its own files (you need at least as many files as workers);
+# - `FILE`: each worker reads only its own files: the rewrite shards the list of files, before
+#   anything is read. You need at least as many files as workers; with fewer, `FILE` fails, and so
+#   does `AUTO`, which falls back to `DATA` only when there are no files at all (exercise 5);
 # - `DATA`: every worker runs the whole pipeline and keeps its share by position. Each global batch
 #   is first cut into per-replica slices, one per replica of the cluster
 #   (`tensorflow/python/distribute/input_lib.py`), and then a `shard(number of workers, worker
@@ -505,28 +606,36 @@ figure.savefig("results/figures/04_input_pipelines_replicas_steady_state.png", d
 # their position in its own copy of the pipeline. That is right only if **every worker produces the
 # same elements in the same order**, so a shuffle must have a seed. With an in-memory array there are
 # no files to split, so kerasdist's pipelines ask for `DATA` themselves and seed each epoch's
-# shuffle with (seed, epoch).
+# shuffle with (seed, epoch); here is how to ask for it.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# The default policy, and the one kerasdist's training pipeline (used above) asks for.
+# The default policy; then ask for sharding by data and read the policy back from the dataset.
 default_policy = tf.data.Options().experimental_distribute.auto_shard_policy
 print("default:  ", tf.data.experimental.AutoShardPolicy(default_policy).name)
-policy = from_memory.options().experimental_distribute.auto_shard_policy
-print("kerasdist:", tf.data.experimental.AutoShardPolicy(policy).name)
+sharding = tf.data.Options()
+sharding.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+sharded = from_memory.with_options(sharding)
+print("asked for:", tf.data.experimental.AutoShardPolicy(sharded.options().experimental_distribute.auto_shard_policy).name)
 
 # %% [markdown]
 # We can watch `DATA` sharding without a cluster: build two workers' copies of a pipeline of keys in
 # this process and apply what the rewrite applies (per-replica slices of the global batch, then
-# `shard`), with one replica per worker. In one process, as in two worker processes, every unseeded
-# shuffle draws its own order.
+# `shard`), with one replica per worker. Each worker runs its own program, which usually starts by
+# setting a global seed (`keras.utils.set_random_seed` calls `tf.random.set_seed`); we simulate that
+# by setting it again before building each worker's pipeline. The global seed matters here: a
+# shuffle without a seed of its own then takes the next seed from a generator seeded by the global
+# seed, so the n-th unseeded random op of every program gets the same seed (`get_seed` in
+# `tensorflow/python/framework/random_seed.py`); with no global seed, it draws a random one.
 #
-# **Predict, then run.** With an unseeded shuffle, will some keys reach both workers, and some
-# neither? With `shuffle(..., seed=0)`?
+# **Predict, then run.** Four cases: no global seed and an unseeded shuffle; a global seed and an
+# unseeded shuffle; the same, but worker 1's program made one more random op before its pipeline
+# (say, a validation set it alone shuffles); and `shuffle(..., seed=0)`. In which do some keys reach
+# both workers, and some neither?
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Two workers' shares of one epoch under DATA sharding, with an unseeded and with a seeded shuffle.
+# Two workers' shares of one epoch under DATA sharding; each worker's program is simulated from its start.
 NUM_WORKERS = 2
 
 
@@ -537,29 +646,45 @@ def worker_share(worker_index, shuffle_seed):
     return slices.shard(NUM_WORKERS, worker_index)
 
 
+def worker_program(worker_index, global_seed, shuffle_seed=None, one_more_random_op=False):
+    """The keys a worker's program trains on: set the global seed (None: none), maybe make one more
+    unseeded random op, then build the worker's share."""
+    tf.random.set_seed(global_seed)
+    if one_more_random_op and worker_index == 1:
+        keys.shuffle(num_records)  # creating it takes the next op seed
+    return set(np.concatenate(list(worker_share(worker_index, shuffle_seed).as_numpy_iterator())).tolist())
+
+
+cases = {"no global seed, unseeded shuffle": dict(global_seed=None),
+         "global seed, unseeded shuffle": dict(global_seed=0),
+         "global seed, unseeded, one more op": dict(global_seed=0, one_more_random_op=True),
+         "shuffle(seed=0)": dict(global_seed=None, shuffle_seed=0)}
 overlap = {}
-for label, seed in (("unseeded shuffle", None), ("shuffle(seed=0)", 0)):
-    shares = [set(np.concatenate(list(worker_share(index, seed).as_numpy_iterator())).tolist())
-              for index in range(NUM_WORKERS)]
+for label, case in cases.items():
+    shares = [worker_program(index, **case) for index in range(NUM_WORKERS)]
     on_both, on_neither = len(shares[0] & shares[1]), num_records - len(shares[0] | shares[1])
     overlap[label] = on_both
-    print(f"{label:16}: {num_records} keys, worker 0 trains on {len(shares[0])}, worker 1 on {len(shares[1])}; "
+    print(f"{label:34}: {num_records} keys, worker 0 trains on {len(shares[0])}, worker 1 on {len(shares[1])}; "
           f"{'some' if on_both else 'none'} on both, {'some' if on_neither else 'none'} on neither")
-assert overlap["unseeded shuffle"] > 0 and overlap["shuffle(seed=0)"] == 0
+assert [on_both > 0 for on_both in overlap.values()] == [True, False, True, False], overlap
 
 # %% [markdown]
-# With the seed the two shares are a clean partition of the epoch; without it, this run's
-# shares overlapped by the number of keys printed below, and as many were never trained on.
-# The cell also checks that the simulation takes the same slices as TensorFlow's own rewrite
-# (the private class the strategy calls), with the default policy `AUTO`, which falls back to
-# `DATA` here.
+# With `shuffle(seed=0)` the two shares are a clean partition of the epoch. With a global seed the
+# unseeded shuffles agreed too, but only because both programs made the same random ops in the same
+# order: one op more in one program, and they part, as without any seed (this run's overlaps are
+# printed below; as many keys were never trained on). That is fragile (a chief-only step, a
+# library that adds a random op), so **seed the shuffle itself**, and with several epochs seed
+# each epoch's shuffle with (seed, epoch), as kerasdist does. The cell also checks that the
+# simulation takes the same slices as TensorFlow's own rewrite (the private class the strategy
+# calls), with the default policy `AUTO`, which falls back to `DATA` here.
 
 # %%
 # How many keys the unseeded shares overlapped in this run; and the simulation against TensorFlow's rewrite.
 # TensorFlow's auto-shard rewrite itself (a private class, the one experimental_distribute_dataset applies).
 from tensorflow.python.data.experimental.ops.distribute import _AutoShardDataset
 
-print(f"unseeded: {overlap['unseeded shuffle']} of {num_records} keys on both workers (and as many on neither)")
+for label in ("no global seed, unseeded shuffle", "global seed, unseeded, one more op"):
+    print(f"{label}: {overlap[label]} of {num_records} keys on both workers (and as many on neither)")
 for index in range(NUM_WORKERS):
     global_batches = keys.shuffle(num_records, seed=0).batch(GLOBAL_BATCH_SIZE, drop_remainder=True)
     rewritten = _AutoShardDataset(global_batches.rebatch(GLOBAL_BATCH_SIZE // NUM_WORKERS), NUM_WORKERS, index,
@@ -570,7 +695,8 @@ print(f"TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as wo
 # %% [markdown]
 # ## Performance tips
 #
-# - **Order the steps**: read -> decode (parallel `map`) -> `cache` -> `shuffle` ->
+# - **Order the steps**: list the files -> `shard` them (when you shard by hand) -> read
+#   (`interleave` over the files) -> decode (parallel `map`) -> `cache` -> `shuffle` ->
 #   `batch(global_batch_size, drop_remainder=True)` -> per-batch work (a vectorized `map`) ->
 #   `prefetch(AUTOTUNE)` last.
 # - **Cache before shuffling**, after the expensive deterministic work: caching after `shuffle`
@@ -578,13 +704,24 @@ print(f"TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as wo
 #   a local file: `cache(filename)`.
 # - **Shuffle buffer**: a buffer as large as the dataset gives a uniform shuffle; a small one only
 #   mixes neighbours. For big datasets shuffle the file order and keys, and keep the buffer modest.
-#   kerasdist seeds each epoch's shuffle with (seed, epoch), so a resumed run sees the same order
-#   as an uninterrupted one (lesson 2).
-# - **Prefetch always**, and let `AUTOTUNE` pick the buffer and the parallelism of `map`.
-# - **Batch by the global batch** and drop the remainder, so every replica gets an equal share.
-# - **Keras `steps_per_execution`** runs many steps per call and helps small models a lot, but in
-#   Keras 3 it fails under `MirroredStrategy` today (keras-team/keras#19246); kerasdist's own loop
-#   (`engine="loop"`) runs many steps per call instead.
+#   Give every shuffle a seed, per epoch: (seed, epoch), as kerasdist does, so that workers agree
+#   and a resumed run sees the same order as an uninterrupted one (lesson 2).
+# - **Prefetch always**, and let `AUTOTUNE` pick the prefetch buffer and the parallelism of a
+#   CPU-bound `map`. `AUTOTUNE` stops at the thread pool's size (one thread per core by default), so
+#   for latency-bound reads give the pipeline more threads (`options.threading.private_threadpool_size`)
+#   and set `num_parallel_calls` to match, as measured above. `interleave(..., num_parallel_calls=...)`
+#   reads several files at once, on the same pool. Where the order does not matter,
+#   `options.deterministic = False` lets parallel stages hand out elements as they finish.
+# - **Batch by the global batch** and drop the remainder, so every replica gets an equal share; if
+#   you must keep the last batch, divide each replica's summed loss by the global count of examples.
+# - **Shard early.** With files, shard the file list, before reading, so that each worker reads only
+#   its own (what `FILE` does; exercise 5). With `distribute_datasets_from_function`, shard by
+#   `input_context.input_pipeline_id` first, then shuffle and batch by the per-replica batch size.
+# - **Keras `steps_per_execution`** runs many steps per call and helps small models a lot. Under
+#   `MirroredStrategy` with TF's own all-reduce choice it fails in Keras 3.15 ("You must feed a value
+#   for placeholder tensor", keras-team/keras#19246; shown above on CPU devices, where TF picks
+#   `CollectiveAllReduce`; GPUs were not tried here); with `ReductionToOneDevice` it runs. kerasdist's
+#   own loop (`engine="loop"`) runs many steps per call under any strategy.
 # - **Look before tuning**: the TensorFlow Profiler's input-pipeline analyser says whether a
 #   step waits for input.
 
@@ -595,11 +732,13 @@ print(f"TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as wo
 #   (`experimental_distribute_dataset`), or you build per-replica batches yourself with
 #   `distribute_datasets_from_function` and `InputContext.get_per_replica_batch_size`.
 # - With a slow source, `prefetch` overlaps reading with training, a parallel `map` overlaps reads
-#   with each other, and `cache` removes reading after the first epoch; shuffling keys is free.
+#   with each other (at most one per thread of tf.data's pool, one per core by default, whatever
+#   `AUTOTUNE` or `num_parallel_calls` say), and `cache` removes reading after the first epoch;
+#   shuffling keys is free.
 # - An uneven last batch gives replicas unequal shares and unequal weights; drop it for training.
 # - With more replicas, either the global batch stays fixed (same curve, smaller shares) or the
 #   per-replica batch does (fewer steps, scale the learning rate); across workers the data is also
-#   sharded.
+#   sharded, and `DATA` sharding needs every worker's shuffle to have the same explicit seed.
 
 # %% [markdown]
 # ## Exercises
@@ -648,26 +787,32 @@ print(f"TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as wo
 #    epoch sees the same batches in the same order, and the model can fit to that order.
 #    </details>
 #
-# 3. Replace `num_parallel_calls=AUTOTUNE` with 1, 2 and 8. How does the pipeline-alone time
-#    change? Why can more parallel reads than CPU cores still help here?
+# 3. Give the parallel-map pipeline a private pool of 8 threads (`parallel_reads(calls, threads=8)`)
+#    and try `num_parallel_calls` of 2, 4, 8 and 16, and `AUTOTUNE`. How many reads are in flight
+#    with each? Where does `AUTOTUNE` stop, and why?
 #
 #    <details><summary>Hint</summary>
 #
-#    What does a thread do while `time.sleep` waits for "storage"?
+#    What does a thread do while `time.sleep` waits for "storage"? And how many threads can run the
+#    map's calls?
 #    </details>
 #
 #    <details><summary>Solution</summary>
 #
 #    ```python
-#    for calls in (1, 2, 8):
-#        pipeline = (keys.shuffle(num_records, seed=0).batch(GLOBAL_BATCH_SIZE, drop_remainder=True)
-#                    .map(read_and_decode, num_parallel_calls=calls).prefetch(AUTOTUNE)
-#                    .with_options(only_explicit_prefetch))
-#        print(calls, f"{seconds_per_epoch(pipeline):.2f} s/epoch")
+#    for calls in (2, 4, 8, 16, AUTOTUNE):
+#        pipeline = parallel_reads(calls, threads=8)
+#        seconds_per_epoch(pipeline)  # warm-up
+#        print(calls, f"{all_reads_s / seconds_per_epoch(pipeline):.1f} reads in flight")
 #    ```
 #
-#    The time falls roughly as 1 / calls until decoding, not waiting, sets the pace. A read that
-#    waits for storage uses no CPU, so more reads than cores can be in flight.
+#    The reads in flight follow the calls up to 8, the number of threads: a read that waits for
+#    storage uses no CPU, so 8 waiting reads run on 2 cores, but each holds a thread. 16 calls do no
+#    better than 8: the calls beyond the threads wait for one. `AUTOTUNE` climbs to about 8 and stops
+#    there: the autotuner never gives a parallel map more calls than the thread pool has threads
+#    (its `parallelism` parameter has the maximum `ctx->runner_threadpool_size()`,
+#    `tensorflow/core/kernels/data/parallel_map_dataset_op.cc`). On the default pool that cap is the
+#    number of cores, which is what the lesson's run measured.
 #    </details>
 #
 # 4. Set `NUM_REPLICAS = 4`, restart the kernel and split a global batch of 70 examples. What
@@ -688,6 +833,55 @@ print(f"TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as wo
 #
 #    The first three replicas get 18 examples and the last one 16, whose examples weigh a little
 #    more in the averaged gradient. Try 6 examples too: shares of 2, 2, 2 and 0, one replica idle.
+#    </details>
+#
+# 5. Shard files. Write the keys 0-399 into 4 TFRecord files of 100 keys each, read them with
+#    `interleave` over the file list, and apply TensorFlow's rewrite for 2 workers
+#    (`_AutoShardDataset(dataset, 2, worker_index, num_replicas=2)`, as above) with the default
+#    policy, then with `DATA`. Which files does each worker read? Then try 1 file for 2 workers.
+#
+#    <details><summary>Hint</summary>
+#
+#    `tf.io.TFRecordWriter(path).write(tf.io.serialize_tensor(key).numpy())` writes a key;
+#    `tf.io.parse_tensor(record, tf.int64)` reads it back. A key's file is `key // 100`.
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```python
+#    import tempfile
+#
+#    folder = tempfile.mkdtemp()
+#    files = [os.path.join(folder, f"keys-{index}.tfrecord") for index in range(4)]
+#    for index, path in enumerate(files):
+#        with tf.io.TFRecordWriter(path) as writer:
+#            for key in range(index * 100, (index + 1) * 100):
+#                writer.write(tf.io.serialize_tensor(tf.constant(key, tf.int64)).numpy())
+#
+#
+#    def from_files(paths, policy=tf.data.experimental.AutoShardPolicy.AUTO):
+#        options = tf.data.Options()
+#        options.experimental_distribute.auto_shard_policy = policy
+#        return (tf.data.Dataset.from_tensor_slices(paths)
+#                .interleave(tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2)
+#                .map(lambda record: tf.io.parse_tensor(record, tf.int64))
+#                .shuffle(400, seed=0).batch(32).with_options(options))
+#
+#
+#    for policy in (tf.data.experimental.AutoShardPolicy.AUTO, tf.data.experimental.AutoShardPolicy.DATA):
+#        for worker in range(2):
+#            share = _AutoShardDataset(from_files(files, policy), 2, worker, num_replicas=2)
+#            keys_read = np.concatenate(list(share.as_numpy_iterator()))
+#            print(policy.name, worker, "files", sorted({int(key) // 100 for key in keys_read}), len(keys_read))
+#    next(iter(_AutoShardDataset(from_files(files[:1]), 2, 0, num_replicas=2)))  # one file, two workers
+#    ```
+#
+#    With `AUTO` the rewrite finds the file reader and shards the *file list*: worker 0 reads files
+#    0 and 2, worker 1 files 1 and 3, each whole file and nothing else, so no worker reads what it
+#    does not train on. With `DATA` both read all four files and keep every other batch. With one
+#    file and two workers `AUTO` does not fall back to `DATA`: the iterator fails with "Could not
+#    apply FILE based sharding: the dataset only has 1 file(s), which is not enough for the required
+#    2 shards/workers", and suggests `DATA` or `OFF`, or more files than workers.
 #    </details>
 #
 # Next: [Multi-worker training](05_multi_worker.ipynb)

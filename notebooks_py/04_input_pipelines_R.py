@@ -24,10 +24,12 @@
 #
 # - how a tfdatasets pipeline builds the *global* batch that a strategy then splits across replicas;
 # - what `dataset_shuffle()`, `dataset_prefetch()`, a parallel `dataset_map()` and `dataset_cache()`
-#   each buy, measured side by side;
+#   each buy, measured side by side, and how many reads a parallel `dataset_map()` can keep in
+#   flight (tf.data's thread pool caps it);
 # - what changes with more replicas: per-replica batch = global batch / N, how
-#   `strategy$experimental_distribute_dataset()` splits a batch (also an uneven one), and how
-#   workers share a dataset.
+#   `strategy$experimental_distribute_dataset()` splits a batch (also an uneven one), which
+#   all-reduce a `MirroredStrategy` uses, and how workers share a dataset (and why an unseeded
+#   shuffle is not safe for that, even under a global seed).
 #
 # **What you need**: R with the packages keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
@@ -107,11 +109,21 @@ import keras  # noqa: F401
 # Batch the dataset by the **global** batch size, not the per-replica one. The strategy divides
 # each global batch between the replicas, so with the global batch fixed, adding replicas gives each
 # one less work per step, and the number of steps per epoch does not change.
+#
+# A `MirroredStrategy` sums the replicas' gradients with an all-reduce. Left to choose, TF 2.21 takes
+# `CollectiveAllReduce` (a ring) when all devices are CPUs, as here, and NCCL on physical GPUs
+# (`_make_collective_ops_with_fallbacks` in `tensorflow/python/distribute/mirrored_strategy.py`).
+# We pass `ReductionToOneDevice` instead, as kerasdist does on CPU devices (`kerasdist.make_strategy`):
+# it sums on one device, gives the same sums here, and lets `fit()` run several steps per call
+# (shown near the end of the lesson). Both twins of this lesson use it, and every timing of the
+# model below is `MirroredStrategy` with `ReductionToOneDevice`.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # One strategy, one replica per device; the global batch is split between them.
-# strategy <- tf$distribute$MirroredStrategy(devices = as.list(unlist(devices)))
+# # One strategy, one replica per device, with an explicit all-reduce; the global batch is split between them.
+# strategy <- tf$distribute$MirroredStrategy(devices = as.list(unlist(devices)),
+#                                           cross_device_ops = tf$distribute$ReductionToOneDevice())
+# cat(sprintf("Number of devices: %d; all-reduce: ReductionToOneDevice\n", strategy$num_replicas_in_sync))
 # per_replica_batch_size <- global_batch_size %/% strategy$num_replicas_in_sync
 # steps_per_epoch <- nrow(x_train) %/% global_batch_size
 # cat(sprintf("global batch %d = %d replicas x %d examples; %d steps per epoch\n", global_batch_size,
@@ -219,9 +231,11 @@ import keras  # noqa: F401
 # %% [markdown]
 # ## Measuring the pipelines
 #
-# First, how long does one training step of the guide's MLP (784-256-256-10, the model of
-# TensorFlow's distributed-training guide) take here with 2 replicas, when the data is already in
-# memory? That is the time a pipeline has to prepare the next batch.
+# First, how long does one training step of the MLP take here with 2 replicas, when the data is
+# already in memory? That is the time a pipeline has to prepare the next batch. The MLP
+# (784-256-256-10, Adam, cross-entropy from logits) is `get_compiled_model()` of the keras.io guide
+# [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/);
+# `build_model()` below writes it with keras3.
 #
 # Timings vary from run to run on a shared machine: compare the numbers of one run with each other,
 # never with another run's. Every timing is the **median of several timed epochs after a warm-up
@@ -232,7 +246,7 @@ import keras  # noqa: F401
 # timed in turns, round after round, so that a longer burst of load slows all of it alike.
 
 # %% language="R"
-# # The guide's MLP, built and compiled (call it inside a strategy scope).
+# # The keras.io guide's MLP (its get_compiled_model()), built and compiled (call it inside a strategy scope).
 # build_model <- function() {
 #   inputs <- keras_input(shape = 784, name = "digits")
 #   logits <- inputs |>
@@ -271,7 +285,7 @@ import keras  # noqa: F401
 # }
 
 # %% language="R"
-# # The model fed from memory: cache, shuffle, batch, prefetch.
+# # The model fed from memory (cache, shuffle, batch, prefetch), under MirroredStrategy with ReductionToOneDevice.
 # from_memory <- tensor_slices_dataset(list(np_array(x_train[seq_len(num_records), ], dtype = "float32"),
 #                                           np_array(y_train[seq_len(num_records)], dtype = "int32"))) |>
 #   dataset_cache() |>
@@ -280,7 +294,8 @@ import keras  # noqa: F401
 #   dataset_prefetch(autotune)
 # memory_epoch_s <- seconds_per_epoch_training(list("from memory" = list(on = strategy, dataset = from_memory)))[[1]]
 # step_s <- memory_epoch_s / batches_per_epoch
-# cat(sprintf("from memory: %.2f s/epoch, %.0f ms per training step\n", memory_epoch_s, step_s * 1e3))
+# cat(sprintf("from memory, mirrored (ReductionToOneDevice): %.2f s/epoch, %.0f ms per training step\n",
+#             memory_epoch_s, step_s * 1e3))
 
 # %% [markdown]
 # On this CPU the model and the pipeline compete for the same two cores, which blurs any timing of
@@ -382,11 +397,56 @@ import keras  # noqa: F401
 # - **+ prefetch** has nothing to overlap with when the pipeline runs alone. With a training step
 #   it reads the next batch while the step runs, so an epoch costs about the *larger* of "all
 #   reads" and "all steps" instead of their sum.
-# - **+ parallel map** keeps several reads in flight, which shortens the pipeline alone. With a
-#   training step it can only help as long as reading is slower than training: after that the step
-#   time sets the pace, and the "alone" bars show the head room left for a faster accelerator.
+# - **+ parallel map** keeps several reads in flight, which shortens the pipeline alone: but only
+#   as many as tf.data's thread pool has threads (next cell). With a training step it can only help
+#   as long as reading is slower than training: after that the step time sets the pace, and the
+#   "alone" bars show the head room left for a faster accelerator.
 # - **+ cache** reads storage only in the first epoch; later epochs come from memory, so alone it
 #   needs no reads at all, and with a training step the step time sets the pace again.
+#
+# How many reads does the parallel map keep in flight? A map runs each call of its function on
+# tf.data's thread pool, which by default has one thread per schedulable CPU core; a read that
+# waits holds its thread. `AUTOTUNE` never gives a map more parallel calls than that pool has
+# threads (the autotuner's `parallelism` parameter has the maximum `ctx->runner_threadpool_size()`,
+# `tensorflow/core/kernels/data/parallel_map_dataset_op.cc` in TensorFlow's source; the C++ is not
+# in the wheel). We time the parallel map alone with 1 call, with `AUTOTUNE`, with 8 calls, and with
+# both on a private pool of 8 threads (the `threading$private_threadpool_size` option); the reads in
+# flight are all the reads of an epoch one after another, divided by the epoch's time.
+
+# %% language="R"
+# # Reads in flight: the parallel-map pipeline alone, with several num_parallel_calls and thread-pool sizes.
+# parallel_reads <- function(calls, threads = NULL) {
+#   options <- tf$data$Options()
+#   optimization <- options$experimental_optimization
+#   optimization$inject_prefetch <- FALSE
+#   if (!is.null(threads)) {
+#     threading <- options$threading
+#     threading$private_threadpool_size <- as.integer(threads)
+#   }
+#   shuffled_keys() |> dataset_batch(global_batch_size, drop_remainder = TRUE) |>
+#     dataset_map(read_and_decode, num_parallel_calls = calls) |> dataset_prefetch(autotune) |>
+#     dataset_options(options)
+# }
+# settings <- list("1 call" = parallel_reads(1L), "AUTOTUNE" = parallel_reads(autotune),
+#                  "8 calls" = parallel_reads(8L), "8 calls, 8 threads" = parallel_reads(8L, threads = 8L),
+#                  "AUTOTUNE, 8 threads" = parallel_reads(autotune, threads = 8L))
+# for (pipeline in settings) seconds_per_epoch(pipeline)  # warm-up (AUTOTUNE also tunes here)
+# settings_epochs <- matrix(NA_real_, rounds, length(settings), dimnames = list(NULL, names(settings)))
+# for (round in seq_len(rounds))
+#   for (name in names(settings)) settings_epochs[round, name] <- seconds_per_epoch(settings[[name]])
+# all_reads_s <- batches_per_epoch * py$read_latency_s
+# in_flight <- all_reads_s / apply(settings_epochs, 2, median)
+# cat(sprintf("schedulable CPU cores: %d\n", py_eval("len(__import__('os').sched_getaffinity(0))")))
+# for (name in names(in_flight))
+#   cat(sprintf("%-20s %5.2f s/epoch: %4.1f reads in flight\n", name, all_reads_s / in_flight[[name]],
+#               in_flight[[name]]))
+
+# %% [markdown]
+# On the default pool, neither `AUTOTUNE` nor an explicit 8 gets beyond about one read in flight
+# per core: calls beyond the pool's threads wait for a thread. With a pool of 8 threads, both go up
+# to about 8. A read that waits for storage uses no CPU, so for latency-bound input (network
+# storage, a remote service) give the pipeline more threads than cores and set the parallelism to
+# match; for CPU-bound decoding, more threads than cores only adds switching.
 #
 # Finally the real model, fed by the slowest and by the fastest pipeline. Two things blur this
 # comparison. The model and the pipeline share two CPU cores here, so how long a step takes depends
@@ -398,7 +458,7 @@ import keras  # noqa: F401
 # by how much, and whether that is beyond what we read as noise.
 
 # %% language="R"
-# # The real model under MirroredStrategy, fed by the slowest and the fastest pipeline.
+# # The real model under MirroredStrategy (ReductionToOneDevice), fed by the slowest and the fastest pipeline.
 # trained <- seconds_per_epoch_training(lapply(pipelines[c("read", "+ cache")],
 #                                               function(pipeline) list(on = strategy, dataset = pipeline)))
 # for (name in names(trained)) cat(sprintf("%-15s %5.2f s/epoch\n", name, trained[[name]]))
@@ -427,9 +487,13 @@ import keras  # noqa: F401
 # A final batch that is smaller than the global batch is cut, in replica order, into shares of
 # (its size / N) rounded up; the last replica gets what is left, which may be fewer or even none.
 # Each replica averages the loss over its own share, and the strategy then averages the replicas,
-# so the examples of a smaller share weigh more. That is the one place where 1 replica and N
-# replicas would compute different gradients from the same data, and it is why kerasdist batches
-# training data with `drop_remainder = TRUE`. We build such a last batch ourselves, of 5 examples.
+# so the examples of a smaller share weigh more. That is the one place in the input pipeline where 1
+# replica and N replicas would compute different gradients from the same data (lesson 3 shows other
+# causes in the model), and it is why kerasdist batches training data with `drop_remainder = TRUE`.
+# The exact remedy, if you keep the last batch, is to divide each replica's *sum* of per-example
+# losses by the number of examples in the whole global batch (a count summed over the replicas), in
+# a custom loop; `fit()` instead divides each replica's mean by N (`scale_loss_for_distribution` in
+# `keras/src/losses/loss.py`). We build such a last batch ourselves, of 5 examples.
 #
 # **Predict, then run.** How will 2 replicas share 5 examples? Decide, then run: the cell asserts
 # the rule above.
@@ -447,6 +511,8 @@ import keras  # noqa: F401
 # stopifnot(identical(shares, pmax(0L, pmin(share, remainder_size - (seq_len(num_replicas) - 1L) * share))))
 # cat(sprintf("an example of the share of %d weighs %.2g times as much as one of the share of %d\n",
 #             min(shares), max(shares) / min(shares), max(shares)))
+# cat(sprintf("fit() weighs each example 1/(N x its share): %s; a sum divided by the %d examples of the step weighs each 1/%d\n",
+#             paste0("1/", num_replicas * shares, collapse = ", "), remainder_size, remainder_size))
 
 # %% [markdown]
 # When each worker should build its own pipeline (for example to read only its own files),
@@ -501,8 +567,9 @@ import keras  # noqa: F401
 # %% [markdown]
 # And the time per epoch? With the global batch fixed, each replica computes on half the examples,
 # so on two real GPUs a step would take about half the compute, plus the all-reduce. We measure it
-# here, at steady state (best of the epochs after the first, tracing excluded), with 1 and with 2
-# replicas, the model fed from memory. But here the **virtual CPU replicas share the same CPU
+# here, at steady state (the median of the timed epochs after an untimed first one, so tracing is
+# excluded), with 1 and with 2 replicas, the model fed from memory, both under `MirroredStrategy` with
+# `ReductionToOneDevice` and the same pipeline. But here the **virtual CPU replicas share the same CPU
 # cores**: two replicas do the same arithmetic on the same cores, plus the all-reduce, so more
 # replicas add no compute on this machine: expect no speed-up (a difference either way is the
 # all-reduce, or noise from other programs). For what changes on real GPUs (compute / N +
@@ -510,7 +577,8 @@ import keras  # noqa: F401
 # ([03_convergence_R.ipynb](03_convergence_R.ipynb)).
 
 # %% language="R"
-# # Steady-state seconds per epoch with 1 and with 2 replicas, the same global batch, fed from memory.
+# # Steady-state seconds per epoch with 1 and with 2 replicas (MirroredStrategy, ReductionToOneDevice), the same
+# # global batch, fed from memory.
 # one_replica <- tf$distribute$MirroredStrategy(devices = list(unlist(devices)[[1]]),
 #                                               cross_device_ops = tf$distribute$ReductionToOneDevice())
 # # Timed in turns, so that both see the same load on the machine.
@@ -518,11 +586,12 @@ import keras  # noqa: F401
 # names(replica_runs) <- c("1 replica", sprintf("%d replicas", num_replicas))
 # replica_epoch_s <- seconds_per_epoch_training(replica_runs)
 # for (label in names(replica_epoch_s))
-#   cat(sprintf("%-10s %5.2f s/epoch, %6.0f samples/s\n", label, replica_epoch_s[[label]],
-#               batches_per_epoch * global_batch_size / replica_epoch_s[[label]]))
+#   cat(sprintf("%-10s %5.2f s/epoch, %6.0f samples/s (mirrored, ReductionToOneDevice)\n", label,
+#               replica_epoch_s[[label]], batches_per_epoch * global_batch_size / replica_epoch_s[[label]]))
 # replica_matrix <- matrix(replica_epoch_s, nrow = 1,
-#                          dimnames = list("seconds per epoch, steady state", names(replica_epoch_s)))
-# replica_note <- paste("Virtual CPU replicas share the same CPU cores: expect no speed-up here.",
+#                          dimnames = list("seconds per epoch, steady state (median)", names(replica_epoch_s)))
+# replica_note <- paste(sprintf("MirroredStrategy with ReductionToOneDevice; median of %d epochs after a warm-up.", rounds),
+#                       "Virtual CPU replicas share the same CPU cores: expect no speed-up here.",
 #                       "On real GPUs: see lesson 3's cost model (compute / N + all-reduce + input time).",
 #                       sep = "\n")
 # draw_replicas <- function() grouped_bars(replica_matrix, "seconds per epoch (lower is better)",
@@ -537,6 +606,38 @@ import keras  # noqa: F401
 # draw_replicas()
 
 # %% [markdown]
+# The all-reduce matters for one more thing. `compile(steps_per_execution = N)` makes `fit()` run N
+# steps per call of its compiled function, which saves the per-step overhead of small models. Under
+# `MirroredStrategy` with TF's own choice of all-reduce it fails in Keras 3.15 (keras-team/keras#19246,
+# open); with `ReductionToOneDevice` it runs. The next cell tries both, with 2 steps per call.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # fit() with 2 steps per call under MirroredStrategy: TF's own all-reduce choice, then ReductionToOneDevice.
+# tf_choice <- tf$distribute$MirroredStrategy(devices = as.list(unlist(devices)))
+# # Which all-reduce TF chose: a private attribute, read only to show it.
+# cat("TF's choice over these CPU devices:", tf_choice$extended$`_cross_device_ops`$`__class__`$`__name__`, "\n")
+# for (label in c("TF's choice", "ReductionToOneDevice")) {
+#   on <- if (label == "TF's choice") tf_choice else strategy
+#   set_random_seed(0)
+#   with(on$scope(), {
+#     model <- build_model()
+#     model |> compile(optimizer = optimizer_adam(learning_rate = 1e-3),
+#                      loss = loss_sparse_categorical_crossentropy(from_logits = TRUE), steps_per_execution = 2L)
+#   })
+#   outcome <- tryCatch({
+#     model |> fit(from_memory, epochs = 1L, shuffle = FALSE, verbose = 0)
+#     sprintf("fit ran, %d steps in %d calls", as.integer(model$optimizer$iterations$numpy()), batches_per_epoch %/% 2L)
+#   }, error = function(error) {
+#     text <- conditionMessage(error)
+#     if (grepl("InvalidArgumentError", text) && grepl("You must feed a value", text))
+#       "fit failed with InvalidArgumentError: You must feed a value for placeholder tensor ..."
+#     else paste("fit failed:", strsplit(text, "\n")[[1]][1])
+#   })
+#   cat(sprintf("%s: %s\n", label, outcome))
+# }
+
+# %% [markdown]
 # ### Sharding across workers
 #
 # Across **several workers** the dataset is also *sharded*: each worker must train on different
@@ -546,7 +647,9 @@ import keras  # noqa: F401
 #
 # - `AUTO`, the default: try `FILE`, and when the pipeline reads no files (no file reader such as
 #   `tfrecord_dataset()` at its source, as with an in-memory array) fall back to `DATA`;
-# - `FILE`: each worker reads only its own files (you need at least as many files as workers);
+# - `FILE`: each worker reads only its own files: the rewrite shards the list of files, before
+#   anything is read. You need at least as many files as workers; with fewer, `FILE` fails, and so
+#   does `AUTO`, which falls back to `DATA` only when there are no files at all (exercise 5);
 # - `DATA`: every worker runs the whole pipeline and keeps its share by position. Each global batch
 #   is first cut into per-replica slices, one per replica of the cluster
 #   (`tensorflow/python/distribute/input_lib.py`), and then a `shard(number of workers, worker
@@ -578,15 +681,21 @@ import keras  # noqa: F401
 # %% [markdown]
 # We can watch `DATA` sharding without a cluster: build two workers' copies of a pipeline of keys in
 # this process and apply what the rewrite applies (per-replica slices of the global batch, then
-# `shard`), with one replica per worker. In one process, as in two worker processes, every unseeded
-# shuffle draws its own order.
+# `shard`), with one replica per worker. Each worker runs its own program, which usually starts by
+# setting a global seed (`set_random_seed()` calls `tf.random.set_seed`); we simulate that by
+# setting it again before building each worker's pipeline. The global seed matters here: a shuffle
+# without a seed of its own then takes the next seed from a generator seeded by the global seed, so
+# the n-th unseeded random op of every program gets the same seed (`get_seed` in
+# `tensorflow/python/framework/random_seed.py`); with no global seed, it draws a random one.
 #
-# **Predict, then run.** With an unseeded shuffle, will some keys reach both workers, and some
-# neither? With `dataset_shuffle(..., seed = 0L)`?
+# **Predict, then run.** Four cases: no global seed and an unseeded shuffle; a global seed and an
+# unseeded shuffle; the same, but worker 1's program made one more random op before its pipeline
+# (say, a validation set it alone shuffles); and `dataset_shuffle(..., seed = 0L)`. In which do some
+# keys reach both workers, and some neither?
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Two workers' shares of one epoch under DATA sharding, with an unseeded and with a seeded shuffle.
+# # Two workers' shares of one epoch under DATA sharding; each worker's program is simulated from its start.
 # num_workers <- 2L
 # worker_share <- function(worker_index, shuffle_seed) {  # the keys one worker trains on in one epoch
 #   global_batches <- keys |> dataset_shuffle(num_records, seed = shuffle_seed) |>
@@ -595,31 +704,46 @@ import keras  # noqa: F401
 #   slices |> dataset_shard(num_workers, as.integer(worker_index))
 # }
 # share_keys <- function(dataset) unlist(iterate(dataset, function(batch) as.numeric(as.array(batch))))
+# # The keys a worker's program trains on: set the global seed (NULL: none), maybe make one more unseeded
+# # random op, then build the worker's share.
+# worker_program <- function(worker_index, global_seed, shuffle_seed = NULL, one_more_random_op = FALSE) {
+#   tf$random$set_seed(global_seed)
+#   if (one_more_random_op && worker_index == 1L)
+#     keys |> dataset_shuffle(num_records)  # creating it takes the next op seed
+#   share_keys(worker_share(worker_index, shuffle_seed))
+# }
+# cases <- list("no global seed, unseeded shuffle" = list(global_seed = NULL),
+#               "global seed, unseeded shuffle" = list(global_seed = 0L),
+#               "global seed, unseeded, one more op" = list(global_seed = 0L, one_more_random_op = TRUE),
+#               "shuffle(seed=0)" = list(global_seed = NULL, shuffle_seed = 0L))
 # overlap <- c()
-# for (seed in list(NULL, 0L)) {
-#   label <- if (is.null(seed)) "unseeded shuffle" else "shuffle(seed=0)"
-#   shares <- lapply(seq_len(num_workers) - 1L, function(index) share_keys(worker_share(index, seed)))
+# for (label in names(cases)) {
+#   shares <- lapply(seq_len(num_workers) - 1L, function(index) do.call(worker_program, c(list(index), cases[[label]])))
 #   on_both <- length(intersect(shares[[1]], shares[[2]]))
 #   on_neither <- num_records - length(union(shares[[1]], shares[[2]]))
 #   overlap[label] <- on_both
-#   cat(sprintf("%-16s: %d keys, worker 0 trains on %d, worker 1 on %d; %s on both, %s on neither\n", label,
+#   cat(sprintf("%-34s: %d keys, worker 0 trains on %d, worker 1 on %d; %s on both, %s on neither\n", label,
 #               num_records, length(shares[[1]]), length(shares[[2]]), if (on_both > 0) "some" else "none",
 #               if (on_neither > 0) "some" else "none"))
 # }
-# stopifnot(overlap[["unseeded shuffle"]] > 0, overlap[["shuffle(seed=0)"]] == 0)
+# stopifnot(identical(unname(overlap > 0), c(TRUE, FALSE, TRUE, FALSE)))
 
 # %% [markdown]
-# With the seed the two shares are a clean partition of the epoch; without it, this run's
-# shares overlapped by the number of keys printed below, and as many were never trained on.
-# The cell also checks that the simulation takes the same slices as TensorFlow's own rewrite
-# (the private class the strategy calls), with the default policy `AUTO`, which falls back to
-# `DATA` here.
+# With `shuffle(seed=0)` the two shares are a clean partition of the epoch. With a global seed the
+# unseeded shuffles agreed too, but only because both programs made the same random ops in the same
+# order: one op more in one program, and they part, as without any seed (this run's overlaps are
+# printed below; as many keys were never trained on). That is fragile (a chief-only step, a
+# library that adds a random op), so **seed the shuffle itself**, and with several epochs seed
+# each epoch's shuffle with (seed, epoch), as kerasdist does. The cell also checks that the
+# simulation takes the same slices as TensorFlow's own rewrite (the private class the strategy
+# calls), with the default policy `AUTO`, which falls back to `DATA` here.
 
 # %% language="R"
 # # How many keys the unseeded shares overlapped in this run; and the simulation against TensorFlow's rewrite.
 # rewrite <- import("tensorflow.python.data.experimental.ops.distribute")$`_AutoShardDataset`  # private: the rewrite itself
-# cat(sprintf("unseeded: %d of %d keys on both workers (and as many on neither)\n",
-#             overlap[["unseeded shuffle"]], num_records))
+# for (label in c("no global seed, unseeded shuffle", "global seed, unseeded, one more op"))
+#   cat(sprintf("%s: %d of %d keys on both workers (and as many on neither)\n", label, overlap[[label]],
+#               num_records))
 # for (index in seq_len(num_workers) - 1L) {
 #   global_batches <- keys |> dataset_shuffle(num_records, seed = 0L) |>
 #     dataset_batch(global_batch_size, drop_remainder = TRUE)
@@ -633,23 +757,39 @@ import keras  # noqa: F401
 # %% [markdown]
 # ## Performance tips
 #
-# - **Order the steps**: read -> decode (parallel `dataset_map()`) -> `dataset_cache()` ->
-#   `dataset_shuffle()` -> `dataset_batch(global_batch_size, drop_remainder = TRUE)` -> per-batch
+# - **Order the steps**: list the files -> `dataset_shard()` them (when you shard by hand) -> read
+#   (`dataset_interleave()` over the files) -> decode (parallel `dataset_map()`) -> `dataset_cache()`
+#   -> `dataset_shuffle()` -> `dataset_batch(global_batch_size, drop_remainder = TRUE)` -> per-batch
 #   work (a vectorized map) -> `dataset_prefetch()` last.
 # - **Cache before shuffling**, after the expensive deterministic work: caching after the shuffle
 #   would freeze the first epoch's order for every epoch. Data too big for memory can be cached to a
 #   local file: `dataset_cache(filename = ...)`.
 # - **Shuffle buffer**: a buffer as large as the dataset gives a uniform shuffle; a small one only
 #   mixes neighbours. For big datasets shuffle the file order and keys, and keep the buffer modest.
-# - **Prefetch always**, and let `tf$data$AUTOTUNE` pick the buffer and the parallelism of
-#   `dataset_map()`.
+#   Give every shuffle a seed, per epoch: (seed, epoch), as kerasdist does, so that workers agree
+#   and a resumed run sees the same order as an uninterrupted one (lesson 2).
+# - **Prefetch always**, and let `tf$data$AUTOTUNE` pick the prefetch buffer and the parallelism of
+#   a CPU-bound `dataset_map()`. `AUTOTUNE` stops at the thread pool's size (one thread per core by
+#   default), so for latency-bound reads give the pipeline more threads (the
+#   `threading$private_threadpool_size` option) and set `num_parallel_calls` to match, as measured
+#   above. `dataset_interleave(..., num_parallel_calls = ...)` reads several files at once, on the
+#   same pool. Where the order does not matter, the `deterministic = FALSE` option lets parallel
+#   stages hand out elements as they finish.
 # - **Keep R out of the per-element path**: functions given to `dataset_map()` are traced once into
 #   a TensorFlow graph, which is fast; R code that must run per element cannot run on tf.data's
 #   threads.
-# - **Batch by the global batch** and drop the remainder, so every replica gets an equal share.
-# - **`compile(steps_per_execution = N)`** helps small models a lot, but in Keras 3 it fails under
-#   `MirroredStrategy` today (keras-team/keras#19246); kerasdist's own loop (`engine = "loop"`) runs
-#   many steps per call instead.
+# - **Batch by the global batch** and drop the remainder, so every replica gets an equal share; if
+#   you must keep the last batch, divide each replica's summed loss by the global count of examples.
+# - **Shard early.** With files, shard the file list, before reading, so that each worker reads only
+#   its own (what `FILE` does; exercise 5). With `distribute_datasets_from_function()`, shard by
+#   `input_context$input_pipeline_id` first, then shuffle and batch by the per-replica batch size.
+# - **`compile(steps_per_execution = N)`** runs many steps per call and helps small models a lot.
+#   Under `MirroredStrategy` with TF's own all-reduce choice it fails in Keras 3.15 ("You must feed a
+#   value for placeholder tensor", keras-team/keras#19246; shown above on CPU devices, where TF picks
+#   `CollectiveAllReduce`; GPUs were not tried here); with `ReductionToOneDevice` it runs.
+#   kerasdist's own loop (`engine = "loop"`) runs many steps per call under any strategy.
+# - **Look before tuning**: the TensorFlow Profiler's input-pipeline analyser says whether a
+#   step waits for input.
 
 # %% [markdown]
 # ## Summary
@@ -658,12 +798,13 @@ import keras  # noqa: F401
 #   (`experimental_distribute_dataset()`), or you build per-replica batches yourself with
 #   `distribute_datasets_from_function()` and the input context's `get_per_replica_batch_size()`.
 # - With a slow source, `dataset_prefetch()` overlaps reading with training, a parallel
-#   `dataset_map()` overlaps reads with each other, and `dataset_cache()` removes reading after the
-#   first epoch; shuffling keys is free.
+#   `dataset_map()` overlaps reads with each other (at most one per thread of tf.data's pool, one per
+#   core by default, whatever `AUTOTUNE` or `num_parallel_calls` say), and `dataset_cache()` removes
+#   reading after the first epoch; shuffling keys is free.
 # - An uneven last batch gives replicas unequal shares and unequal weights; drop it for training.
 # - With more replicas, either the global batch stays fixed (same curve, smaller shares) or the
 #   per-replica batch does (fewer steps, scale the learning rate); across workers the data is also
-#   sharded.
+#   sharded, and `DATA` sharding needs every worker's shuffle to have the same explicit seed.
 
 # %% [markdown]
 # ## Exercises
@@ -717,27 +858,33 @@ import keras  # noqa: F401
 #    epoch sees the same batches in the same order, and the model can fit to that order.
 #    </details>
 #
-# 3. Replace `num_parallel_calls = autotune` with 1, 2 and 8. How does the pipeline-alone time
-#    change? Why can more parallel reads than CPU cores still help here?
+# 3. Give the parallel-map pipeline a private pool of 8 threads (`parallel_reads(calls, threads = 8L)`)
+#    and try `num_parallel_calls` of 2, 4, 8 and 16, and `autotune`. How many reads are in flight
+#    with each? Where does `AUTOTUNE` stop, and why?
 #
 #    <details><summary>Hint</summary>
 #
-#    What does a thread do while `time.sleep()` waits for "storage"?
+#    What does a thread do while `time.sleep()` waits for "storage"? And how many threads can run
+#    the map's calls?
 #    </details>
 #
 #    <details><summary>Solution</summary>
 #
 #    ```r
-#    for (calls in c(1L, 2L, 8L)) {
-#      pipeline <- shuffled_keys() |> dataset_batch(global_batch_size, drop_remainder = TRUE) |>
-#        dataset_map(read_and_decode, num_parallel_calls = calls) |> dataset_prefetch(autotune)
-#      cat(sprintf("%d %.2f s/epoch\n", calls,
-#                  seconds_per_epoch(pipeline$with_options(only_explicit_prefetch))))
+#    for (calls in c(2L, 4L, 8L, 16L, autotune)) {
+#      pipeline <- parallel_reads(calls, threads = 8L)
+#      seconds_per_epoch(pipeline)  # warm-up
+#      cat(sprintf("%d %.1f reads in flight\n", calls, all_reads_s / seconds_per_epoch(pipeline)))
 #    }
 #    ```
 #
-#    The time falls roughly as 1 / calls until decoding, not waiting, sets the pace. A read that
-#    waits for storage uses no CPU, so more reads than cores can be in flight.
+#    The reads in flight follow the calls up to 8, the number of threads: a read that waits for
+#    storage uses no CPU, so 8 waiting reads run on 2 cores, but each holds a thread. 16 calls do no
+#    better than 8: the calls beyond the threads wait for one. `AUTOTUNE` climbs to about 8 and stops
+#    there: the autotuner never gives a parallel map more calls than the thread pool has threads
+#    (its `parallelism` parameter has the maximum `ctx->runner_threadpool_size()`,
+#    `tensorflow/core/kernels/data/parallel_map_dataset_op.cc`). On the default pool that cap is the
+#    number of cores, which is what the lesson's run measured.
 #    </details>
 #
 # 4. Set `num_replicas <- 4L`, restart the kernel and split a global batch of 70 examples. What
@@ -758,6 +905,59 @@ import keras  # noqa: F401
 #
 #    The first three replicas get 18 examples and the last one 16, whose examples weigh a little
 #    more in the averaged gradient. Try 6 examples too: shares of 2, 2, 2 and 0, one replica idle.
+#    </details>
+#
+# 5. Shard files. Write the keys 0-399 into 4 TFRecord files of 100 keys each, read them with
+#    `dataset_interleave()` over the file list, and apply TensorFlow's rewrite for 2 workers
+#    (`rewrite(dataset, 2L, worker_index, num_replicas = 2L)`, as above) with the default policy,
+#    then with `DATA`. Which files does each worker read? Then try 1 file for 2 workers.
+#
+#    <details><summary>Hint</summary>
+#
+#    `tf_python$io$TFRecordWriter(path)$write(...)` writes a record; write a key serialized with
+#    `tf_python$io$serialize_tensor()` (the module imported with `convert = FALSE`, so the bytes stay
+#    Python bytes); `tf$io$parse_tensor(record, tf$int64)` reads it back. A key's file is
+#    `key %/% 100`.
+#    </details>
+#
+#    <details><summary>Solution</summary>
+#
+#    ```r
+#    folder <- tempfile("keys")
+#    dir.create(folder)
+#    files <- file.path(folder, sprintf("keys-%d.tfrecord", 0:3))
+#    for (index in 0:3) {
+#      writer <- tf_python$io$TFRecordWriter(files[index + 1])
+#      for (key in seq.int(index * 100L, length.out = 100L))
+#        writer$write(tf_python$io$serialize_tensor(tf_python$constant(key, tf_python$int64))$numpy())
+#      writer$close()
+#    }
+#    from_files <- function(paths, policy = "AUTO") {
+#      options <- tf$data$Options()
+#      distribute <- options$experimental_distribute
+#      distribute$auto_shard_policy <- tf_python$data$experimental$AutoShardPolicy[[policy]]
+#      tensor_slices_dataset(as.array(paths)) |>  # as.array: a 1-d array even for one file
+#        dataset_interleave(function(path) tfrecord_dataset(path), cycle_length = 2L, num_parallel_calls = 2L) |>
+#        dataset_map(function(record) tf$io$parse_tensor(record, tf$int64)) |>
+#        dataset_shuffle(400L, seed = 0L) |>
+#        dataset_batch(32L) |>
+#        dataset_options(options)
+#    }
+#    for (policy in c("AUTO", "DATA")) {
+#      for (worker in 0:1) {
+#        keys_read <- share_keys(rewrite(from_files(files, policy), 2L, worker, num_replicas = 2L))
+#        cat(policy, worker, "files", sort(unique(keys_read %/% 100)), length(keys_read), "\n")
+#      }
+#    }
+#    iter_next(as_iterator(rewrite(from_files(files[1]), 2L, 0L, num_replicas = 2L)))  # one file, two workers
+#    ```
+#
+#    With `AUTO` the rewrite finds the file reader and shards the *file list*: worker 0 reads files
+#    0 and 2, worker 1 files 1 and 3, each whole file and nothing else, so no worker reads what it
+#    does not train on. With `DATA` both read all four files and keep every other batch. With one
+#    file and two workers `AUTO` does not fall back to `DATA`: the iterator fails with "Could not
+#    apply FILE based sharding: the dataset only has 1 file(s), which is not enough for the required
+#    2 shards/workers", and suggests `DATA` or `OFF`, or more files than workers.
 #    </details>
 #
 # Next: [Multi-worker training](05_multi_worker_R.ipynb)
