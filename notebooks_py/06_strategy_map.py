@@ -323,8 +323,9 @@ for name in ["default", "one_device", "mirrored", "central_storage"]:
 
 # %% [markdown]
 # **Predict, then run.** Under `MirroredStrategy` each of the two replicas sees only half of every
-# batch. After one epoch, will its weights equal the default strategy's to within 1e-5, or differ
-# visibly? And under `CentralStorageStrategy`? Decide, then run the next two cells.
+# batch. After one epoch, will its weights equal the default strategy's up to float rounding (the
+# check below allows 1e-3: see why under the table), or differ visibly? And under
+# `CentralStorageStrategy`? Decide, then run the next two cells.
 
 # %%
 # What each strategy created, and how far its weights are from the default strategy's.
@@ -339,8 +340,8 @@ for name, run in runs.items():
 # %%
 # Check the prediction: at a fixed global batch, every strategy trains the same weights up to float rounding.
 for name, run in runs.items():
-    assert run["max |Δw|"] < 1e-5, f"{name}: weights differ from the default strategy's by {run['max |Δw|']:.1e}"
-print("all four strategies trained the same weights, to within 1e-5")
+    assert run["max |Δw|"] < 1e-3, f"{name}: weights differ from the default strategy's by {run['max |Δw|']:.1e}"
+print("all four strategies trained the same weights, to within 1e-3")
 
 # %% [markdown]
 # What the table shows:
@@ -353,10 +354,15 @@ print("all four strategies trained the same weights, to within 1e-5")
 # - **Same training.** The weights after one epoch agree to float rounding (`max |Δw|` is the
 #   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
 #   replicas compute the same updates as one device, only the order of the floating-point sums
-#   differs. That holds for this MLP because it has no BatchNormalization and no dropout. A
+#   differs. Why the check allows 1e-3: Adam divides each gradient by its own running size, so a
+#   weight whose gradient is zero up to rounding still takes a step of about the learning rate
+#   (1e-3 here), in whichever direction the rounding fell. How often that happens depends on the
+#   CPU's matrix kernels, so the same code gives smaller or larger gaps on another CPU (the test
+#   suite runs this lesson with an older instruction set too). That holds for this MLP because it has no BatchNormalization and no dropout. A
 #   BatchNormalization layer normalises each replica's share with that share's own mean and variance
 #   (a batch of 32 here, not 64), unless it is built with `synchronized=True`, which all-reduces the
-#   statistics across replicas; dropout draws its own random mask on each replica. Lesson 3 runs
+#   statistics across replicas; dropout draws its masks from one seed that every replica shares, so
+#   the replicas' masks are the same rows, not independent ones (lesson 1 prints them). Lesson 3 runs
 #   the BatchNormalization case, 2 replicas against one device
 #   ([03_convergence.ipynb](03_convergence.ipynb)).
 # - **Check the reported metrics.** Under `CentralStorageStrategy` the model is right (our own

@@ -344,8 +344,9 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 
 # %% [markdown]
 # **Predict, then run.** Under `MirroredStrategy` each of the two replicas sees only half of every
-# batch. After one epoch, will its weights equal the default strategy's to within 1e-5, or differ
-# visibly? And under `CentralStorageStrategy`? Decide, then run the next two cells.
+# batch. After one epoch, will its weights equal the default strategy's up to float rounding (the
+# check below allows 1e-3: see why under the table), or differ visibly? And under
+# `CentralStorageStrategy`? Decide, then run the next two cells.
 
 # %% language="R"
 # # What each strategy created, and how far its weights are from the default strategy's.
@@ -362,9 +363,9 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 # %% language="R"
 # # Check the prediction: at a fixed global batch, every strategy trains the same weights up to float rounding.
 # for (name in names(runs))
-#   if (runs[[name]]$max_dw >= 1e-5)
+#   if (runs[[name]]$max_dw >= 1e-3)
 #     stop(sprintf("%s: weights differ from the default strategy's by %.1e", name, runs[[name]]$max_dw))
-# cat("all four strategies trained the same weights, to within 1e-5\n")
+# cat("all four strategies trained the same weights, to within 1e-3\n")
 
 # %% [markdown]
 # What the table shows:
@@ -377,10 +378,15 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 # - **Same training.** The weights after one epoch agree to float rounding (`max |dw|` is the
 #   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
 #   replicas compute the same updates as one device, only the order of the floating-point sums
-#   differs. That holds for this MLP because it has no BatchNormalization and no dropout. A
+#   differs. Why the check allows 1e-3: Adam divides each gradient by its own running size, so a
+#   weight whose gradient is zero up to rounding still takes a step of about the learning rate
+#   (1e-3 here), in whichever direction the rounding fell. How often that happens depends on the
+#   CPU's matrix kernels, so the same code gives smaller or larger gaps on another CPU (the test
+#   suite runs this lesson with an older instruction set too). That holds for this MLP because it has no BatchNormalization and no dropout. A
 #   BatchNormalization layer normalises each replica's share with that share's own mean and variance
 #   (a batch of 32 here, not 64), unless it is built with `synchronized=True`, which all-reduces the
-#   statistics across replicas; dropout draws its own random mask on each replica. Lesson 3 runs
+#   statistics across replicas; dropout draws its masks from one seed that every replica shares, so
+#   the replicas' masks are the same rows, not independent ones (lesson 1 prints them). Lesson 3 runs
 #   the BatchNormalization case, 2 replicas against one device
 #   ([03_convergence_R.ipynb](03_convergence_R.ipynb)).
 # - **Check the reported metrics.** Under `CentralStorageStrategy` the model is right (our own
