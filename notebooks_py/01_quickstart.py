@@ -377,7 +377,8 @@ figure.tight_layout()
 #
 # A Keras weight is a `keras.Variable`; under a `MirroredStrategy` the TensorFlow variable inside
 # it (`.value`) is a `MirroredVariable`: one component variable per device. Outside a replica step
-# (`get_weights()`, `evaluate()`'s result, saving) you read the first replica's component.
+# (`get_weights()`, saving) you read the first replica's component; inside one (`fit`, `evaluate`,
+# `predict` run their steps there) each replica reads its own.
 #
 # Nothing in the variable keeps the components equal. Keras creates its weights with aggregation
 # `"none"` (`keras/src/layers/layer.py`, `add_weight`), and for such a variable an `assign` inside a
@@ -476,8 +477,9 @@ print({f"synchronized={key}": f"{value:.1e}" for key, value in moving_mean_sprea
 
 # %% [markdown]
 # Without synchronization the copies part from the first step, although the weights the optimizer
-# updates stay identical. `evaluate()`, `predict()` and `save()` then use replica 0's statistics,
-# gathered from half of the data. `synchronized=True` all-reduces the batch statistics, so every
+# updates stay identical. `save()` and `get_weights()` then give replica 0's statistics, gathered
+# from half of the data, while `evaluate()` and `predict()` under the strategy normalise each shard
+# with its own replica's copy (the same example can get another prediction on another replica). `synchronized=True` all-reduces the batch statistics, so every
 # replica normalises with those of the global batch and writes the same moving statistics (lesson 3
 # shows what it changes in the loss, and what it costs).
 #
@@ -705,7 +707,7 @@ print("inside strategy.run(): replica ids", [int(i) for i in strategy.experiment
 #    close the runs stay, step by step).
 #
 #    </details>
-# 3. Build the model *outside* `strategy.scope()` and compile and fit it as before. Which
+# 3. Build *and compile* the model *outside* `strategy.scope()` and fit it as before. Which
 #    strategy does `model.distribute_strategy` report, and how many replicas actually train?
 #
 #    <details><summary>Hint</summary>
@@ -718,7 +720,8 @@ print("inside strategy.run(): replica ids", [int(i) for i in strategy.experiment
 #
 #    The default strategy (`_DefaultDistributionStrategy`) with 1 replica: the variables are plain,
 #    not mirrored, and one device trains on the whole global batch. Nothing fails, which is why
-#    the scope is easy to forget.
+#    the scope is easy to forget. (Build outside but compile inside, and `fit()` does fail: the
+#    optimizer was made under the strategy and asks for its scope when it creates its variables.)
 #
 #    </details>
 # 4. Are the optimizer's variables mirrored too? Inspect `model.optimizer.variables`.

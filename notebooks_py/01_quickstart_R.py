@@ -409,7 +409,8 @@ import keras  # noqa: F401
 #
 # A Keras weight is a Keras variable; under a `MirroredStrategy` the TensorFlow variable inside it
 # (`$value`) is a `MirroredVariable`: one component variable per device. Outside a replica step
-# (`get_weights()`, `evaluate()`'s result, saving) you read the first replica's component.
+# (`get_weights()`, saving) you read the first replica's component; inside one (`fit`, `evaluate`,
+# `predict` run their steps there) each replica reads its own.
 #
 # Nothing in the variable keeps the components equal. Keras creates its weights with aggregation
 # `"none"` (`keras/src/layers/layer.py`, `add_weight`), and for such a variable an `assign` inside a
@@ -515,8 +516,10 @@ import keras  # noqa: F401
 
 # %% [markdown]
 # Without synchronization the copies part from the first step, although the weights the optimizer
-# updates stay identical. `evaluate()`, `predict()` and `save_model()` then use replica 0's
-# statistics, gathered from half of the data. `synchronized = TRUE` all-reduces the batch statistics,
+# updates stay identical. `save_model()` and `get_weights()` then give replica 0's statistics,
+# gathered from half of the data, while `evaluate()` and `predict()` under the strategy normalise
+# each shard with its own replica's copy (the same example can get another prediction on another
+# replica). `synchronized = TRUE` all-reduces the batch statistics,
 # so every replica normalises with those of the global batch and writes the same moving statistics
 # (lesson 3 shows what it changes in the loss, and what it costs).
 #
@@ -754,7 +757,7 @@ import keras  # noqa: F401
 #    close the runs stay, step by step).
 #
 #    </details>
-# 3. Build the model *outside* the strategy scope and compile and fit it as before. Which strategy
+# 3. Build *and compile* the model *outside* the strategy scope and fit it as before. Which strategy
 #    does `model$distribute_strategy` report, and how many replicas actually train?
 #
 #    <details><summary>Hint</summary>
@@ -767,7 +770,8 @@ import keras  # noqa: F401
 #
 #    The default strategy (`_DefaultDistributionStrategy`) with 1 replica: the variables are plain,
 #    not mirrored, and one device trains on the whole global batch. Nothing fails, which is why
-#    the scope is easy to forget.
+#    the scope is easy to forget. (Build outside but compile inside, and `fit()` does fail: the
+#    optimizer was made under the strategy and asks for its scope when it creates its variables.)
 #
 #    </details>
 # 4. Are the optimizer's variables mirrored too? Inspect `model$optimizer$variables`.

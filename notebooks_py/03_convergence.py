@@ -251,9 +251,13 @@ for _, run in comparison.runs:
 # %% [markdown]
 # In the figure the dashed 2-replica curve lies on the 1-device curve. In both experiments the largest
 # difference over all steps is of the size of float32 rounding, far smaller than the loss's own
-# change from one step to the next. It is not exactly zero because two replicas add up the gradient in a different order
-# (each sums over its 32 samples, then the all-reduce sums the two), and floating-point addition is
-# not associative. Such rounding differences can also grow during training (a unit whose input sits
+# change from one step to the next. Most of it is not the training at all: each step's loss is
+# rebuilt from Keras' running mean of the epoch (k times the mean after step k, minus k - 1 times the
+# one before), which multiplies the float32 rounding of that mean by up to about 2k, so the gap
+# grows along the epoch and is there from step 1, before any update. What the two runs really do
+# differently is add up in another order (each replica sums over its 32 samples, then the
+# all-reduce sums the two), and floating-point addition is not associative. Such rounding
+# differences can also grow during training (a unit whose input sits
 # near zero may switch its ReLU in one run and not in the other), so on other hardware or with
 # other seeds a gap up to ~1e-4 is still "the same curve"; a real difference (another data order,
 # another batch) shows up at the scale of the step-to-step change. Hence the test above uses 1e-3.
@@ -475,8 +479,8 @@ figure.tight_layout()
 # computation; the gap is still of the size of the plain MLP's.)
 #
 # The layer's moving statistics, which inference uses, part too. Lesson 1 showed why: each replica
-# writes its own batch's statistics into its own copy, and `evaluate()`, `predict()` and `save()` read
-# replica 0's. Here are the copies after the epoch above.
+# writes its own batch's statistics into its own copy; `save()` and `get_weights()` read replica 0's,
+# while `evaluate()` and `predict()` under the strategy normalise each shard with its own replica's. Here are the copies after the epoch above.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -489,8 +493,8 @@ for label, runs_of_variant in (("BatchNormalization", local_statistics),
           f"the model reads replica 0's: {np.array_equal(moving_mean.numpy(), copies[0])}")
 
 # %% [markdown]
-# So a model trained with plain BatchNormalization on N replicas is evaluated and saved with the
-# moving statistics of replica 0's shards only. Synchronized BatchNormalization has a price, paid in
+# So a model trained with plain BatchNormalization on N replicas is saved with the moving
+# statistics of replica 0's shards only, and evaluated under the strategy with each replica's own. Synchronized BatchNormalization has a price, paid in
 # every step of training, per BatchNormalization layer:
 #
 # - **forward**: three all-reduces, of the sums, the sums of squares and the counts, issued one
@@ -792,7 +796,8 @@ print(f"updates: {updates[0]} with batch 128, {updates[1]} from {len(accumulated
 print("the same loss at every update:", update_gap.max() < 1e-3)
 
 # %%
-# The measured gaps: float rounding (the sums run in another order), as between 1 device and 2 replicas.
+# The measured gaps: float rounding (the rebuilt per-step loss, sums in another order), as between 1 device
+# and 2 replicas.
 print(f"max |loss difference| per update: {update_gap.max():.1e}; max |weight difference| after the epoch: "
       f"{weight_gap:.1e}")
 
