@@ -479,7 +479,8 @@ print({f"synchronized={key}": f"{value:.1e}" for key, value in moving_mean_sprea
 # Without synchronization the copies part from the first step, although the weights the optimizer
 # updates stay identical. `save()` and `get_weights()` then give replica 0's statistics, gathered
 # from half of the data, while `evaluate()` and `predict()` under the strategy normalise each shard
-# with its own replica's copy (the same example can get another prediction on another replica). `synchronized=True` all-reduces the batch statistics, so every
+# with its own replica's copy (the same example can get another prediction on another replica).
+# `synchronized=True` all-reduces the batch statistics, so every
 # replica normalises with those of the global batch and writes the same moving statistics (lesson 3
 # shows what it changes in the loss, and what it costs).
 #
