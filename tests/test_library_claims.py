@@ -320,3 +320,16 @@ def test_the_fault_tolerance_pieces_the_lessons_name_exist():
     assert hasattr(tf.distribute.experimental, "PreemptionCheckpointHandler")
     assert hasattr(keras.callbacks, "OrbaxCheckpoint")
     assert not [path for path in KERAS_SOURCE.rglob("*.py") if "SidecarEvaluator" in path.read_text()]
+
+
+def test_predict_under_a_strategy_normalises_each_shard_with_its_own_replicas_statistics(strategy):
+    """Lessons 01 and 03: predict() and evaluate() run in replica steps, where each replica reads its own copy
+    of BatchNormalization's moving statistics; get_weights() and save() read replica 0's."""
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization()])
+    moving_mean = model.layers[0].moving_mean.value
+    for component, value in zip(moving_mean.values, (0.0, 10.0)):
+        component.assign(tf.fill((4,), value))
+    predictions = model.predict(tf.data.Dataset.from_tensors(tf.ones((8, 4))), verbose=0)
+    assert np.allclose(predictions[:4], 1.0, atol=1e-2) and np.allclose(predictions[4:], -9.0, atol=1e-2)
+    assert (model.get_weights()[2] == 0).all()  # gamma, beta, moving_mean: replica 0's copy
