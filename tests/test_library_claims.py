@@ -333,3 +333,30 @@ def test_predict_under_a_strategy_normalises_each_shard_with_its_own_replicas_st
     predictions = model.predict(tf.data.Dataset.from_tensors(tf.ones((8, 4))), verbose=0)
     assert np.allclose(predictions[:4], 1.0, atol=1e-2) and np.allclose(predictions[4:], -9.0, atol=1e-2)
     assert (model.get_weights()[2] == 0).all()  # gamma, beta, moving_mean: replica 0's copy
+
+
+def _fit_two_steps_per_call(strategy):
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+    model.fit(tf.data.Dataset.from_tensor_slices((tf.ones((32, 4)), tf.ones((32, 1)))).batch(8), verbose=0)
+
+
+def test_fit_with_steps_per_execution_fails_under_the_default_all_reduce_only(strategy):
+    """Lessons 01 and 04: under MirroredStrategy with TensorFlow's CollectiveAllReduce, fit() with
+    steps_per_execution > 1 fails (keras-team/keras#19246); with ReductionToOneDevice it runs."""
+    with pytest.raises(tf.errors.InvalidArgumentError, match="You must feed a value for placeholder tensor"):
+        _fit_two_steps_per_call(strategy)
+    devices = strategy.extended.worker_devices
+    _fit_two_steps_per_call(tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice()))
+
+
+def test_a_checkpoint_can_hold_a_datasets_iterator(tmp_path):
+    """Lesson 02: tf.train.Checkpoint(iterator=...) saves and restores the position in a tf.data iterator."""
+    iterator = iter(tf.data.Dataset.range(10))
+    checkpoint = tf.train.Checkpoint(iterator=iterator)
+    next(iterator), next(iterator)
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+    next(iterator)
+    checkpoint.restore(path)
+    assert int(next(iterator)) == 2
