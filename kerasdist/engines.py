@@ -30,7 +30,7 @@ class Probe:
 PROBES = (
     Probe("multi_worker_fit", "fit under multi_worker", "multi_worker", "keras-team/keras#20585",
           "loop", "kerasdist launch --workers 2 --engine loop"),
-    Probe("mirrored_steps_per_execution", "fit, 2 steps per call, mirrored", "mirrored",
+    Probe("mirrored_steps_per_execution", "fit, 2 steps/call, TF's all-reduce", "mirrored",
           "keras-team/keras#19246", "fit",
           "kerasdist train --replicas 2 --engine loop --steps-per-execution 50"),
     Probe("central_storage_metrics", "fit metrics under central_storage", "central_storage",
