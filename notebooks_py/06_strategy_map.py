@@ -141,7 +141,8 @@ for name in names:
 #   `CollectiveAllReduce`: RING on CPUs and on virtual GPUs, NCCL on physical GPUs
 #   (`_make_collective_ops_with_fallbacks` in `tensorflow/python/distribute/mirrored_strategy.py`);
 #   it falls back to `ReductionToOneDevice` only for a mix of CPUs and GPUs, or in TensorFlow 1's
-#   graph mode. kerasdist avoids the collective on CPUs because two collective `MirroredStrategy`s
+#   graph mode with a device that is not a GPU. kerasdist avoids the collective on CPUs because
+#   two collective `MirroredStrategy`s
 #   with different replica counts in one process clash over their group keys; both sum the same
 #   gradients. Every "mirrored" result below is kerasdist's `ReductionToOneDevice` one; the next cell
 #   shows both.

@@ -69,8 +69,8 @@
 # %% [markdown]
 # ## Setup
 #
-# The Python side loads rpy2's `%%R` magic and imports kerasdist, which starts TensorFlow with its
-# C++ start-up lines kept out of the cell outputs. R then attaches keras3 and friends; reticulate
+# The Python side loads rpy2's `%%R` magic and imports kerasdist and Keras, which starts TensorFlow
+# with its C++ start-up lines kept out of the cell outputs. R then attaches keras3 and friends; reticulate
 # uses this very Python process, so R and Python share one TensorFlow. `KERASDIST_DATA` chooses
 # the data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
 
@@ -152,7 +152,8 @@ import keras  # noqa: F401
 #   `CollectiveAllReduce`: RING on CPUs and on virtual GPUs, NCCL on physical GPUs
 #   (`_make_collective_ops_with_fallbacks` in `tensorflow/python/distribute/mirrored_strategy.py`);
 #   it falls back to `ReductionToOneDevice` only for a mix of CPUs and GPUs, or in TensorFlow 1's
-#   graph mode. kerasdist avoids the collective on CPUs because two collective `MirroredStrategy`s
+#   graph mode with a device that is not a GPU. kerasdist avoids the collective on CPUs because
+#   two collective `MirroredStrategy`s
 #   with different replica counts in one process clash over their group keys; both sum the same
 #   gradients. Every "mirrored" result below is kerasdist's `ReductionToOneDevice` one; the next cell
 #   shows both.

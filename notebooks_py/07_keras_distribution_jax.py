@@ -29,8 +29,8 @@
 #   recovered from Keras' running mean is only as precise as that mean;
 # - `keras.distribution.initialize`: `fit()` in two processes that train as one, the multi-worker
 #   `fit()` that the TensorFlow backend cannot run today (lesson 5);
-# - checkpoint and resume with `BackupAndRestore` on JAX (and `OrbaxCheckpoint` for several
-#   processes), and a map from every tf.distribute idea of lessons 1-6 to its keras.distribution
+# - checkpoint and resume with `BackupAndRestore` on JAX (and `OrbaxCheckpoint`, which saves
+#   several processes' state; resuming from it is up to you), and a map from every tf.distribute idea of lessons 1-6 to its keras.distribution
 #   counterpart.
 #
 # **What you need**: the project's virtualenv as the notebook kernel, with JAX (the `jax` extra,
@@ -68,8 +68,8 @@
 #
 # Keras reads `KERAS_BACKEND` once, when it is first imported, and JAX reads `XLA_FLAGS` once, when
 # it first starts its CPU client. Both are set here, before anything imports Keras or JAX. That is
-# also why this lesson does not import kerasdist: importing the package starts TensorFlow and
-# Keras on the TensorFlow backend (lessons 1-6). What this lesson needs from kerasdist (the data,
+# also why this lesson runs kerasdist's TensorFlow work elsewhere: it needs Keras on the TensorFlow
+# backend (lessons 1-6), which cannot share a process with Keras on JAX. What this lesson needs from kerasdist (the data,
 # the TensorFlow run, the worker processes) it runs as `python -m kerasdist.jax_distribution`,
 # each command a process of its own. `KERASDIST_DATA` chooses the data: `auto` (the default)
 # takes full MNIST when available; the test suite sets it to `sample`.
@@ -442,8 +442,8 @@ for variable in sharded.optimizer.variables:
 # Here two processes on 127.0.0.1 play the two machines, one CPU device each. Three choices make
 # it work on a CPU:
 #
-# - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, JAX 0.6's default
-#   (earlier versions had none); the worker sets it explicitly
+# - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, the default of the
+#   installed JAX (`jax/_src/config.py`); the worker sets it explicitly
 #   (`jax.config.update("jax_cpu_collectives_implementation", "gloo")`) before `initialize`;
 # - each process feeds **its own share** of every global batch: with a global batch of 64 and two
 #   processes, process 0 passes the first 32 digits of each batch and process 1 the last 32, and
@@ -514,7 +514,8 @@ print(f"max |weight difference| after one epoch: two processes vs one device "
 # `.weights.h5` files on its own; Keras 3's `keras.callbacks.OrbaxCheckpoint` (it needs the
 # `orbax-checkpoint` package) is the callback for that case: its docstring says that on JAX it
 # "automatically coordinates checkpointing across all hosts", and it saves in the background while
-# training goes on.
+# training goes on. It only saves, like `ModelCheckpoint`: to resume, load its directory yourself
+# (`keras.saving.load_model`) and pass `fit(initial_epoch=...)`; `BackupAndRestore` does both.
 
 # %%
 # A callback that stops training with an error in the middle of the second epoch, like a crash.
@@ -586,7 +587,7 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 # | all-reduce (1, 6) | `CollectiveAllReduce` / NCCL, chosen by the strategy | inserted by XLA from the layouts (`jax.jit` with shardings) |
 # | input sharding across workers (4, 5) | `tf.data` auto-shard policy (`DATA`, `FILE`, `OFF`) | `auto_shard_dataset=True` for a `tf.data.Dataset`; `False` when each process feeds its own shard |
 # | several machines (5) | `TF_CONFIG` + `MultiWorkerMirroredStrategy`; `fit()` fails (keras-team/keras#20585), a custom loop works | `keras.distribution.initialize(job_addresses, num_processes, process_id)`; `fit()` works |
-# | checkpoint and resume (2, 5) | `BackupAndRestore`, `ModelCheckpoint`, `.keras` | the same callbacks and files in one process (weights take the layout of the model they are loaded into); `OrbaxCheckpoint` across processes |
+# | checkpoint and resume (2, 5) | `BackupAndRestore`, `ModelCheckpoint`, `.keras` | the same callbacks and files in one process (weights take the layout of the model they are loaded into); `OrbaxCheckpoint` saves across processes (resume by hand: load it, `fit(initial_epoch=...)`) |
 # | model parallelism (6) | layers placed with `tf.device` (pipeline parallelism) | `ModelParallel` with a `DeviceMesh` and a `LayoutMap` that splits the weights themselves (tensor parallelism); the optimizer state follows |
 #
 # The files are the same on both backends: the `.weights.h5` file made here on JAX started the
@@ -608,8 +609,8 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 # - **A mesh can be both.** A 2 x 4 mesh (`batch`, `model`) trains two data-parallel copies of a
 #   model split four ways; only the mesh's shape changes, not the model code.
 # - **Checkpoint several processes with `OrbaxCheckpoint`**: it coordinates the processes and saves
-#   in the background; like `BackupAndRestore`, it keeps the model's state, not the position in the
-#   data.
+#   in the background; it keeps the model's state, not the position in the data, and it does not
+#   restore: resuming (load, `initial_epoch`) is yours to write.
 # - **Compare runs by their weights.** A loss recovered from Keras' running mean is only as precise
 #   as k float32 steps (ulps) of that mean; two runs that differ less than that look equal in the
 #   losses.
@@ -629,8 +630,8 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 # - `keras.distribution.initialize` joins processes into one cluster in which `fit()` works; with
 #   NumPy input each process feeds its own share and `auto_shard_dataset` is off. Both processes
 #   ended with identical weights.
-# - `BackupAndRestore` resumes on JAX as on TensorFlow, in one process; `OrbaxCheckpoint` is the
-#   callback for several.
+# - `BackupAndRestore` resumes on JAX as on TensorFlow, in one process; `OrbaxCheckpoint` saves
+#   several processes' state, and resuming from it is written by hand.
 
 # %% [markdown]
 # ## Exercises

@@ -35,8 +35,8 @@
 #   recovered from Keras' running mean is only as precise as that mean;
 # - `keras$distribution$initialize`: `fit()` in two processes that train as one, the multi-worker
 #   `fit()` that the TensorFlow backend cannot run today (lesson 5);
-# - checkpoint and resume with `callback_backup_and_restore()` on JAX (and `OrbaxCheckpoint` for
-#   several processes), and a map from every tf.distribute idea of lessons 1-6 to its
+# - checkpoint and resume with `callback_backup_and_restore()` on JAX (and `OrbaxCheckpoint`, which
+#   saves several processes' state; resuming from it is up to you), and a map from every tf.distribute idea of lessons 1-6 to its
 #   keras.distribution counterpart.
 #
 # **What you need**: R with the package keras3 (`install.packages("keras3")`), rpy2 and JAX (the
@@ -72,7 +72,8 @@
 # it first starts its CPU client. keras3's `use_backend("jax")` sets `KERAS_BACKEND` for R and for
 # Python; `XLA_FLAGS` is set in Python's environment the same way. Both happen before anything
 # loads Keras; in particular the Python side of this notebook imports nothing but rpy2's magic
-# (importing kerasdist would start Keras on the TensorFlow backend). What the lesson needs from
+# (kerasdist's TensorFlow work needs Keras on the TensorFlow backend, which cannot share a process
+# with Keras on JAX). What the lesson needs from
 # kerasdist (the data, the TensorFlow run, the worker processes) runs as
 # `python -m kerasdist.jax_distribution`, each command a process of its own. `KERASDIST_DATA`
 # chooses the data: `auto` (the default) takes full MNIST when available; the test suite sets it to
@@ -437,8 +438,8 @@
 #
 # Two processes on 127.0.0.1 play the two machines, one CPU device each. On a CPU:
 #
-# - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, JAX 0.6's default
-#   (earlier versions had none); the worker sets it explicitly
+# - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, the default of the
+#   installed JAX (`jax/_src/config.py`); the worker sets it explicitly
 #   (`jax.config.update("jax_cpu_collectives_implementation", "gloo")`) before `initialize`;
 # - each process feeds **its own share** of every global batch: with a global batch of 64 and two
 #   processes, process 0 passes the first 32 digits of each batch and process 1 the last 32, with
@@ -509,7 +510,9 @@
 # `.weights.h5` files on its own; Keras 3's `keras$callbacks$OrbaxCheckpoint` (it needs the Python
 # package `orbax-checkpoint`; keras3 has no wrapper for it yet) is the callback for that case: its
 # docstring says that on JAX it "automatically coordinates checkpointing across all hosts", and it
-# saves in the background while training goes on.
+# saves in the background while training goes on. It only saves, like `ModelCheckpoint`: to resume,
+# load its directory yourself (`load_model()`) and pass `fit(initial_epoch = ...)`;
+# `callback_backup_and_restore()` does both.
 
 # %% language="R"
 # # A callback that stops training with an error in the middle of the second epoch, like a crash,
@@ -566,7 +569,7 @@
 # | all-reduce (1, 6) | `CollectiveAllReduce` / NCCL, chosen by the strategy | inserted by XLA from the layouts (`jax.jit` with shardings) |
 # | input sharding across workers (4, 5) | tf.data auto-shard policy (`DATA`, `FILE`, `OFF`) | `auto_shard_dataset = TRUE` for a `tf.data.Dataset`; `FALSE` when each process feeds its own shard |
 # | several machines (5) | `TF_CONFIG` + `MultiWorkerMirroredStrategy`; `fit()` fails (keras-team/keras#20585), a custom loop works | `keras$distribution$initialize(job_addresses, num_processes, process_id)`; `fit()` works |
-# | checkpoint and resume (2, 5) | `callback_backup_and_restore()`, `callback_model_checkpoint()`, `.keras` | the same callbacks and files in one process (weights take the layout of the model they are loaded into); `OrbaxCheckpoint` across processes |
+# | checkpoint and resume (2, 5) | `callback_backup_and_restore()`, `callback_model_checkpoint()`, `.keras` | the same callbacks and files in one process (weights take the layout of the model they are loaded into); `OrbaxCheckpoint` saves across processes (resume by hand: load it, `fit(initial_epoch=...)`) |
 # | model parallelism (6) | layers placed with `tf$device()` (pipeline parallelism) | `ModelParallel` with a `DeviceMesh` and a `LayoutMap` that splits the weights themselves (tensor parallelism); the optimizer state follows |
 #
 # The files are the same on both backends: the `.weights.h5` file made here on JAX started the
@@ -585,8 +588,8 @@
 # - **A mesh can be both.** A 2 x 4 mesh (`batch`, `model`) trains two data-parallel copies of a
 #   model split four ways; only the mesh's shape changes.
 # - **Checkpoint several processes with `OrbaxCheckpoint`**: it coordinates the processes and saves
-#   in the background; like `callback_backup_and_restore()`, it keeps the model's state, not the
-#   position in the data.
+#   in the background; it keeps the model's state, not the position in the data, and it does not
+#   restore: resuming (load, `initial_epoch`) is yours to write.
 # - **Compare runs by their weights.** A loss recovered from Keras' running mean is only as precise
 #   as k float32 steps (ulps) of that mean; two runs that differ less than that look equal in the
 #   losses.
@@ -608,7 +611,7 @@
 #   NumPy input each process feeds its own share and `auto_shard_dataset` is off. Both processes
 #   ended with identical weights.
 # - `callback_backup_and_restore()` resumes on JAX as on TensorFlow, in one process;
-#   `OrbaxCheckpoint` is the callback for several.
+#   `OrbaxCheckpoint` saves several processes' state, and resuming from it is written by hand.
 
 # %% [markdown]
 # ## Exercises
