@@ -315,10 +315,13 @@ def test_a_global_batch_that_does_not_divide_is_refused_per_replica():
 
 
 def test_the_fault_tolerance_pieces_the_lessons_name_exist():
-    """Lessons 02, 05 and 07: TensorFlow's preemption handler, Keras' Orbax checkpoint callback; no
-    SidecarEvaluator in Keras 3."""
+    """Lessons 02, 05 and 07: TensorFlow's preemption handler, Keras' Orbax checkpoint callback (which does
+    not restore); no SidecarEvaluator in Keras 3."""
     assert hasattr(tf.distribute.experimental, "PreemptionCheckpointHandler")
     assert hasattr(keras.callbacks, "OrbaxCheckpoint")
+    # OrbaxCheckpoint only saves, as ModelCheckpoint does; BackupAndRestore restores when training begins.
+    assert "on_train_begin" in vars(keras.callbacks.BackupAndRestore)
+    assert not {"on_train_begin", "restore"} & set(vars(keras.callbacks.OrbaxCheckpoint))
     assert not [path for path in KERAS_SOURCE.rglob("*.py") if "SidecarEvaluator" in path.read_text()]
 
 
