@@ -145,10 +145,11 @@
 # # Raise the target to 3 epochs: the run resumes from the checkpoint of epoch 2.
 # said <- reticulate::py_capture_output(
 #   resumed <- kd_train(replicas = 2, epochs = 3, data = data_source, checkpoint_dir = checkpoint_dir,
-#                       verbose = 0)
+#                       verbose = 1)
 # )
-# # kerasdist's own message, with the path made relative to this folder.
-# cat(gsub(paste0(normalizePath(getwd()), "/"), "", said, fixed = TRUE))
+# # kerasdist's own lines on the resume (Keras' progress bars left out), the path made relative.
+# said <- grep("^(Resuming|Trained|Already)", strsplit(said, "\n")[[1]], value = TRUE)
+# cat(gsub(paste0(normalizePath(getwd()), "/"), "", said, fixed = TRUE), sep = "\n")
 # cat(sprintf("epochs %s; this call trained %d, starting after epoch %d\n",
 #             paste(resumed$epoch, collapse = ", "), attr(resumed, "epochs_run"),
 #             attr(resumed, "initial_epoch")))
@@ -211,8 +212,9 @@ resumed_history.set_index("epoch").round(4)
 # `kd_plot_convergence()` draws the curves with base R graphics (or ggplot2 when it is installed):
 # the loss of each logged step's own batch, validation accuracy per epoch, and the steady-state
 # throughput (the first epoch, which also traces the training step, left out). Keras itself reports
-# after each batch the running mean over the epoch so far, which drops at every epoch boundary
-# whether or not the model learns; kerasdist logs each batch's own loss as `batch_loss` next to it.
+# after each batch the running mean over the epoch so far, which drops at an epoch boundary when
+# the loss is falling (the mean starts again from the newest batches: it reads like sudden learning
+# but is only its reset); kerasdist logs each batch's own loss as `batch_loss` next to it.
 # The 2-replica curve is dashed so that it stays visible where it lies exactly on the 1-replica
 # one. With `file = "convergence.png"` it writes a PNG instead of drawing on the current device.
 
@@ -321,7 +323,7 @@ resumed_history.set_index("epoch").round(4)
 # strategy <- kd_strategy("central_storage", replicas = 2)
 # strategy$num_replicas_in_sync  # 2
 # tryCatch(kd_strategy("parameter_server"), kerasdist_error = function(e) conditionMessage(e))
-# # "parameter_server needs a cluster: separate 'ps', 'worker' and 'chief' tasks ..."
+# # "parameter_server needs a cluster of 'worker' and 'ps' tasks ..."
 # ```
 # </details>
 #

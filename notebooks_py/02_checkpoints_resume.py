@@ -49,8 +49,9 @@
 #
 # and the metrics written so far must survive too, so the learning curve stays one curve.
 #
-# There are two kinds of interruption. An **exception** unwinds the Python stack: `finally` blocks
-# and callbacks still run. A **kill** (`SIGKILL`, a power cut) runs nothing: only what was already
+# There are two kinds of interruption. An **exception** unwinds the Python stack: `finally` and
+# `except` blocks run, while Keras' callbacks stop at the failing batch (no `on_epoch_end`, no
+# `on_train_end`: `fit()` has no `finally`), but what they had already written stays. A **kill** (`SIGKILL`, a power cut) runs nothing: only what was already
 # completely on disk counts. We try both.
 
 # %% [markdown]
@@ -680,7 +681,7 @@ print(f"{'BackupAndRestore':17}{f'epoch 2, batch {backup_batches} (global batch 
 #
 #    "Already trained 2/2 epochs in ...; nothing to do (raise epochs to train more)." The newest
 #    checkpoint is the end of epoch 2, which already reaches the target; it still evaluates the test
-#    set and prints the record. Raise `--epochs` to 3 and it trains exactly one more epoch.
+#    set and prints its summary (the record too, with `--json`). Raise `--epochs` to 3 and it trains exactly one more epoch.
 #
 #    </details>
 #

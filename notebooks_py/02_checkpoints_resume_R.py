@@ -49,8 +49,9 @@
 # (which epoch, and which batch inside it, comes next), and enough to rebuild the same data order;
 # and the metrics written so far must survive too, so the learning curve stays one curve.
 #
-# There are two kinds of interruption. An **error** unwinds the stack: `on.exit()` handlers,
-# `finally` blocks and callbacks still run. A **kill** (`SIGKILL`, a power cut) runs nothing: only
+# There are two kinds of interruption. An **error** unwinds the stack: `on.exit()` handlers and
+# `finally` blocks run, while Keras' callbacks stop at the failing batch (no `on_epoch_end`, no
+# `on_train_end`: `fit()` has no `finally`), but what they had already written stays. A **kill** (`SIGKILL`, a power cut) runs nothing: only
 # what was already completely on disk counts. We try both.
 
 # %% [markdown]
@@ -705,7 +706,7 @@ import keras  # noqa: F401
 #
 #    "Already trained 2/2 epochs in ...; nothing to do (raise epochs to train more)." The newest
 #    checkpoint is the end of epoch 2, which already reaches the target; it still evaluates the test
-#    set and prints the record. Raise `--epochs` to 3 and it trains exactly one more epoch.
+#    set and prints its summary (the record too, with `--json`). Raise `--epochs` to 3 and it trains exactly one more epoch.
 #
 #    </details>
 #

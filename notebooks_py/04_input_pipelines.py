@@ -401,8 +401,8 @@ for name, reads in in_flight.items():
 
 # %% [markdown]
 # On the default pool, neither `AUTOTUNE` nor an explicit 8 gets beyond about one read in flight
-# per core: calls beyond the pool's threads wait for a thread. With a pool of 8 threads, both go up
-# to about 8. A read that waits for storage uses no CPU, so for latency-bound input (network storage,
+# per core: calls beyond the pool's threads wait for a thread. With a pool of 8 threads, both reach 8
+# reads at once (fewer on average over this short epoch, as printed). A read that waits for storage uses no CPU, so for latency-bound input (network storage,
 # a remote service) give the pipeline more threads than cores and set the parallelism to match;
 # for CPU-bound decoding, more threads than cores only adds switching.
 #
@@ -530,8 +530,9 @@ for replicas in (1, 2, 4, 8):
 # excluded), with 1 and with 2 replicas, the model fed from memory, both under `MirroredStrategy` with
 # `ReductionToOneDevice` and the same pipeline. But here the **virtual CPU replicas share the same CPU
 # cores**: two replicas do the same arithmetic on the same cores, plus the all-reduce, so more
-# replicas add no compute on this machine: expect no speed-up (a difference either way is the
-# all-reduce, or noise from other programs). For what changes on real GPUs (compute / N +
+# replicas add no compute on this machine: expect no speed-up (a difference either way is per-replica
+# overhead: two copies of the step competing for the cores, and the all-reduce; or noise). For
+# what changes on real GPUs (compute / N +
 # all-reduce + input time), see the labelled cost model of lesson 3
 # ([03_convergence.ipynb](03_convergence.ipynb)).
 
@@ -761,7 +762,8 @@ print(f"TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as wo
 #              f"with a step {seconds_per_epoch(pipeline, step_s):.2f}")
 #    ```
 #
-#    The reads now take a tenth of the training steps, so every pipeline with a training step takes
+#    The reads now take a tenth of what they took, a small share of the training steps, so every
+#    pipeline with a training step takes
 #    about "all the steps": prefetch, parallel map and cache hardly matter any more. They matter
 #    again as soon as the accelerator gets faster than the input (a bigger GPU, more replicas).
 #    </details>
@@ -808,7 +810,7 @@ print(f"TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as wo
 #
 #    The reads in flight follow the calls up to 8, the number of threads: a read that waits for
 #    storage uses no CPU, so 8 waiting reads run on 2 cores, but each holds a thread. 16 calls do no
-#    better than 8: the calls beyond the threads wait for one. `AUTOTUNE` climbs to about 8 and stops
+#    better than 8: the calls beyond the threads wait for one. `AUTOTUNE` climbs to 8 at once (fewer on average over a short epoch) and stops
 #    there: the autotuner never gives a parallel map more calls than the thread pool has threads
 #    (its `parallelism` parameter has the maximum `ctx->runner_threadpool_size()`,
 #    `tensorflow/core/kernels/data/parallel_map_dataset_op.cc`). On the default pool that cap is the
