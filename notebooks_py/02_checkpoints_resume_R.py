@@ -51,7 +51,8 @@
 #
 # There are two kinds of interruption. An **error** unwinds the stack: `on.exit()` handlers and
 # `finally` blocks run, while Keras' callbacks stop at the failing batch (no `on_epoch_end`, no
-# `on_train_end`: `fit()` has no `finally`), but what they had already written stays. A **kill** (`SIGKILL`, a power cut) runs nothing: only
+# `on_train_end`: `fit()` has no `finally`), but what they had already written stays. A **kill**
+# (`SIGKILL`, a power cut) runs nothing: only
 # what was already completely on disk counts. We try both.
 
 # %% [markdown]
