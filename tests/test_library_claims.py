@@ -363,3 +363,16 @@ def test_a_checkpoint_can_hold_a_datasets_iterator(tmp_path):
     next(iterator)
     checkpoint.restore(path)
     assert int(next(iterator)) == 2
+
+
+def test_an_exception_in_fit_skips_the_callbacks_end_of_training():
+    """Lesson 02: fit() has no finally: after an exception no on_epoch_end or on_train_end runs."""
+    ended = []
+    recorder = keras.callbacks.LambdaCallback(on_epoch_end=lambda *_: ended.append("epoch"),
+                                              on_train_end=lambda *_: ended.append("train"))
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(RuntimeError, match="crash"):
+        model.fit(tf.ones((40, 4)), tf.ones((40, 1)), batch_size=4, epochs=2, verbose=0,
+                  callbacks=[recorder, _StopAt(epoch=0, batch=2)])
+    assert ended == []
