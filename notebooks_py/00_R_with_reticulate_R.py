@@ -147,8 +147,8 @@
 #   resumed <- kd_train(replicas = 2, epochs = 3, data = data_source, checkpoint_dir = checkpoint_dir,
 #                       verbose = 1)
 # )
-# # kerasdist's own lines on the resume (Keras' progress bars left out), the path made relative.
-# said <- grep("^(Resuming|Trained|Already)", strsplit(said, "\n")[[1]], value = TRUE)
+# # kerasdist's line on where it resumes (not the progress bars or timing), the path made relative.
+# said <- grep("^Resuming", strsplit(said, "\n")[[1]], value = TRUE)
 # cat(gsub(paste0(normalizePath(getwd()), "/"), "", said, fixed = TRUE), sep = "\n")
 # cat(sprintf("epochs %s; this call trained %d, starting after epoch %d\n",
 #             paste(resumed$epoch, collapse = ", "), attr(resumed, "epochs_run"),
