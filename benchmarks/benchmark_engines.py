@@ -1,4 +1,5 @@
-"""Throughput of the guide's code, kerasdist's fit engine and its loop engine (1/2/4 replicas, 2 workers).
+"""Throughput of the guide's code, kerasdist's fit engine and its loop engine (1/2/4 replicas, 2 workers),
+and lesson 08's speed ladder, from the guide's fit() to a jax.lax.scan epoch.
 
 Every setup runs in its own process (replicas must be made before TensorFlow
 starts) on the same data, global batch 64: with ``--data fashion``, full-size
@@ -13,17 +14,26 @@ runs down). The machine's limit is the measured matmul throughput (float32,
 and bfloat16 for the mixed-precision rows) divided by the model's training
 FLOPs per sample; each row's share of it is printed.
 
-Usage:
-    python benchmarks/benchmark_engines.py [--data sample|fashion] [--epochs 3] [--repeats 1]
-                                           [--steps-per-execution 50] [--out benchmarks/results]
+The ladder (``--part ladder``) trains each rung of ``kerasdist.speed_ladder``
+(TensorFlow's fit, steps_per_execution, XLA, kerasdist's loop, Keras on JAX,
+a ``jax.lax.scan`` epoch), each in a fresh process, ``--repeats`` rounds
+(default 3 for the ladder), and prints each rung's median samples/s of
+training, its ratio to the scan epoch and its MFU (model FLOPs per second
+over the float32 1024x1024 matmul rate).
 
-Writes ``engines.md`` and ``engines.csv`` to ``--out`` and prints the table.
+Usage:
+    python benchmarks/benchmark_engines.py [--data sample|fashion] [--epochs 3] [--repeats N]
+                                           [--steps-per-execution 50] [--part engines|ladder|all]
+                                           [--out benchmarks/results]
+
+Writes ``engines.md`` and ``engines.csv`` (and ``ladder.md``) to ``--out`` and prints the tables.
 """
 
 import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,18 +99,13 @@ def run_seed_code(source, epochs):
     """The seed's single-host code as the TensorFlow guide writes it: plain Keras ``fit``, batch 64."""
     import tensorflow as tf
 
+    from kerasdist.speed_ladder import guide_model
+
     data = benchmark_data(source)
     keras.utils.set_random_seed(SEED)
     train = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train)).cache()
     train = train.shuffle(10_000).batch(GLOBAL_BATCH_SIZE)
-    model = keras.Sequential([
-        keras.Input(shape=(784,)),
-        keras.layers.Dense(256, activation="relu"),
-        keras.layers.Dense(256, activation="relu"),
-        keras.layers.Dense(10),
-    ])
-    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"])
+    model = guide_model()
     timer = EpochTimer()
     model.fit(train, epochs=epochs, callbacks=[timer], verbose=0)
     _, accuracy = model.evaluate(data.x_test, data.y_test, verbose=0)
@@ -210,13 +215,45 @@ def table(rows, limit):
     return "\n".join(lines)
 
 
+def ladder(source, epochs, repeats, limit):
+    """Every rung of the speed ladder, ``repeats`` rounds of fresh processes; a Markdown table of medians."""
+    from kerasdist import speed_ladder
+
+    rates = {rung: [] for rung in speed_ladder.RUNGS}
+    accuracy = {}
+    for round_number in range(repeats):  # rounds: a busy spell on a shared CPU hits one run of each rung
+        for rung in speed_ladder.RUNGS:
+            result = speed_ladder.measure(rung, source, epochs, own_process=True)
+            rates[rung].append(speed_ladder.steady_samples_per_s(result))
+            accuracy[rung] = result["test_accuracy"]
+            print(f"ladder round {round_number + 1}/{repeats}: {rung}: {rates[rung][-1]:,.0f} samples/s",
+                  flush=True)
+    median = {rung: statistics.median(values) for rung, values in rates.items()}
+    scan = median[speed_ladder.LIMIT_RUNG]
+    lines = ["| rung | samples/s (median) | runs | x scan epoch | MFU | test accuracy |",
+             "|---|---|---|---|---|---|"]
+    for rung, value in median.items():
+        runs = ", ".join(f"{rate:,.0f}" for rate in rates[rung])
+        mfu = value * limit["flops_per_sample"] / limit["float32"]
+        lines.append(f"| {rung} | {value:,.0f} | {runs} | {value / scan:.2f} | {mfu:.1%} | "
+                     f"{accuracy[rung]:.3f} |")
+    kerasdist_best = max((rung for rung in median if rung.startswith("kerasdist")), key=median.get)
+    lines.append("")
+    lines.append(f"kerasdist's fastest setting ({kerasdist_best}): {median[kerasdist_best] / scan:.2f}x the "
+                 f"lax.scan epoch (medians of {repeats}); peak {limit['float32'] / 1e9:,.0f} GFLOP/s float32")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", choices=("sample", "fashion"), default="sample",
                         help="fashion: full-size Fashion-MNIST; sample: the MNIST sample repeated (default)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per setup; the first is not scored")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="measure every setup this many times, in rounds, and keep the best (default 1)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="measure every setup this many times, in rounds: the engines keep the best "
+                             "(default 1), the ladder the median (default 3)")
+    parser.add_argument("--part", choices=("engines", "ladder", "all"), default="all",
+                        help="the engines table, lesson 08's ladder, or both (default)")
     parser.add_argument("--steps-per-execution", type=int, default=50, help="loop engine: steps per call")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     parser.add_argument("--run", default=None, help=argparse.SUPPRESS)  # a child process: one setup
@@ -234,8 +271,25 @@ def main():
             result = run(setup, args.data, args.epochs)
         print(json.dumps(result), flush=True)
         return
+    limit = measure({"kind": "limit"}, args.data, args.epochs)
+    print(f"limit: {limit['flops_per_sample']:,} FLOPs per sample; "
+          f"matmul {limit['float32'] / 1e9:,.0f} GFLOP/s "
+          f"float32, {limit['mixed_bfloat16'] / 1e9:,.0f} GFLOP/s bfloat16", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    if args.part in ("engines", "all"):
+        engines(args, limit)
+    if args.part in ("ladder", "all"):
+        markdown = ladder(args.data, args.epochs, args.repeats or 3, limit)
+        with open(os.path.join(args.out, "ladder.md"), "w") as stream:
+            stream.write(markdown + "\n")
+        print("\n" + markdown + f"\n\nWrote {os.path.join(args.out, 'ladder.md')}")
+
+
+def engines(args, limit):
+    """The engines table: every setup of ``setups``, the best of ``--repeats`` rounds (default 1)."""
     rows = [dict(setup, samples_per_s=0.0) for setup in setups(args.steps_per_execution)]
-    for _ in range(args.repeats):  # rounds, so that a busy spell on a shared CPU hits one run of each setup
+    # Rounds, so that a busy spell on a shared CPU hits one run of each setup.
+    for _ in range(args.repeats or 1):
         for row in rows:
             started = time.perf_counter()
             result = measure(row, args.data, args.epochs)
@@ -245,12 +299,7 @@ def main():
             print(f"{row['name']} (replicas {row['replicas']}, XLA {'on' if row['xla'] else 'off'}, "
                   f"{row['precision']}): "
                   f"{rate:,.0f} samples/s [{time.perf_counter() - started:.0f} s]", flush=True)
-    limit = measure({"kind": "limit"}, args.data, args.epochs)
-    print(f"limit: {limit['flops_per_sample']:,} FLOPs per sample; "
-          f"matmul {limit['float32'] / 1e9:,.0f} GFLOP/s "
-          f"float32, {limit['mixed_bfloat16'] / 1e9:,.0f} GFLOP/s bfloat16", flush=True)
     markdown = table(rows, limit)
-    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "engines.md"), "w") as stream:
         stream.write(markdown + "\n")
     with open(os.path.join(args.out, "engines.csv"), "w", newline="") as stream:

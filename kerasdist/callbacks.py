@@ -177,12 +177,12 @@ class StopOnSignal(EpochStepCallback):
         super().on_epoch_end(epoch, logs)
         signal_number = self.requested_signal()
         if signal_number is not None:
-            path = self.store.manager.latest_checkpoint if self.store else None
+            path = self.store.latest_checkpoint if self.store else None
             raise interrupt.TrainingInterrupted(signal_number, path, epoch + 1, 0)
 
     def _saved_at(self, global_step):
         """The checkpoint ``CheckpointSaver`` just wrote at this step, if it did."""
-        latest = self.store.manager.latest_checkpoint if self.store else None
+        latest = self.store.latest_checkpoint if self.store else None
         return latest if latest and latest.endswith(f"-{global_step}") else None
 
 
@@ -203,3 +203,28 @@ class DivergenceGuard(EpochStepCallback):
         loss = logs.get("batch_loss", logs.get("loss"))
         if loss is not None and not math.isfinite(float(loss)):
             divergence.check_losses([float(loss)], self.epoch, self.step(batch))
+
+
+def standard_callbacks(log, store, steps_per_epoch, global_batch_size, log_every_steps, save_every_steps=None,
+                       requested_signal=interrupt.requested_signal, extra=()):
+    """The callbacks every engine drives: NaN guard, metrics log, checkpoints, stop, then ``extra``.
+
+    The guard comes first (it raises before a bad step is logged or saved);
+    the stop comes after the step's log record and checkpoint.
+
+    Args:
+        log: the ``MetricsLog``.
+        store: the checkpoint store (either backend's), or None.
+        steps_per_epoch, global_batch_size, log_every_steps, save_every_steps: as for the callbacks above.
+        requested_signal: returns the signal that asks to stop, or None.
+        extra: the caller's own callbacks.
+
+    Example:
+        >>> [type(c).__name__ for c in standard_callbacks(MetricsLog(), None, 52, 64, 1)]  # doctest: +SKIP
+        ['DivergenceGuard', 'MetricsRecorder', 'StopOnSignal']
+    """
+    callbacks = [DivergenceGuard(), MetricsRecorder(log, steps_per_epoch, global_batch_size, log_every_steps)]
+    if store:
+        callbacks.append(CheckpointSaver(store, steps_per_epoch, save_every_steps))
+    callbacks.append(StopOnSignal(store, steps_per_epoch, requested_signal))
+    return callbacks + list(extra)

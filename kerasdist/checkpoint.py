@@ -1,6 +1,5 @@
 """Checkpoints that resume exactly: newest *valid* one by step number, atomic writes, run state."""
 
-import dataclasses
 import glob
 import json
 import os
@@ -12,34 +11,18 @@ import tensorflow as tf
 from kerasdist import files, locking
 from kerasdist.divergence import check_weights
 from kerasdist.errors import KerasdistError
+from kerasdist.run_state import (
+    CHECKPOINT_NAME,
+    RUN_CONFIG_FILE,
+    RunPosition,
+    check_identity,
+    identity_text,
+    refuse_other_backend,
+)
 
-CHECKPOINT_NAME = "ckpt"
-RUN_CONFIG_FILE = "run_config.json"
 # A checkpoint's files: PREFIX.index and PREFIX.data-00000-of-00001 (either counts: one alone is damaged).
 _NUMBER = re.compile(rf"{CHECKPOINT_NAME}-(\d+)\.(index|data-\d+-of-\d+)$")
 INDEX_FILE = "checkpoint"  # tf.train.CheckpointManager's list of checkpoints
-# Settings that must not change between a run and its resumption: they fix the data order.
-RESUME_KEYS = ("seed", "global_batch_size", "data")
-# What identifies a run: saved in run_config.json and inside every checkpoint.
-IDENTITY_KEYS = (*RESUME_KEYS, "model")
-
-
-@dataclasses.dataclass
-class RunPosition:
-    """Where a restored run stands.
-
-    Attributes:
-        epoch: 0-based epoch to train next (equals the epochs completed when
-            ``step_in_epoch`` is 0).
-        step_in_epoch: batches of ``epoch`` already trained (mid-epoch save).
-        global_step: batches trained in all.
-        path: the checkpoint prefix it came from (None for a fresh run).
-    """
-
-    epoch: int = 0
-    step_in_epoch: int = 0
-    global_step: int = 0
-    path: str = None
 
 
 class CheckpointStore:
@@ -82,6 +65,7 @@ class CheckpointStore:
     def __init__(self, directory, model, run_config, max_to_keep=3, exclusive=True):
         self.directory = os.fspath(directory)
         self.model = model
+        refuse_other_backend(self.directory, "tensorflow")
         files.ensure_writable_directory(self.directory)
         self.lock = locking.hold(self.directory) if exclusive else None
         self.run_config = run_config
@@ -92,7 +76,7 @@ class CheckpointStore:
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_in_epoch")
         self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        self.identity = tf.Variable(_identity_text(run_config), dtype=tf.string, trainable=False,
+        self.identity = tf.Variable(identity_text(run_config), dtype=tf.string, trainable=False,
                                     name="identity")
         state = {"model": model, "optimizer": model.optimizer, "epoch": self.epoch,
                  "step_in_epoch": self.step_in_epoch, "global_step": self.global_step}
@@ -105,21 +89,7 @@ class CheckpointStore:
         )
 
     def _check_identity(self, stored, source):
-        """Refuse to go on if ``stored`` (a run config) belongs to another run than this one."""
-        if stored is None:
-            return
-        if stored.get("model") != self.run_config.get("model"):
-            raise KerasdistError(
-                f"{self.directory} holds checkpoints of a different model{_recorded_in(source)}; "
-                "use a new --checkpoint-dir for this model"
-            )
-        for key in RESUME_KEYS:
-            if stored.get(key) != self.run_config.get(key):
-                raise KerasdistError(
-                    f"{self.directory} was written with {key}={json.dumps(stored.get(key))} but this run has "
-                    f"{key}={json.dumps(self.run_config.get(key))}{_recorded_in(source)}; "
-                    "resume with the same value or use a new --checkpoint-dir"
-                )
+        check_identity(self.directory, self.run_config, stored, source)
 
     def _rebuild_damaged_index(self):
         """Write TensorFlow's index file again from the checkpoint files if unreadable or listing others."""
@@ -217,6 +187,11 @@ class CheckpointStore:
             raise TypeError(f"its run identity is a JSON {type(identity).__name__}")
         return identity
 
+    @property
+    def latest_checkpoint(self):
+        """The path of the newest checkpoint written or restored, or None."""
+        return self.manager.latest_checkpoint
+
     def save(self, epoch, step_in_epoch, global_step):
         """Write a checkpoint numbered by ``global_step``; return its path.
 
@@ -267,14 +242,6 @@ def _index_text(prefixes):
     lines += [f"all_model_checkpoint_timestamps: {time!r}" for time in times]
     lines.append(f"last_preserved_timestamp: {min(times) - 1!r}")
     return "\n".join(lines) + "\n"
-
-
-def _recorded_in(source):
-    return "" if source == RUN_CONFIG_FILE else f" (as {os.path.basename(source)} records)"
-
-
-def _identity_text(run_config):
-    return json.dumps({key: run_config.get(key) for key in IDENTITY_KEYS}, sort_keys=True)
 
 
 def _first_line(error, limit=200):

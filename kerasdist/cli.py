@@ -101,7 +101,8 @@ def _add_compare(compare):
     add(compare, ["epochs", "global_batch_size"], {"epochs": {"help": None}, "global_batch_size": {
         "help": "global batch (fixed-global) or per-replica batch (fixed-per-replica)"}})
     compare.add_argument("--out", default="results", help="output directory (default results)")
-    add(compare, ["data", "seed", "engine"], {name: {"help": None} for name in ("data", "seed", "engine")})
+    add(compare, ["data", "seed", "engine", "backend"],
+        {name: {"help": None} for name in ("data", "seed", "engine", "backend")})
     compare.add_argument("--mode", default="fixed-global",
                          choices=("fixed-global", "fixed-per-replica", "both"),
                          help="keep the global batch fixed, or the per-replica batch "
@@ -185,7 +186,7 @@ def run_devices(args):
 
 
 def run_train(args):
-    from kerasdist.train import run_training
+    from kerasdist.backends import run_training
 
     with interrupt.stop_on_signals():
         options = TrainingOptions.from_args(args, verbose=_progress_verbosity())
@@ -199,7 +200,7 @@ def run_compare(args):
     result = run_comparison(
         replicas=args.replicas, epochs=args.epochs, global_batch_size=args.global_batch_size,
         data=args.data, seed=args.seed, out_dir=args.out, modes=modes, engine=args.engine,
-        warmup_epochs=args.warmup_epochs,
+        warmup_epochs=args.warmup_epochs, backend=args.backend,
     )
     for mode, differences in result.max_abs_loss_difference.items():
         shown = {level: f"{value:.3g}" for level, value in differences.items() if value is not None}
@@ -227,7 +228,7 @@ def check_options(args):
         checks.integer("replicas", args.replicas, 1, fix="use 1 for one device, or the replicas you want")
     if args.command == "compare":
         TrainingOptions(epochs=args.epochs, global_batch_size=args.global_batch_size, seed=args.seed,
-                        engine=args.engine, warmup_epochs=args.warmup_epochs)
+                        engine=args.engine, warmup_epochs=args.warmup_epochs, backend=args.backend)
 
 
 def launch_ports(args):
@@ -256,10 +257,14 @@ def uses_slurm(args):
 
 
 def run_worker(args):
-    from kerasdist.cluster import launcher, roles
+    from kerasdist.cluster import launcher  # no Keras: the backend is still to be chosen
 
     if os.environ.get(launcher.ORPHAN_GRACE_VARIABLE):  # started by `kerasdist launch`: end with it
         interrupt.stop_when_parent_dies(sys.stdin.fileno(), float(os.environ[launcher.ORPHAN_GRACE_VARIABLE]))
+    if args.backend == "jax":
+        return _run_jax_worker(args)
+
+    from kerasdist.cluster import roles
 
     if uses_slurm(args):
         task = slurm.slurm_task(args.slurm_port_base)
@@ -288,12 +293,31 @@ def run_worker(args):
     return record
 
 
+def _run_jax_worker(args):
+    from kerasdist import jax_engine
+
+    if uses_slurm(args):
+        process = jax_engine.Process(*slurm.slurm_process(args.slurm_port_base))
+        print(f"Slurm task {process.index} of {process.count}: coordinator {process.coordinator}", flush=True)
+    else:
+        process = jax_engine.process_of(cluster.parse_tf_config(os.environ.get("TF_CONFIG")))
+    with interrupt.stop_on_signals():
+        options = TrainingOptions.from_args(args, verbose=_progress_verbosity(), strategy=None)
+        record = jax_engine.run_worker(process, options)
+    if args.record_file:
+        files.atomic_write_text(args.record_file, json.dumps(record))
+    return record
+
+
 def run_launch(args):
     from kerasdist import locking
     from kerasdist.cluster import launcher
 
     ports = launch_ports(args)
     cluster.check_worker_options(args.replicas, args.global_batch_size, args.workers)
+    if args.evaluator and args.backend == "jax":
+        raise KerasdistError("--evaluator reads TensorFlow checkpoints; with --backend jax every worker "
+                             "validates at each epoch's end: leave --evaluator out")
     if args.evaluator and args.checkpoint_dir is None:
         raise KerasdistError(
             "--evaluator needs --checkpoint-dir: it evaluates the checkpoints the chief writes there"
@@ -364,10 +388,13 @@ def main(argv=None):
     """Run the command line; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in ("worker", "launch") and args.backend == "jax" and args.engine == "loop":
+        if not any(arg.startswith("--engine") for arg in (sys.argv[1:] if argv is None else argv)):
+            args.engine = "auto"  # workers default to the loop on TensorFlow; JAX workers train with fit()
     warnings.showwarning = _show_warning
     try:
         check_options(args)
-        if args.command not in WITHOUT_TENSORFLOW:
+        if args.command not in WITHOUT_TENSORFLOW and getattr(args, "backend", "tensorflow") == "tensorflow":
             import_tensorflow_quietly()  # after the checks: a mistake is reported without waiting for it
         record = COMMANDS[args.command](args)
     except KerasdistError as error:

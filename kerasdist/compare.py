@@ -6,10 +6,12 @@ from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file
 
 from kerasdist import checks, locking
 from kerasdist import data as data_module
+from kerasdist.backends import run_training
 from kerasdist.comparison_files import check_creatable_directory, write_comparison
 from kerasdist.devices import configure_replicas, on_virtual_cpus
 from kerasdist.options import TrainingOptions
-from kerasdist.train import run_training, steady_samples_per_s
+from kerasdist.result import steady_samples_per_s
+from kerasdist.startup import use_backend
 
 MODES = ("fixed_global", "fixed_per_replica")
 
@@ -64,7 +66,8 @@ class ComparisonResult:
 
 
 def run_comparison(replicas=(1, 2), epochs=3, global_batch_size=64, data="auto", seed=0, out_dir=None,
-                   modes=("fixed_global",), learning_rate=1e-3, warmup_epochs=1, engine="fit", verbose=1):
+                   modes=("fixed_global",), learning_rate=1e-3, warmup_epochs=1, engine="fit", verbose=1,
+                   backend="tensorflow"):
     """Train the same model with 1 and N replicas and compare their curves.
 
     ``fixed_global``: every run uses the same global batch, seed and data
@@ -86,6 +89,7 @@ def run_comparison(replicas=(1, 2), epochs=3, global_batch_size=64, data="auto",
         warmup_epochs: warm-up length for fixed_per_replica.
         engine: "fit", "loop" or "auto" (per strategy, see ``run_training``).
         verbose: 0 silent; 1 a progress bar across runs.
+        backend: "tensorflow" or "jax" (every run in this process; see ``kerasdist.backends``).
 
     Returns:
         A ``ComparisonResult``.
@@ -101,16 +105,22 @@ def run_comparison(replicas=(1, 2), epochs=3, global_batch_size=64, data="auto",
     """
     plan = _checked_plan(replicas, modes, global_batch_size, dict(
         epochs=epochs, seed=seed, engine=engine, learning_rate=learning_rate, warmup_epochs=warmup_epochs,
-        verbose=verbose))
+        verbose=verbose, backend=backend))
     if out_dir is not None:
         out_dir = checks.path("out_dir", out_dir, "name a folder for the results")
         check_creatable_directory(out_dir)
-    configure_replicas(max(n for _, n, _ in plan))
+    if backend == "jax":
+        from kerasdist.jax_engine import import_keras_on_jax
+
+        import_keras_on_jax(max(n for _, n, _ in plan))
+    else:
+        use_backend(backend)
+        configure_replicas(max(n for _, n, _ in plan))
     mnist = _data_for(plan, data, seed, verbose)
     # One comparison writes to out_dir at a time; the lock goes when this call returns.
     _out_lock = locking.hold(out_dir, "output directory", "--out") if out_dir is not None else None
     runs = _train_runs(plan, dict(epochs=epochs, data=mnist, seed=seed, engine=engine,
-                                  learning_rate=learning_rate), warmup_epochs, verbose)
+                                  learning_rate=learning_rate, backend=backend), warmup_epochs, verbose)
     comparison = ComparisonResult(runs, _loss_differences(runs), {})
     if out_dir is not None:
         comparison.files = write_comparison(comparison, out_dir)

@@ -381,6 +381,32 @@ def epoch_seed(seed, epoch):
     return seed * 100_003 + epoch
 
 
+def epoch_order(num_samples, global_batch_size, seed, epoch, skip_batches=0):
+    """The sample indices of one epoch, in training order, cut to whole global batches (NumPy, no TensorFlow).
+
+    The JAX engine's order: a NumPy permutation seeded with ``epoch_seed(seed,
+    epoch)``, so, as with ``train_dataset``, epoch k sees the same order
+    whether or not the run was interrupted. It is not tf.data's permutation:
+    the two backends follow the same rule with different generators.
+
+    Args:
+        num_samples: training samples.
+        global_batch_size: samples per step across all replicas.
+        seed, epoch: the run's seed and the 0-based epoch.
+        skip_batches: leading batches to leave out (a mid-epoch resume).
+
+    Returns:
+        An int64 array of ``(steps - skip_batches) * global_batch_size`` indices.
+
+    Example:
+        >>> epoch_order(10, 4, seed=0, epoch=0).shape
+        (8,)
+    """
+    steps = steps_per_epoch(num_samples, global_batch_size)
+    order = np.random.default_rng(epoch_seed(seed, epoch)).permutation(num_samples)
+    return order[skip_batches * global_batch_size: steps * global_batch_size].astype(np.int64)
+
+
 def train_dataset(x, y, global_batch_size, seed, first_epoch, last_epoch, skip_batches=0):
     """Training batches for epochs ``first_epoch .. last_epoch - 1``, back to back.
 
@@ -398,22 +424,30 @@ def train_dataset(x, y, global_batch_size, seed, first_epoch, last_epoch, skip_b
         first_epoch, last_epoch: 0-based epoch range (last excluded).
         skip_batches: batches of ``first_epoch`` already trained (mid-epoch resume).
 
+    The shuffle permutes sample indices, and each batch is gathered from the
+    arrays in one op: the same order as shuffling ``(x, y)`` pairs with the
+    same buffer and seed (a shuffle's order depends on the element count and
+    the seed, not on the elements), at about half the input pipeline's CPU
+    time, which on a CPU machine is taken from training.
+
     Returns:
-        A cached, shuffled, batched, prefetched ``tf.data.Dataset``.
+        A shuffled, batched, prefetched ``tf.data.Dataset``.
 
     Example:
         >>> ds = train_dataset(data.x_train, data.y_train, 64, 0, 0, 3)  # doctest: +SKIP
     """
     import tensorflow as tf  # here, not at the top: loading and checking data needs no TensorFlow
 
-    examples = tf.data.Dataset.from_tensor_slices((x, y)).cache()
+    images, labels = tf.constant(x), tf.constant(y)
     epochs = [
-        examples.shuffle(len(y), seed=epoch_seed(seed, epoch), reshuffle_each_iteration=False)
+        tf.data.Dataset.range(len(y))
+        .shuffle(len(y), seed=epoch_seed(seed, epoch), reshuffle_each_iteration=False)
         .batch(global_batch_size, drop_remainder=True)
         for epoch in range(first_epoch, last_epoch)
     ]
-    batches = functools.reduce(lambda joined, epoch: joined.concatenate(epoch), epochs)
-    return _with_data_sharding(batches.skip(skip_batches).prefetch(tf.data.AUTOTUNE))
+    batches = functools.reduce(lambda joined, epoch: joined.concatenate(epoch), epochs).skip(skip_batches)
+    batches = batches.map(lambda indices: (tf.gather(images, indices), tf.gather(labels, indices)))
+    return _with_data_sharding(batches.prefetch(tf.data.AUTOTUNE))
 
 
 def eval_dataset(x, y, global_batch_size):

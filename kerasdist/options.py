@@ -16,6 +16,7 @@ from kerasdist.errors import KerasdistError
 from kerasdist.strategy import STRATEGIES
 
 ENGINES = ("auto", "fit", "loop")
+BACKENDS = ("tensorflow", "jax")
 # A killed worker is noticed at once (its connections reset); this bounds the wait for a hung one.
 DEFAULT_COLLECTIVE_TIMEOUT_S = 120
 _NO_FLAG = object()
@@ -136,6 +137,14 @@ class TrainingOptions:
         0, lambda name, value: checks.random_seed(value, name),
         "seeds weights, validation split and data order.", "--seed", "seeds weights, split and data order",
         recorded=True)
+    backend: str = option(
+        "tensorflow", lambda name, value: checks.choice(name, value, BACKENDS),
+        '"tensorflow" (tf.distribute, both engines) or "jax" (``keras.distribution.DataParallel`` and '
+        "``fit()``; see ``kerasdist.jax_engine``). Keras takes its backend when it loads: choose before "
+        "anything in the process imports Keras.",
+        "--backend", "Keras backend: tensorflow (tf.distribute) or jax (keras.distribution) "
+        "(default tensorflow)",
+        choices=BACKENDS, recorded=True)
     engine: str = option(
         "fit", lambda name, value: checks.choice(name, value, ENGINES),
         '"fit" (Keras ``model.fit``), "loop" (kerasdist\'s own loop, required for multi_worker), or '
@@ -265,6 +274,15 @@ def _flagged():
 
 def _check_strategy_combination(options):
     strategy, engine, replicas = options.strategy, options.engine, options.replicas
+    if options.backend == "jax":
+        if engine == "loop":
+            checks.fail("engine", "fit or auto with backend jax (kerasdist's loop runs on TensorFlow)",
+                        "engine", engine, "use --engine auto, or --backend tensorflow for the loop")
+        if strategy not in (None, "multi_worker"):
+            checks.fail("strategy", "left out with backend jax (it trains with keras.distribution's "
+                        "DataParallel)", "strategy", strategy,
+                        "leave --strategy out, or use --backend tensorflow")
+        return
     if strategy == "multi_worker" and engine == "fit":
         checks.fail("engine", "loop under strategy multi_worker (Keras 3 fit() fails there, "
                     "keras-team/keras#20585)", "engine", engine, "use --engine loop")

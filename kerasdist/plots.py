@@ -4,7 +4,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 
 from kerasdist.devices import on_virtual_cpus
-from kerasdist.train import steady_samples_per_s
+from kerasdist.result import steady_samples_per_s
 
 CPU_REPLICAS_NOTE = ("virtual CPU replicas share the same cores:\n"
                      "more replicas cannot be faster here,\nthey add the all-reduce")

@@ -13,6 +13,8 @@ import importlib.util
 import os
 import sys
 
+from kerasdist.errors import KerasdistError
+
 
 @contextlib.contextmanager
 def stderr_silenced():
@@ -74,3 +76,25 @@ def install():
     if "tensorflow" in sys.modules or any(isinstance(f, QuietTensorFlowFinder) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, QuietTensorFlowFinder())
+
+
+def use_backend(backend):
+    """Make Keras load on ``backend`` in this process, or check that it already did.
+
+    Raises:
+        KerasdistError: if Keras is already loaded on another backend.
+
+    Example:
+        >>> use_backend("tensorflow")  # doctest: +SKIP
+    """
+    keras = sys.modules.get("keras")
+    if keras is None:
+        os.environ["KERAS_BACKEND"] = backend
+        return
+    loaded = keras.config.backend()
+    if loaded != backend:
+        raise KerasdistError(
+            f"Keras is already loaded on {loaded} in this process and a process keeps its first backend. "
+            f"Received: backend={backend!r}; start a new Python (or R) session and choose the backend before "
+            f"anything imports Keras, or set KERAS_BACKEND={backend} before it starts"
+        )

@@ -8,71 +8,15 @@ import tensorflow as tf
 
 from kerasdist import data as data_module
 from kerasdist import engines, interrupt, loop
-from kerasdist.callbacks import CheckpointSaver, DivergenceGuard, MetricsRecorder, StopOnSignal
+from kerasdist.callbacks import standard_callbacks
 from kerasdist.checkpoint import CheckpointStore, RunPosition
 from kerasdist.devices import configure_replicas
 from kerasdist.errors import KerasdistError
 from kerasdist.metrics_log import MetricsLog
 from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
 from kerasdist.options import TrainingOptions
+from kerasdist.result import TrainingResult
 from kerasdist.strategy import make_strategy
-
-
-@dataclasses.dataclass
-class TrainingResult:
-    """The result record of one ``run_training`` call (``to_dict()`` is what ``--json`` prints).
-
-    ``history`` covers every epoch trained so far in the checkpoint directory,
-    resumed ones included; ``steps`` holds the per-step log the same way.
-    """
-
-    replicas: int
-    strategy: str
-    engine: str
-    epochs: int
-    initial_epoch: int
-    epochs_run: int
-    history: dict
-    steps: dict
-    test: dict
-    wall_time_s: float
-    samples_per_s: float
-    data_source: dict
-    checkpoint: str
-    global_batch_size: int
-    per_replica_batch_size: int
-    learning_rate: float
-    seed: int
-    resumed_from_step: int
-    message: str
-    model: keras.Model = dataclasses.field(default=None, repr=False, compare=False)
-
-    def to_dict(self):
-        """The record as plain JSON-able values (without the model)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "model"}
-
-
-def steady_samples_per_s(result):
-    """Samples per second after the first epoch, which pays for tracing and compiling the step.
-
-    Falls back to the whole run's rate when only one epoch was trained.
-
-    Args:
-        result: a ``TrainingResult``.
-
-    Returns:
-        A float, or None when nothing was timed.
-
-    Example:
-        >>> steady_samples_per_s(run_training(replicas=1, epochs=3, data="sample"))  # doctest: +SKIP
-        5431.2
-    """
-    rates = result.history.get("samples_per_s", [])
-    seconds = result.history.get("wall_time_s", [])
-    timed = [(rate * time, time) for rate, time in zip(rates[1:], seconds[1:]) if rate and time]
-    if not timed:
-        return result.samples_per_s
-    return sum(samples for samples, _ in timed) / sum(time for _, time in timed)
 
 
 @dataclasses.dataclass
@@ -136,6 +80,9 @@ def run_training(**options):
         True
     """
     options = TrainingOptions(**options)
+    if options.backend != "tensorflow":
+        raise KerasdistError(f"kerasdist.train trains on TensorFlow. Received: backend={options.backend!r}; "
+                             "call kerasdist.run_training, which picks the engine of the backend")
     strategy_name = options.strategy or ("mirrored" if options.replicas > 1 else "default")
     engine, engine_reason = (engines.engine_for(strategy_name) if options.engine == "auto"
                              else (options.engine, None))
@@ -189,7 +136,7 @@ def _result(options, context, strategy_name, engine, trained, test):
         test={"loss": float(test["loss"]), "accuracy": float(test[ACCURACY_METRIC])},
         wall_time_s=seconds, samples_per_s=samples / seconds if seconds > 0 else None,
         data_source=context.data.provenance(),
-        checkpoint=(context.store.manager.latest_checkpoint if context.store else None),
+        checkpoint=(context.store.latest_checkpoint if context.store else None),
         per_replica_batch_size=options.global_batch_size // replicas,
         learning_rate=options.learning_rate * (replicas if options.scale_learning_rate else 1),
         resumed_from_step=context.position.global_step, message=message,
@@ -215,7 +162,7 @@ def _context(options, distribution, mnist, engine):
         # after the run diverged).
         model.optimizer.learning_rate = rate
     log = MetricsLog(options.checkpoint_dir,
-                     last_checkpoint=(lambda: store.manager.latest_checkpoint) if store else lambda: None)
+                     last_checkpoint=(lambda: store.latest_checkpoint) if store else lambda: None)
     log.resume(position.global_step)
     return TrainingContext(
         model, distribution, mnist, options.epochs, options.global_batch_size, options.seed, position, log,
@@ -247,18 +194,10 @@ def _train(context, engine, checkpoint_dir):
 
 
 def callbacks_for(context, requested_signal=interrupt.requested_signal):
-    """The Keras callbacks both engines drive: NaN guard, metrics log, checkpoints, stop, then the caller's.
-
-    The guard comes first (it raises before a bad step is logged or saved);
-    the stop comes after the step's log record and checkpoint.
-    """
-    steps = context.steps_per_epoch
-    callbacks = [DivergenceGuard(),
-                 MetricsRecorder(context.log, steps, context.global_batch_size, context.log_every_steps)]
-    if context.store:
-        callbacks.append(CheckpointSaver(context.store, steps, context.save_every_steps))
-    callbacks.append(StopOnSignal(context.store, steps, requested_signal))
-    return callbacks + list(context.callbacks)
+    """The Keras callbacks of ``standard_callbacks`` for a training context."""
+    return standard_callbacks(context.log, context.store, context.steps_per_epoch, context.global_batch_size,
+                              context.log_every_steps, context.save_every_steps, requested_signal,
+                              context.callbacks)
 
 
 def _train_with_fit(context, callbacks):

@@ -467,7 +467,6 @@ for variable in sharded.optimizer.variables:
 # it stops the other and shows the tail of the failing one's stderr.
 
 # %%
-# NBVAL_CHECK_OUTPUT
 # Two processes on 127.0.0.1 run fit() together; each prints its per-step losses and a digest of its weights.
 processes_weights_file = os.path.join(workdir, "processes_final.npz")  # process 0's final weights
 launch = subprocess.run(

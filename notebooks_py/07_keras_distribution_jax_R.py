@@ -464,7 +464,6 @@
 # stops the other and shows the tail of the failing one's stderr.
 
 # %% language="R"
-# # NBVAL_CHECK_OUTPUT
 # # Two processes on 127.0.0.1 run fit() together; each prints its per-step losses and a digest of its weights.
 # processes_weights_file <- file.path(workdir, "processes_final.npz")  # process 0's final weights
 # launch <- processx::run(python, c("-m", "kerasdist.jax_distribution", "launch", "--processes", 2, "--arrays",

@@ -17,22 +17,24 @@
 #
 # **What you'll learn**
 #
-# - how much faster the same model trains when the steps run many to a call (`steps_per_execution`,
-#   kerasdist's loop engine) and compiled by XLA (`jit_compile=True`), measured side by side on one
-#   device, with the accuracy each setting reaches after the same epochs;
-# - what mixed precision is: `mixed_bfloat16` on a CPU with bfloat16 instructions, and
-#   `mixed_float16` on GPUs with its loss scaling (`LossScaleOptimizer`);
-# - where the time of one step goes: input pipeline, forward pass, backward pass, optimizer update
-#   and the host's overhead per call, each measured alone;
-# - the machine's limit: the model's FLOPs per sample from its layer shapes against the CPU's measured
-#   matmul throughput, and each setting's share of it;
-# - what of this carries over to GPUs, with lesson 3's cost model.
+# - a **ladder** of ways to train the same model on one device, measured side by side: `fit` as
+#   TensorFlow's guide writes it, many steps per call (`steps_per_execution`), XLA (`jit_compile`),
+#   kerasdist's loop engine, Keras on JAX, and a hand-written `jax.lax.scan` epoch, in which no step
+#   returns to the host (the practical limit of dispatch overhead);
+# - what mixed precision is: `mixed_bfloat16`, and `mixed_float16` with its loss scaling
+#   (`LossScaleOptimizer`, `optimizer.scale_loss`);
+# - where one step's time goes: forward, backward, optimizer update and the host's overhead per call,
+#   each timed alone, as medians with their spread, and the input pipeline sharing the CPU's cores;
+# - a **roofline** at the model's own shapes: each matrix product's FLOPs and bytes, the CPU's
+#   measured matrix-product rates at those shapes and its memory bandwidth (a triad), the attainable
+#   step time from both, and each rung's **MFU** (model FLOPs utilization);
+# - what of this carries over to GPUs.
 #
-# **What you need**: lessons 1 and 3, the project's virtualenv as the kernel, Debian's
-# `dataset-fashion-mnist` package (set-up installs it as root; without it Keras downloads the files),
-# and about 2-3 minutes on a 2-core CPU. Unlike the other lessons this one always trains on
-# **Fashion-MNIST**: 70,000 real 28x28 photos of clothing in 10 classes (Zalando), in MNIST's format,
-# a full-size data set that needs no network here.
+# **What you need**: lessons 1 and 3, the project's virtualenv as the kernel (with JAX, the `jax`
+# extra that set-up installs), Debian's `dataset-fashion-mnist` package (set-up installs it as root;
+# without it Keras downloads the files), and about 3 minutes on a 2-core CPU. Unlike the other
+# lessons this one always trains on **Fashion-MNIST**: 70,000 real 28x28 photos of clothing in 10
+# classes (Zalando), in MNIST's format, a full-size data set that needs no network here.
 #
 # **R users**: the same lesson written with keras3 is [08_speed_R.ipynb](08_speed_R.ipynb).
 
@@ -40,24 +42,22 @@
 # ## Introduction
 #
 # On this course's 2-core CPU, replicas share the cores, so lessons 3 and 4 honestly showed them
-# *slower* than one device. Yet the same model can train several times faster on that one device,
-# with no change to the model or to the data: the speed is lost in how the steps are run, not in the
-# arithmetic. A step of the MNIST MLP on a batch of 64 is some tens of millions of floating-point
-# operations, a fraction of a millisecond of matrix multiplication; everything around it (Python calling a
-# TensorFlow function, one kernel launched per op, memory traffic between ops) can cost more than the
-# arithmetic itself.
+# *slower* than one device. Yet on that one device the same model trains at very different speeds
+# depending only on how its steps are run. A step of the MNIST MLP on a batch of 64 is some tens of
+# millions of floating-point operations, a fraction of a millisecond of matrix products; around them
+# are Python calling a TensorFlow function, one kernel per op, and memory traffic between ops.
 #
-# This lesson measures that, step by step, on a data set of full size: first the settings side by
-# side, then the parts of one step, then the machine's limit, so that every speed-up has a reason.
+# This lesson measures that on a data set of full size: first the ladder of settings, then the parts
+# of one step, then the machine's limits, so that every speed-up has a reason.
 
 # %% [markdown]
 # ## Setup
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
+import inspect
 import os
-import time
-import warnings
+import statistics
 
 import kerasdist
 import keras
@@ -67,120 +67,125 @@ import tensorflow as tf
 from kerasdist import data as data_module
 from kerasdist import model as model_module
 from kerasdist import plots
+from kerasdist import speed_ladder
+from kerasdist.speed import (ADAM_BYTES_PER_WEIGHT, Timing, gemm_flops_per_s, memory_bytes_per_s, step_kernels,
+                             time_calls)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 # Settings, and the data: Fashion-MNIST through Keras' own loader, split like full MNIST
 # (KERASDIST_SPEED_DATA can name another source: the test suite runs the lesson on a small stand-in).
 DATA_SOURCE = os.environ.get("KERASDIST_SPEED_DATA", "fashion")
-EPOCHS = 3            # every setting trains this many epochs; the first one includes tracing
-BATCH_SIZE = 64
-STEPS_PER_CALL = 50   # steps_per_execution of fit, and of kerasdist's loop engine
+EPOCHS = 3            # every rung trains this many epochs; the first one includes tracing and compiling
+BATCH_SIZE = speed_ladder.BATCH_SIZE            # 64
+STEPS_PER_CALL = speed_ladder.STEPS_PER_CALL    # 50: steps_per_execution of fit, and of kerasdist's loop
 SEED = 0
 data = kerasdist.load_mnist(DATA_SOURCE, seed=SEED)
 print("classes:", ", ".join(data_module.FASHION_CLASSES))
 
 # %% [markdown]
-# ## The settings side by side
+# ## The ladder: from the guide's `fit` to a `lax.scan` epoch
 #
-# Five ways to train the same MLP (784-256-256-10, Adam 1e-3, batch 64) on the same data, each for
-# the same number of epochs on one device:
+# Seven ways to train the same MLP (784-256-256-10, Adam 1e-3, batch 64) on the same data for the
+# same epochs on one device, each rung removing some work around the arithmetic:
 #
-# | setting | what changes |
+# | rung | what changes |
 # |---|---|
-# | Keras `fit`, as TensorFlow's distributed-training guide writes it | one `tf.function` call per step |
+# | `fit`, as TensorFlow's distributed-training guide writes it | one `tf.function` call per step |
 # | `fit(steps_per_execution=50)` | 50 steps per call: the host's overhead is paid once per 50 steps |
 # | `fit(steps_per_execution=50, jit_compile=True)` | and each step is compiled by XLA, which fuses ops |
 # | kerasdist's loop engine | its own `tf.function` running 50 steps per call (lesson 5 needs it for multi-worker) |
-# | loop engine + XLA | the whole step, gradients and Adam update, compiled by XLA |
+# | kerasdist's loop engine + XLA | the whole step, gradients and Adam's update, compiled by XLA |
+# | Keras on JAX, `fit(steps_per_execution=50)` | the same Keras code on the JAX backend: each step compiled by XLA (`"auto"` resolves to on), but still dispatched from Python one step at a time |
+# | a `jax.lax.scan` epoch | one compiled call per *epoch*: the data stays on the device and no step returns to Python |
 #
-# A setting's speed is its **steady state**: the samples/s of its fastest epoch after the first (the
-# first pays for tracing and compiling). Keras' `jit_compile` defaults to `"auto"`, which Keras turns
-# off on a machine without a GPU (`_resolve_auto_jit_compile` in `keras/src/trainers/trainer.py`):
-# the printout below shows what it chose here.
+# A rung's speed is its **steady state**: samples/s of the median epoch after the first (the first
+# pays for tracing and compiling; with 3 epochs, the mean of the last two), counting training only
+# (kerasdist's loop also validates after each epoch; that pass is not counted). The JAX rungs run in
+# processes of their own: Keras chooses its backend once, before it loads, and this notebook's Keras
+# runs on TensorFlow. Besides the change each row names, the rungs feed their batches differently:
+# the `fit` rungs shuffle images through a buffer of ten thousand as the guide does, kerasdist's loop
+# shuffles indices and gathers whole batches, Keras on JAX slices the arrays in Python, and the scan
+# gathers each batch inside its compiled step. `fit` also trains the last, partial batch of an epoch,
+# which the others drop.
+#
+# On JAX, `steps_per_execution` does not put several steps in one compiled call: Keras' JAX trainer
+# (`_make_function` in `keras/src/backend/jax/trainer.py`) loops over them in Python, calling the
+# jitted step once per step; it only calls the callbacks less often. The scan rung is the step that
+# Keras leaves to you: one compiled call for a whole epoch.
+#
+# Keras' `jit_compile` defaults to `"auto"`. Which way `"auto"` goes is decided in Keras' source,
+# printed below: on TensorFlow it is off on a machine without a GPU, **and off for any model built
+# in a `tf.distribute` strategy's scope**, so the guide's code (built in `MirroredStrategy.scope()`)
+# is not compiled by XLA even on GPUs.
 
 # %%
-# Keras fit of the guide's model, timed per epoch; the same seed for every setting.
-class EpochTimer(keras.callbacks.Callback):
-    """Seconds of each epoch of fit()."""
+# How Keras resolves jit_compile="auto" (keras/src/trainers/trainer.py), and what the guide's model chose here.
+print(inspect.getsource(keras.src.trainers.trainer.Trainer._resolve_auto_jit_compile))
+print(f"the guide's fit chose jit_compile={speed_ladder.guide_model().jit_compile} on this machine")
 
-    def on_train_begin(self, logs=None):
-        self.seconds = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.started = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.seconds.append(time.perf_counter() - self.started)
-
-
-def train_with_fit(**compile_options):
-    """Train the guide's Sequential MLP with fit; return (steady samples/s, test accuracy, the model)."""
-    keras.utils.set_random_seed(SEED)
-    model = keras.Sequential([
-        keras.Input(shape=(784,)),
-        keras.layers.Dense(256, activation="relu"),
-        keras.layers.Dense(256, activation="relu"),
-        keras.layers.Dense(10),
-    ])
-    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  optimizer=keras.optimizers.Adam(), metrics=["accuracy"], **compile_options)
-    train = tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train)).cache().shuffle(10_000)
-    timer = EpochTimer()
-    with warnings.catch_warnings():  # Keras warns that fit's shuffle=True does not apply to a tf.data.Dataset
-        warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
-        model.fit(train.batch(BATCH_SIZE), epochs=EPOCHS, callbacks=[timer], verbose=0)
-    _, accuracy = model.evaluate(data.x_test, data.y_test, batch_size=1024, verbose=0)
-    return len(data.y_train) / min(timer.seconds[1:]), accuracy, model
-
-
-def train_with_kerasdist(jit_compile, precision="float32"):
-    """kerasdist's loop engine under a dtype policy; return (steady samples/s, test accuracy)."""
-    keras.mixed_precision.set_global_policy(precision)
-    try:
-        result = kerasdist.run_training(replicas=1, epochs=EPOCHS, global_batch_size=BATCH_SIZE, data=data,
-                                        seed=SEED, engine="loop", steps_per_execution=STEPS_PER_CALL,
-                                        jit_compile=jit_compile, verbose=0)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-    return max(result.history["samples_per_s"][1:]), result.test["accuracy"]
-
-
-speed, accuracy = {}, {}
-speed["fit (guide)"], accuracy["fit (guide)"], seed_model = train_with_fit()
-print(f"the guide's fit chose jit_compile={seed_model.jit_compile} on this machine")
-speed["fit, 50 steps/call"], accuracy["fit, 50 steps/call"], _ = train_with_fit(
-    steps_per_execution=STEPS_PER_CALL)
-speed["fit, 50 steps/call, XLA"], accuracy["fit, 50 steps/call, XLA"], _ = train_with_fit(
-    steps_per_execution=STEPS_PER_CALL, jit_compile=True)
-speed["loop"], accuracy["loop"] = train_with_kerasdist(jit_compile=False)
-speed["loop + XLA"], accuracy["loop + XLA"] = train_with_kerasdist(jit_compile=True)
+# %%
+# Every rung, one after another in this run (a bar across them); each prints its speed as it ends.
+runs = {}
+progress = keras.utils.Progbar(len(speed_ladder.RUNGS), unit_name="rung")
+for name in speed_ladder.RUNGS:
+    runs[name] = speed_ladder.measure(name, DATA_SOURCE, EPOCHS, data=data)
+    progress.add(1)
+speed = {name: speed_ladder.steady_samples_per_s(run) for name, run in runs.items()}
+accuracy = {name: run["test_accuracy"] for name, run in runs.items()}
+limit_rung = speed_ladder.LIMIT_RUNG
 for name in speed:
-    print(f"{name:26s} {speed[name]:8,.0f} samples/s  {speed[name] / speed['fit (guide)']:4.1f}x the guide's  "
-          f"test accuracy {accuracy[name]:.3f}")
+    print(f"{name:34s} {speed[name]:8,.0f} samples/s  {speed[name] / speed['fit (guide)']:4.1f}x the guide's  "
+          f"{speed[name] / speed[limit_rung]:4.2f}x the scan epoch  test accuracy {accuracy[name]:.3f}")
 
 # %% [markdown]
-# **Predict, then run.** Which setting is fastest, and by how much does it beat the guide's `fit`?
-# Does any setting buy its speed with a worse model after the same 3 epochs? Decide from the table
-# above, then run the check. (Its margin is loose on purpose: on an idle machine loop + XLA runs
-# about three times as fast, but other programs on a shared machine slow some settings down more
-# than others.)
+# The `lax.scan` rung is shown in full below: a training step written with Keras' stateless API
+# (`model.stateless_call`, `optimizer.stateless_apply`), and `jax.lax.scan` running it over every batch of
+# an epoch inside one `jax.jit` call, gathering each batch from the arrays already on the device.
 
 # %%
-# Check: every setting reaches about the same accuracy (the speed-up is printed, not asserted: it varies
-# with what else the machine runs).
-ratio = speed["loop + XLA"] / speed["fit (guide)"]
-assert max(accuracy.values()) - min(accuracy.values()) < 0.03, accuracy
-print(f"loop + XLA: {ratio:.1f}x the guide's fit; test accuracies within "
-      f"{max(accuracy.values()) - min(accuracy.values()):.3f} of each other")
+print(inspect.getsource(speed_ladder.scan_epoch))
 
 # %% [markdown]
-# Many steps per call and XLA each remove work around the arithmetic, and they remove most together;
-# on a busy machine a single setting can still come out slower than it should (another program took
-# the cores during its epochs), which is why the check above only compares loop + XLA with the guide's
-# `fit`, with a margin. The loop engine also validates after every epoch and logs each step's loss,
-# which the guide's `fit` does not; its speed includes that. The accuracies differ only by the randomness of initial weights and data order:
-# none of these settings changes what is computed, only how it is scheduled.
+# **Predict, then run.** Which rung is fastest, and how far below the scan epoch is the guide's `fit`?
+# Does any rung buy its speed with a worse model after the same epochs? Decide from the table above,
+# then run the check.
+
+# %%
+# Check: every rung reaches about the same accuracy (speeds are printed, not asserted: they vary with
+# what else the machine runs).
+assert max(accuracy.values()) - min(accuracy.values()) < 0.03, accuracy
+fastest = max(speed, key=speed.get)
+print(f"fastest rung: {fastest}; the guide's fit runs at {speed['fit (guide)'] / speed[limit_rung]:.2f}x the "
+      f"scan epoch; test accuracies within {max(accuracy.values()) - min(accuracy.values()):.3f} of each other")
+
+# %%
+# The ladder on one chart: each rung's speed, and its ratio to the scan epoch.
+os.makedirs("results/figures", exist_ok=True)  # beside the checkpoints, outside version control
+figure, axis = plt.subplots(figsize=(9, 3.8))
+names = list(speed)[::-1]
+colors = ["tab:green" if speed_ladder.RUNGS[name]["backend"] == "jax" else "tab:blue" for name in names]
+bars = axis.barh(names, [speed[name] for name in names], color=colors)
+axis.bar_label(bars, [f"{speed[name]:,.0f}/s = {speed[name] / speed[limit_rung]:.2f}x scan" for name in names],
+               fontsize=8, padding=3)
+axis.set_xlim(0, 1.4 * max(speed.values()))
+axis.set(xlabel="training samples/s in the steady state (one device, batch 64; blue TensorFlow, green JAX)",
+         title=f"One MLP, {EPOCHS} epochs per rung, measured in one run")
+figure.tight_layout()
+figure.savefig("results/figures/08_ladder.png", dpi=100, bbox_inches="tight")
+plt.show()
+
+# %% [markdown]
+# Many steps per call and XLA usually remove work around the arithmetic, though not always (on a CPU,
+# XLA's kernels are not always faster than TensorFlow's). The scan epoch removes what is left of the
+# host: no Python, no `tf.data` iterator and no TensorFlow executor between steps. It is a limit of
+# dispatch overhead, not of speed: it runs JAX's own XLA kernels and gathers its batches inside the
+# step, so a TensorFlow rung with little overhead left can come out at or above it. The rest of a
+# rung's time is the step itself, which the next sections take apart. On a shared machine one rung
+# can come out slower than it should (another program took the cores during its epochs): compare the
+# bars with that in mind, and rerun the cell before trusting a small difference. The accuracies differ
+# by the initial weights and the data order each rung draws, and by rounding (XLA and other kernels
+# sum in other orders): none of these settings changes what is computed.
 
 # %% [markdown]
 # ## Mixed precision
@@ -193,23 +198,25 @@ print(f"loop + XLA: {ratio:.1f}x the guide's fit; test accuracies within "
 #
 # Two 16-bit types exist, and they differ where it matters for training:
 #
-# | type | exponent bits | mantissa bits | smallest normal number | where it is fast |
-# |---|---|---|---|---|
-# | bfloat16 | 8 (as float32) | 7 | ~1e-38 | CPUs with AVX512_BF16/AMX, TPUs, recent GPUs |
-# | float16 | 5 | 10 | ~6e-5 | GPUs (tensor cores) |
+# | type | exponent bits | mantissa bits | smallest normal number | smallest number at all | where it is fast |
+# |---|---|---|---|---|---|
+# | bfloat16 | 8 (as float32) | 7 | ~1e-38 | ~9e-41 | CPUs with AVX512_BF16/AMX, TPUs, recent GPUs |
+# | float16 | 5 | 10 | ~6e-5 | ~6e-8 | GPUs (tensor cores) |
 #
 # bfloat16 keeps float32's range, so small gradients survive and `mixed_bfloat16` needs nothing else.
-# float16 does not: gradients below its range become zero. That is why `mixed_float16` needs **loss
-# scaling**: multiply the loss by a large factor before the backward pass (so the gradients are large
-# enough for float16), then divide the gradients by it before the update; when a gradient overflows to
-# inf, skip that step and lower the factor. Keras' `compile()` wraps the optimizer in a
-# `LossScaleOptimizer` that does this whenever the model's policy is `mixed_float16` (see
-# `Trainer.compile` in `keras/src/trainers/trainer.py`); a custom loop must do it itself
-# (`optimizer.scale_loss(loss)` before the gradients, and a `LossScaleOptimizer` to unscale them).
-# The cell below shows all of that on this machine.
+# float16 does not: below ~6e-5 its numbers lose precision (subnormals), and below about half of
+# ~6e-8 they round to zero. That is why `mixed_float16` needs **loss scaling**: multiply the loss by
+# a large factor before the backward pass (so the gradients are large enough for float16), then
+# divide the gradients by it before the update; when a gradient overflows to inf, skip that step
+# and lower the factor. Keras' `compile()` wraps the optimizer in a `LossScaleOptimizer` that does
+# this whenever the model's policy is `mixed_float16` and `auto_scale_loss` is left at its default,
+# True (see `Trainer.compile` in
+# `keras/src/trainers/trainer.py`); a custom loop must call `optimizer.scale_loss(loss)` before taking
+# the gradients (the `LossScaleOptimizer` unscales them in `apply_gradients`), as kerasdist's loop
+# does. The cell below shows all of that on this machine.
 
 # %%
-# Which bfloat16 instructions this CPU has; what float16 and bfloat16 make of a small gradient; what
+# Which bfloat16 instructions this CPU has; what float16 and bfloat16 make of small gradients; what
 # compile() does to the optimizer under mixed_float16 (building a model needs no GPU).
 bf16_instructions = kerasdist.cpu_bfloat16_instructions()
 if bf16_instructions:
@@ -217,9 +224,9 @@ if bf16_instructions:
 else:
     print("this CPU lacks bfloat16 instructions (no avx512_bf16 or amx_bf16): TensorFlow emulates "
           "bfloat16 with float32 and it is slower, not faster")
-small_gradient = 1e-6 / BATCH_SIZE
-for dtype in ("float16", "bfloat16"):
-    print(f"a gradient of {small_gradient:.2e} in {dtype}: {float(tf.cast(small_gradient, dtype)):.2e}")
+for small_gradient in (1e-6 / BATCH_SIZE, 1e-4 / BATCH_SIZE):
+    for dtype in ("float16", "bfloat16"):
+        print(f"a gradient of {small_gradient:.3e} in {dtype}: {float(tf.cast(small_gradient, dtype)):.3e}")
 keras.mixed_precision.set_global_policy("mixed_float16")
 try:
     float16_model = model_module.build_model()
@@ -231,36 +238,22 @@ print(f"under mixed_float16: hidden layers compute in {float16_model.layers[1].c
       f"(initial scale {float(float16_model.optimizer.initial_scale):.0f})")
 
 # %% [markdown]
-# Now the two loop settings again, under `mixed_bfloat16`, in the same run as the others:
+# Now kerasdist's loop again, without and with XLA, under `mixed_bfloat16`, in the same run as the
+# ladder:
 
 # %%
 # kerasdist's loop, without and with XLA, under mixed_bfloat16.
-speed["loop, bfloat16"], accuracy["loop, bfloat16"] = train_with_kerasdist(False, "mixed_bfloat16")
-speed["loop + XLA, bfloat16"], accuracy["loop + XLA, bfloat16"] = train_with_kerasdist(True, "mixed_bfloat16")
-for name in ("loop", "loop, bfloat16", "loop + XLA", "loop + XLA, bfloat16"):
-    print(f"{name:22s} {speed[name]:8,.0f} samples/s  test accuracy {accuracy[name]:.3f}")
-
-# %%
-# Every setting's steady-state speed, with its test accuracy after the same epochs.
-os.makedirs("results/figures", exist_ok=True)  # beside the checkpoints, outside version control
-figure, axis = plt.subplots(figsize=(9, 3.8))
-names = list(speed)
-bars = axis.barh(names[::-1], [speed[name] for name in names[::-1]],
-                 color=["tab:purple" if "bfloat16" in name else "tab:blue" for name in names[::-1]])
-axis.bar_label(bars, [f"{speed[name]:,.0f}/s, acc {accuracy[name]:.3f}" for name in names[::-1]],
-               fontsize=8, padding=3)
-axis.set_xlim(0, 1.45 * max(speed.values()))
-axis.set(xlabel="samples/s in the steady state (one device, batch 64)",
-         title=f"Fashion-MNIST MLP, {EPOCHS} epochs per setting, measured in one run")
-figure.tight_layout()
-figure.savefig("results/figures/08_settings.png", dpi=100, bbox_inches="tight")
-plt.show()
+for name in ("kerasdist loop", "kerasdist loop + XLA"):
+    run = speed_ladder.measure(name, DATA_SOURCE, EPOCHS, data=data, precision="mixed_bfloat16")
+    speed[f"{name}, bfloat16"] = speed_ladder.steady_samples_per_s(run)
+    accuracy[f"{name}, bfloat16"] = run["test_accuracy"]
+for name in ("kerasdist loop", "kerasdist loop, bfloat16", "kerasdist loop + XLA", "kerasdist loop + XLA, bfloat16"):
+    print(f"{name:32s} {speed[name]:8,.0f} samples/s  test accuracy {accuracy[name]:.3f}")
 
 # %% [markdown]
-# At batch 64 bfloat16 gains little here, or even loses, although the CPU multiplies bfloat16 matrices
-# several times faster than float32 ones (measured below): the matrices of one step are small, and
-# the time goes elsewhere. Casting between float32 and bfloat16 adds work of its own. The next
-# section finds where.
+# Whether bfloat16 pays here depends on the CPU (the instructions printed above) and on where the
+# step's time goes: the sections below measure the bfloat16 matrix products of TensorFlow's kernels
+# and of XLA's, and a step whose time is not in its matrix products gains little from faster ones.
 
 # %% [markdown]
 # ## Where a step's time goes
@@ -270,36 +263,27 @@ plt.show()
 #
 # - **forward**: the model's logits and loss;
 # - **forward + backward**: and the gradients of all weights;
-# - **whole step**: and Adam's update of the weights;
+# - **optimizer update**: Adam's update of all weights from fixed gradients, alone;
+# - **whole step**: forward, backward and update;
 # - the same whole step at **one step per call**, as the guide's `fit` runs it: the difference is the
 #   host's overhead per call (Python, `tf.function` dispatch, one executor run);
 # - the same whole step compiled by **XLA**;
-# - the **input pipeline** alone: kerasdist's `tf.data` pipeline (cache, shuffle, batch, prefetch),
-#   drained without training. With prefetching it runs beside training, so it adds to a step only
-#   when it is slower than the step.
+# - the **input pipeline** alone: kerasdist's `tf.data` pipeline (shuffle, batch, gather, prefetch),
+#   drained without training.
 #
-# Each time is the best of ten calls after a warm-up call: on a shared machine, the call least
-# slowed down by other programs.
+# Each part is called eleven times after a warm-up call; the tables give the **median** and the spread
+# (25th to 75th percentile) of those calls. On a shared machine a few calls are slowed down by other
+# programs: the median ignores them, the spread shows them.
 
 # %%
-# Time each part of a step alone, per step, in milliseconds.
-def best_seconds(function, *arguments, rounds=10):
-    """Best wall time of ``rounds`` calls after one warm-up call."""
-    function(*arguments)
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        function(*arguments)
-        times.append(time.perf_counter() - started)
-    return min(times)
-
-
+# Time each part of a step alone, per step, in milliseconds (median and spread of 11 calls).
 keras.utils.set_random_seed(SEED)
 mlp = model_module.build_model()
 loss_function, optimizer = mlp.loss, mlp.optimizer
 timed = np.arange(STEPS_PER_CALL * BATCH_SIZE) % len(data.y_train)  # the first 50 batches' samples
 x_steps = tf.constant(data.x_train[timed].reshape(STEPS_PER_CALL, BATCH_SIZE, -1))
 y_steps = tf.constant(data.y_train[timed].reshape(STEPS_PER_CALL, BATCH_SIZE))
+fixed_gradients = [tf.fill(variable.shape, 1e-3) for variable in mlp.trainable_variables]
 
 
 def forward(x, y):
@@ -312,6 +296,11 @@ def forward_backward(x, y):
     gradients = tape.gradient(loss, mlp.trainable_variables)
     # Return a number made of every gradient: TensorFlow prunes computations that no output uses.
     return loss + tf.add_n([tf.reduce_sum(g[:1]) for g in gradients])
+
+
+def optimizer_update(x, y):
+    optimizer.apply(fixed_gradients, mlp.trainable_variables)
+    return tf.constant(0.0)
 
 
 def whole_step(x, y):
@@ -335,137 +324,254 @@ def steps_per_call(part, jit_compile=False):
 one_step_per_call = tf.function(whole_step)
 
 
+x_batches, y_batches = tf.unstack(x_steps), tf.unstack(y_steps)  # sliced once, as fit's iterator hands them out
+
+
 def python_loop_of_steps(xs, ys):
-    for i in range(STEPS_PER_CALL):
-        one_step_per_call(xs[i], ys[i])
+    for x, y in zip(x_batches, y_batches):
+        one_step_per_call(x, y)
 
 
 pipeline = data_module.train_dataset(data.x_train, data.y_train, BATCH_SIZE, SEED, 0, 1)
 batches_per_epoch = len(data.y_train) // BATCH_SIZE
 drain = tf.function(lambda: pipeline.reduce(tf.constant(0.0), lambda total, batch: total + batch[0][0, 0]))
 
-milliseconds = {  # per step
-    "input pipeline": best_seconds(drain) / batches_per_epoch * 1e3,
-    "forward": best_seconds(steps_per_call(forward), x_steps, y_steps) / STEPS_PER_CALL * 1e3,
-    "forward + backward": best_seconds(steps_per_call(forward_backward), x_steps, y_steps) / STEPS_PER_CALL * 1e3,
-    "whole step": best_seconds(steps_per_call(whole_step), x_steps, y_steps) / STEPS_PER_CALL * 1e3,
-    "whole step, 1 per call": best_seconds(python_loop_of_steps, x_steps, y_steps) / STEPS_PER_CALL * 1e3,
-    "whole step, XLA": best_seconds(steps_per_call(whole_step, jit_compile=True), x_steps,
-                                    y_steps) / STEPS_PER_CALL * 1e3,
+
+def per_step_ms(timing, steps):
+    return Timing(*(seconds / steps * 1e3 for seconds in timing))
+
+
+timings = {  # milliseconds per step
+    "input pipeline": per_step_ms(time_calls(drain), batches_per_epoch),
+    "forward": per_step_ms(time_calls(steps_per_call(forward), x_steps, y_steps), STEPS_PER_CALL),
+    "forward + backward": per_step_ms(time_calls(steps_per_call(forward_backward), x_steps, y_steps),
+                                      STEPS_PER_CALL),
+    "optimizer update": per_step_ms(time_calls(steps_per_call(optimizer_update), x_steps, y_steps),
+                                    STEPS_PER_CALL),
+    "whole step": per_step_ms(time_calls(steps_per_call(whole_step), x_steps, y_steps), STEPS_PER_CALL),
+    "whole step, 1 per call": per_step_ms(time_calls(python_loop_of_steps, x_steps, y_steps), STEPS_PER_CALL),
+    "whole step, XLA": per_step_ms(time_calls(steps_per_call(whole_step, jit_compile=True), x_steps,
+                                                    y_steps), STEPS_PER_CALL),
 }
-parts = {
-    "forward": milliseconds["forward"],
-    "backward": milliseconds["forward + backward"] - milliseconds["forward"],
-    "optimizer update": milliseconds["whole step"] - milliseconds["forward + backward"],
-    "host overhead per call": milliseconds["whole step, 1 per call"] - milliseconds["whole step"],
-}
-for name, value in milliseconds.items():
-    print(f"{name:24s} {value:6.3f} ms per step")
-print("one step at 1 step per call: " + ", ".join(
-    f"{name} {value / milliseconds['whole step, 1 per call']:.0%}" for name, value in parts.items()))
+for name, timing in timings.items():
+    print(f"{name:24s} {timing.median:6.3f} ms per step (spread {timing.low:.3f} to {timing.high:.3f} ms)")
+graphs = {name: tf.function(part).get_concrete_function(x_steps[0], y_steps[0]).graph.get_operations()
+          for name, part in (("forward", forward), ("forward + backward", forward_backward),
+                             ("optimizer update", optimizer_update), ("whole step", whole_step))}
+# An op is "large" when one of its outputs holds more than 1,000 numbers: a pass over an array in memory.
+large = {name: sum(any((output.shape.num_elements() or 0) > 1000 for output in op.outputs) for op in graph)
+         for name, graph in graphs.items()}
+print("ops in one step's graph: " + ", ".join(f"{name} {len(graph)} ({large[name]} large)"
+                                               for name, graph in graphs.items()))
 
 # %% [markdown]
+# The parts were timed alone, so they need not add up; the next cell checks how close they come.
+# The op counts say why the update is slow for its arithmetic: Keras applies Adam variable by variable,
+# a few element-wise ops per variable (the "large" ones, each a pass over a weight-sized array in
+# memory) plus scalar bookkeeping (the step count, the bias corrections, reading variables), and each
+# op is a kernel that TensorFlow's executor schedules.
+#
 # **Predict, then run.** Is the host's overhead per call a small or a large part of a step run one
-# per call? Is the input pipeline slower than a training step (so that training would wait for it)?
-# Decide from the numbers above, then run the check.
+# per call? Which part is largest at 50 steps per call: the matrix products (forward, backward) or
+# the update? Decide from the numbers above, then run the cell.
 
 # %%
-# Check: one step per call costs clearly more than 50 per call, and the input pipeline keeps up.
-assert milliseconds["whole step, 1 per call"] > 1.2 * milliseconds["whole step"], milliseconds
-assert milliseconds["input pipeline"] < milliseconds["whole step"], milliseconds
-print(f"1 step per call: {milliseconds['whole step, 1 per call'] / milliseconds['whole step']:.1f}x the time of "
-      f"50 per call; the input pipeline needs {milliseconds['input pipeline'] / milliseconds['whole step']:.0%} "
-      "of a step")
+# The parts against the whole, and one step per call against 50 (printed: the shares move on a busy machine).
+median = {name: timing.median for name, timing in timings.items()}
+parts = {
+    "forward": median["forward"],
+    "backward": median["forward + backward"] - median["forward"],
+    "optimizer update": median["optimizer update"],
+    "host overhead per call": median["whole step, 1 per call"] - median["whole step"],
+}
+parts["rest (not in the parts timed alone)"] = max(0.0, median["whole step, 1 per call"] - sum(parts.values()))
+print(f"forward + backward + update alone: {median['forward + backward'] + median['optimizer update']:.3f} ms; "
+      f"the whole step: {median['whole step']:.3f} ms")
+print(f"1 step per call: {median['whole step, 1 per call'] / median['whole step']:.1f}x the time of 50 per call")
+print("shares of one step at 1 step per call: " + ", ".join(
+    f"{name} {value / median['whole step, 1 per call']:.0%}" for name, value in parts.items()))
+
+# %% [markdown]
+# **The input pipeline shares the cores.** On a GPU machine the input pipeline runs on the CPU while
+# the GPU computes, so prefetching hides it whenever it is faster than a step. Here there is nothing
+# idle to hide it on: the pipeline's threads take CPU time from the step. The XLA-compiled step timed
+# alone (its batches already in memory, 50 steps in one compiled loop) against a step of kerasdist's
+# loop + XLA rung bounds what this costs: the rung reads its batches from that pipeline, and it also
+# calls its compiled step once per step from a TensorFlow loop and keeps per-step statistics, so the
+# difference is the pipeline's cost at most:
 
 # %%
-# Draw one step's time, part by part, beside the whole step compiled by XLA and the input pipeline.
-flops = kerasdist.training_flops_per_sample(mlp)
-matmul_float32 = kerasdist.matmul_flops_per_s("float32")
-matmul_bfloat16 = kerasdist.matmul_flops_per_s("bfloat16")
-limit_ms = BATCH_SIZE * flops["total"] / matmul_float32 * 1e3
-figure, axis = plt.subplots(figsize=(11, 3.4))
+# The XLA step alone against the same step in training (the loop + XLA rung of the ladder), per step.
+in_training_ms = BATCH_SIZE / speed["kerasdist loop + XLA"] * 1e3
+print(f"XLA step alone {median['whole step, XLA']:.3f} ms; in training {in_training_ms:.3f} ms per step; "
+      f"the input pipeline alone takes {median['input pipeline']:.3f} ms per batch (wall time, drained alone)")
+
+# %%
+# Draw one step's time, part by part, beside the whole step compiled by XLA and the input pipeline,
+# with each median's spread as an error bar.
+figure, axis = plt.subplots(figsize=(11, 3.6))
 left = 0.0
-for (name, value), color in zip(parts.items(), ("tab:blue", "tab:cyan", "tab:orange", "tab:red")):
-    axis.barh("1 step per call", value, left=left, color=color, label=name)
+for (name, value), color in zip(parts.items(), ("tab:blue", "tab:cyan", "tab:orange", "tab:red", "tab:brown")):
+    axis.barh("1 step per call (parts)", value, left=left, color=color, label=name)
     left += value
-axis.barh("50 steps per call", milliseconds["whole step"], color="tab:gray", label="whole step, 50 per call")
-axis.barh("50 steps per call, XLA", milliseconds["whole step, XLA"], color="tab:green", label="whole step, XLA")
-axis.barh("input pipeline alone", milliseconds["input pipeline"], color="tab:olive", label="input pipeline")
-axis.axvline(limit_ms, color="black", linestyle="--", label=f"float32 matmul limit ({limit_ms:.2f} ms)")
-axis.set(xlabel="milliseconds per step of 64 samples (measured alone)", title="Where one training step's time goes")
-axis.set_xlim(0, 1.05 * left)
+for label, name, color in (("50 steps per call", "whole step", "tab:gray"),
+                           ("50 steps per call, XLA", "whole step, XLA", "tab:green"),
+                           ("input pipeline alone", "input pipeline", "tab:olive")):
+    timing = timings[name]
+    axis.barh(label, timing.median, xerr=[[timing.median - timing.low], [timing.high - timing.median]],
+              color=color, label=name, capsize=3)
+axis.set(xlabel="milliseconds per step of 64 samples (median of 11 calls, measured alone)",
+         title="Where one training step's time goes")
+axis.set_xlim(0, 1.05 * max(left, timings["whole step, 1 per call"].high))
 axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
 figure.tight_layout()
 figure.savefig("results/figures/08_step_time.png", dpi=100, bbox_inches="tight")
 plt.show()
 
 # %% [markdown]
-# Read the bars from the bottom. At one step per call, a large share of each step is the host's work
-# around it, which `steps_per_execution` and the loop engine pay once per 50 steps. The rest splits
-# between the forward pass, the backward pass (about twice the forward pass's FLOPs: two products per
-# layer, one for the weights' gradients and one for the inputs') and Adam's update, which Keras
-# applies variable by variable as dozens of small element-wise ops, each a kernel for TensorFlow's
-# executor to schedule. On a shared machine these shares move from run to run (other programs take
-# the cores at random moments): read them as rough. XLA fuses the update's ops, and the bias and ReLU
-# ops, into few kernels; the XLA bar shows what that saves. The dashed line is
-# the time the step's matrix products would take at the CPU's full matmul speed: the gap between it
-# and the bars is the subject of the next section.
+# Read the bars from the bottom. At one step per call, the host's work around each step is paid every
+# step; `steps_per_execution` and the loop engine pay it once per 50 steps. The backward pass has
+# 1.25 times the forward pass's FLOPs for this MLP (the next section counts them: the first layer,
+# three quarters of the forward FLOPs, needs no input gradient). Adam's update is little arithmetic
+# but many small element-wise ops over every weight. XLA fuses the update's ops, and the bias and
+# ReLU ops, into few kernels; the XLA bar shows what that saves.
 
 # %% [markdown]
-# ## The machine's limit
+# ## The machine's limit: a roofline at the model's shapes
 #
 # A Dense layer with an `n_in x n_out` kernel multiplies each sample by its kernel: `2 n_in n_out`
 # FLOPs (a multiply and an add per weight). Training adds the backward pass: as much again for the
 # kernel's gradient, and as much again for the gradient of the layer's input, which the first layer
-# does not need. Biases, activations, the loss and the optimizer's update add under 5% for this MLP
-# and are left out. The CPU's throughput is measured on a large matrix product (1024 x 1024, twenty
-# in a chain, in one `tf.function`, best of ten rounds), in float32 and in bfloat16, with the same op
-# on the same cores: that is as fast as this machine multiplies matrices. Dividing the two gives the most samples per second
-# any training loop could reach; each setting's share of it says how much is left on the table.
+# does not need.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 # FLOPs per sample, layer by layer, from the kernels' shapes.
+flops = kerasdist.training_flops_per_sample(mlp)
 kernels = [layer.kernel.shape for layer in mlp.layers if hasattr(layer, "kernel")]
 for n_in, n_out in kernels:
     print(f"Dense {n_in:3d} x {n_out:3d}: {2 * n_in * n_out:7,} FLOPs forward per sample")
 print(f"training FLOPs per sample: {flops['forward']:,} forward + {flops['backward']:,} backward = "
-      f"{flops['total']:,}")
-
-# %%
-# The limit in samples/s, and each setting's share of it (bfloat16 settings against the bfloat16 limit).
-# The matmuls are timed a second time and the faster kept: other programs slow some rounds down.
-matmul_float32 = max(matmul_float32, kerasdist.matmul_flops_per_s("float32"))
-matmul_bfloat16 = max(matmul_bfloat16, kerasdist.matmul_flops_per_s("bfloat16"))
-limit = {"float32": matmul_float32 / flops["total"], "bfloat16": matmul_bfloat16 / flops["total"]}
-print(f"matmul throughput: {matmul_float32 / 1e9:,.0f} GFLOP/s float32, {matmul_bfloat16 / 1e9:,.0f} GFLOP/s "
-      f"bfloat16 ({matmul_bfloat16 / matmul_float32:.1f}x)")
-print(f"limit: {limit['float32']:,.0f} samples/s float32, {limit['bfloat16']:,.0f} samples/s bfloat16")
-share = {name: speed[name] / limit["bfloat16" if "bfloat16" in name else "float32"] for name in speed}
-for name in speed:
-    print(f"{name:26s} {speed[name]:8,.0f} samples/s = {share[name]:5.1%} of the limit")
+      f"{flops['total']:,} (backward {flops['backward'] / flops['forward']:.2f}x forward)")
 
 # %% [markdown]
-# **Predict, then run.** Can any setting exceed 100% of the limit? If one did, what would that say
-# about the FLOP count or the measurement? Decide, then run the check. (A share a little above 100%
-# can also mean that other programs slowed the matmul measurement more than the training: the check
-# allows a quarter for that on a shared machine.)
+# A **roofline** bounds each kernel by two limits of the machine: its rate of arithmetic (FLOP/s) and
+# its memory bandwidth (bytes/s). A kernel that does `F` FLOPs and must move `B` bytes takes at least
+# `max(F / P, B / BW)`; its **arithmetic intensity** `F / B` says which limit binds. Here `P` is not
+# a vendor's peak but the best rate this CPU reaches **at each kernel's own shape** (the faster of
+# TensorFlow's kernel and XLA's), and `BW` is main memory's bandwidth, measured by STREAM's triad
+# (`a = b + 3 c`, on every core). Adam's update is the memory-bound part: per weight it reads the
+# gradient, both moments and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
+# (Its state, a few MB here, can stay in the CPU's caches, which are faster than main memory.)
+# The step's matrix products, with the batch of 64:
 
 # %%
-# Check: no setting beats the machine's limit, and the fastest uses more of it than the guide's fit.
-assert all(value < 1.25 for value in share.values()), share
-assert share["loop + XLA"] > share["fit (guide)"], share
-best = max(speed, key=speed.get)
-print(f"fastest setting: {best}, {speed[best] / speed['fit (guide)']:.1f}x the guide's fit, {share[best]:.0%} of "
-      "its limit")
+# NBVAL_CHECK_OUTPUT
+# One step's matrix products: FLOPs, the fewest bytes they must move (float32), arithmetic intensity.
+step = step_kernels(mlp, BATCH_SIZE)
+for kernel in step:
+    print(f"{kernel['name']:24s} ({kernel['m']:3d} x {kernel['k']:3d}) @ ({kernel['k']:3d} x {kernel['n']:3d}): "
+          f"{kernel['flops'] / 1e6:6.2f} MFLOP, {kernel['bytes'] / 1e6:5.3f} MB, "
+          f"{kernel['flops'] / kernel['bytes']:5.1f} FLOP/byte")
+adam_bytes = ADAM_BYTES_PER_WEIGHT * mlp.count_params()
+print(f"Adam's update, fused: {adam_bytes / 1e6:.2f} MB for {mlp.count_params():,} weights, "
+      f"{12 * mlp.count_params() / adam_bytes:.2f} FLOP/byte (about 12 FLOPs per weight)")
+assert sum(kernel["flops"] for kernel in step) == BATCH_SIZE * flops["total"]
+
+# %%
+# The machine: each shape's best float32 matrix-product rate (the faster of TensorFlow's kernel and XLA's,
+# in their faster calls), a large product's rate, and the triad's memory bandwidth; then the attainable
+# time of one step from both.
+shapes = sorted({(kernel["m"], kernel["k"], kernel["n"]) for kernel in step})
+rate = {shape: max(gemm_flops_per_s(*shape, jit_compile=jit)[2] for jit in (False, True)) for shape in shapes}
+peak_flops = kerasdist.matmul_flops_per_s("float32")
+bandwidth = memory_bytes_per_s()
+print(f"peak: {peak_flops / 1e9:,.0f} GFLOP/s float32 (1024 x 1024 products); memory: "
+      f"{bandwidth[0] / 1e9:,.1f} GB/s (triad, spread {bandwidth[1] / 1e9:,.1f} to {bandwidth[2] / 1e9:,.1f})")
+ridge = peak_flops / bandwidth[0]  # the intensity where the two limits meet
+print(f"ridge point: {ridge:.1f} FLOP/byte; a kernel of lower intensity is memory-bound at the peak")
+attainable_s = 0.0
+for kernel in step:
+    shape = (kernel["m"], kernel["k"], kernel["n"])
+    attainable_s += max(kernel["flops"] / rate[shape], kernel["bytes"] / bandwidth[0])
+    side = "memory" if kernel["flops"] / kernel["bytes"] < ridge else "compute"
+    print(f"{kernel['name']:24s} {rate[shape] / 1e9:6.1f} GFLOP/s measured at its shape "
+          f"({rate[shape] / peak_flops:4.0%} of peak); {side} side of the ridge")
+adam_s = adam_bytes / bandwidth[0]
+attainable_s += adam_s
+print(f"attainable step: {attainable_s * 1e3:.3f} ms (Adam's update {adam_s * 1e3:.3f} ms of it) = "
+      f"{BATCH_SIZE / attainable_s:,.0f} samples/s; at the peak rate alone: "
+      f"{BATCH_SIZE * flops['total'] / peak_flops * 1e3:.3f} ms")
+
+# %%
+# The roofline chart: the machine's two limits, and each kernel where its intensity and measured rate put it.
+figure, axis = plt.subplots(figsize=(8, 4.2))
+intensity = np.logspace(-1, 3, 200)
+axis.plot(intensity, np.minimum(peak_flops, intensity * bandwidth[0]) / 1e9, color="black", label="roofline: min(peak, intensity x bandwidth)")
+for kernel in step:
+    shape = (kernel["m"], kernel["k"], kernel["n"])
+    axis.scatter(kernel["flops"] / kernel["bytes"], rate[shape] / 1e9, s=25)
+    axis.annotate(kernel["name"], (kernel["flops"] / kernel["bytes"], rate[shape] / 1e9), fontsize=7,
+                  xytext=(4, -3), textcoords="offset points")
+axis.axvline(12 * mlp.count_params() / adam_bytes, color="tab:orange", linestyle=":", label="Adam's update (intensity)")
+axis.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s",
+         title="Roofline of this CPU at the MLP's shapes (batch 64, float32)")
+axis.legend(fontsize=8, loc="lower right")
+figure.tight_layout()
+figure.savefig("results/figures/08_roofline.png", dpi=100, bbox_inches="tight")
+plt.show()
 
 # %% [markdown]
-# The guide's code uses a small part of what the cores can do; the fastest setting a good deal more,
-# but still far from all of it. The rest is the work the FLOP count leaves out (the optimizer's update,
-# element-wise ops, memory traffic between ops) and the small matrices of a batch of 64, which keep
-# two cores' vector units less busy than one large product does. A larger batch moves a step towards
-# the limit (exercise 1); bfloat16 raises the limit itself but only pays once the matrix products
-# dominate a step.
+# **MFU** (model FLOPs utilization) is the share of the peak that a run's *useful* FLOPs reach:
+# samples/s times the model's FLOPs per sample, divided by the peak rate. It counts only the model's
+# matrix products, so the update, the overhead and the pipeline all lower it. The roofline's
+# attainable step, divided the same way, is what a step made of these kernels, each as fast as it ran
+# alone, would reach: an estimate, not a law. Each kernel timed alone pays for its own loop iteration
+# and for reading its result (for the smallest products, layer 3's, that is most of their time),
+# which a step fused by XLA does not, and the update's state (a few MB) may sit in the caches, faster
+# than the triad's main memory; so a fused rung can come out above it. The peak is this CPU's measured
+# rate on large products, not the vendor's nominal peak.
+
+# %%
+# Each rung's MFU against the measured peak, beside the roofline's attainable share.
+attainable_mfu = BATCH_SIZE / attainable_s * flops["total"] / peak_flops
+mfu = {name: speed[name] * flops["total"] / peak_flops for name in runs}
+for name in runs:
+    print(f"{name:34s} MFU {mfu[name]:5.1%}")
+print(f"{'attainable (roofline)':34s} MFU {attainable_mfu:5.1%}")
+
+# %% [markdown]
+# **Predict, then run.** Can any rung reach an MFU of 100%? If one did, what would that say about
+# the FLOP count or the peak? How close to the attainable estimate does the fastest rung come?
+# Decide, then run the cell.
+
+# %%
+# The fastest rung against the attainable estimate (printed, not asserted: on a busy machine the peak and
+# the rates measured alone move more than training does).
+fastest = max(mfu, key=mfu.get)
+print(f"the fastest rung, {fastest}, reaches {mfu[fastest] / attainable_mfu:.0%} of the attainable estimate")
+
+# %% [markdown]
+# Now the bfloat16 limit. The same product at the first layer's shape, and a large one, in float32
+# and bfloat16, with TensorFlow's kernel (what the loop without XLA runs) and with XLA's (what the
+# `+ XLA` rungs run):
+
+# %%
+# The largest kernel's shape and a large product, float32 and bfloat16, TensorFlow's kernel and XLA's.
+for shape in ((BATCH_SIZE, 784, 256), (1024, 1024, 1024)):
+    rates = {(dtype, jit): gemm_flops_per_s(*shape, dtype=dtype, jit_compile=jit, products=10)[0]
+             for dtype in ("float32", "bfloat16") for jit in (False, True)}
+    print(f"{shape[0]} x {shape[1]} @ {shape[1]} x {shape[2]}: " + ", ".join(
+        f"{dtype} {'XLA' if jit else 'TensorFlow'} {value / 1e9:,.0f} GFLOP/s" for (dtype, jit), value in rates.items()))
+
+# %% [markdown]
+# Compare the four rates of each row. Where the CPU has bfloat16 instructions, TensorFlow's kernel
+# (oneDNN) uses them; whether XLA's kernel for this CPU does is what the row shows. A bfloat16 rate
+# measured with one kernel does not bound a run that uses another: judge the `+ XLA, bfloat16` rung
+# against XLA's bfloat16 rate. A bfloat16 step also does work a float32 step does not: every float32
+# weight is cast to bfloat16 each step and every gradient back, and element-wise ops convert on the
+# way. Where the products gain little, those casts can make the bfloat16 rungs slower than float32,
+# as the mixed-precision table above shows on some CPUs.
 
 # %% [markdown]
 # ## What carries over to GPUs
@@ -474,99 +580,114 @@ print(f"fastest setting: {best}, {speed[best] / speed['fit (guide)']:.1f}x the g
 # lesson 3's **cost model** (assumptions, not measurements).
 #
 # - **Per-call overhead matters more on a GPU.** Each op is a kernel launch of a few microseconds,
-#   and a step of this MLP on a GPU is short; `steps_per_execution` and XLA's fusion (fewer, larger
-#   kernels) carry over and usually gain more there. Keras already turns `jit_compile="auto"` on
-#   when a GPU is present, so the guide's code is compiled by XLA on a GPU machine.
+#   and a step of this MLP on a GPU is short; `steps_per_execution` and XLA's fusion carry over.
+#   Keras does **not** turn XLA on for the guide's code there: `jit_compile="auto"` is off for any
+#   model built under a `tf.distribute` strategy (the source printed above). Pass
+#   `jit_compile=True` yourself, and check the accuracy.
 # - **Mixed precision changes types.** GPUs' tensor cores run float16 and (recent ones) bfloat16;
-#   use `mixed_float16` with loss scaling (Keras' `fit` adds it), or `mixed_bfloat16` where
-#   supported. The measured CPU ratio of bfloat16 to float32 matmul says nothing about a GPU's.
+#   use `mixed_float16` with loss scaling (Keras' `fit` adds it; kerasdist's loop calls
+#   `optimizer.scale_loss`), or `mixed_bfloat16` where supported. The CPU's ratios say nothing about
+#   a GPU's.
 # - **Gradients stay float32.** Under a mixed policy the weights are float32, so their gradients are
 #   too: the all-reduce between replicas moves as many bytes as before (checked below).
 # - **Compute shrinks, communication does not.** In lesson 3's model a step on N devices takes
-#   `compute / N + all-reduce(N) + input`. Anything that makes compute faster (XLA, mixed precision,
-#   a better GPU) leaves the all-reduce as it is, so the speed-up from more devices drops.
+#   `compute / N + all-reduce(N) + input`, with no overlap: Keras and kerasdist all-reduce in
+#   `apply_gradients`, after the whole backward pass (PyTorch's DDP and XLA's asynchronous
+#   collectives overlap the two, which hides part of the all-reduce). Anything that makes compute
+#   faster leaves the all-reduce as it is, so the speed-up from more devices drops.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Gradient bytes under mixed_bfloat16, and lesson 3's cost model with its assumed parameters: the
-# speed-up of 8 devices over 1 when one device's compute takes the assumed time, and half of it.
+# Gradient bytes under mixed_bfloat16, and lesson 3's cost model with its assumed parameters: one device
+# and 8 devices when one device's compute takes the assumed time, and half of it.
 keras.mixed_precision.set_global_policy("mixed_bfloat16")
 try:
     bfloat16_mlp = model_module.build_model()
     with tf.GradientTape() as tape:
         bfloat16_loss = bfloat16_mlp.loss(y_steps[0], bfloat16_mlp(x_steps[0], training=True))
-    gradient_dtypes = {g.dtype.name for g in tape.gradient(bfloat16_loss, bfloat16_mlp.trainable_variables)}
+    gradients = tape.gradient(bfloat16_loss, bfloat16_mlp.trainable_variables)
+    gradient_dtypes = {g.dtype.name for g in gradients}
 finally:
     keras.mixed_precision.set_global_policy("float32")
-gradient_bytes = 4 * mlp.count_params()
+gradient_bytes = sum(g.shape.num_elements() * g.dtype.size for g in gradients)
 print(f"gradients under mixed_bfloat16: {sorted(gradient_dtypes)}, {gradient_bytes / 1e6:.2f} MB per step")
 MODEL_COMPUTE_S = 1e-3             # lesson 3's assumptions: one global batch of 4096 on one GPU,
 MODEL_BANDWIDTH_BYTES_PER_S = 10e9  # a PCIe-class link,
 MODEL_LATENCY_S = 10e-6            # latency per hop of the ring,
 MODEL_INPUT_S = 0.1e-3             # input time not hidden by prefetching
+step_s = {}
 for compute_s in (MODEL_COMPUTE_S, MODEL_COMPUTE_S / 2):
-    one, eight = (sum(plots.step_time_model(n, compute_s, gradient_bytes, MODEL_BANDWIDTH_BYTES_PER_S,
-                                            MODEL_LATENCY_S, MODEL_INPUT_S)) for n in (1, 8))
-    print(f"model, compute {compute_s * 1e3:.1f} ms per step: 8 devices {one / eight:.1f}x as fast as 1")
+    step_s[compute_s] = {n: sum(plots.step_time_model(n, compute_s, gradient_bytes, MODEL_BANDWIDTH_BYTES_PER_S,
+                                                      MODEL_LATENCY_S, MODEL_INPUT_S)) for n in (1, 8)}
+    print(f"model, compute {compute_s * 1e3:.1f} ms per step: 8 devices {step_s[compute_s][1] / step_s[compute_s][8]:.1f}x "
+          "as fast as 1")
+print(f"model: halving the compute makes one device {step_s[MODEL_COMPUTE_S][1] / step_s[MODEL_COMPUTE_S / 2][1]:.2f}x "
+      "as fast (the input time is not halved)")
 
 # %% [markdown]
-# In the model, halving the compute (say, by mixed precision) makes one device twice as fast but
-# lowers what 8 devices add on top. What does carry over from this CPU are the *reasons*: overhead per
-# call, unfused small ops and a FLOP limit that a small batch does not reach. The *numbers* do not:
-# measure them on your own GPUs, with the same side-by-side method, before you trust any ratio.
+# In the model, halving the compute (say, by mixed precision) speeds one device up by less than two
+# (the input term stays) and lowers what 8 devices add on top. What does carry over from this CPU are
+# the *reasons*: overhead per call, unfused small ops, a memory-bound optimizer update and a batch too
+# small to keep the matrix units busy. The *numbers* do not: measure them on your own GPUs, with the
+# same side-by-side method, before you trust any ratio.
 
 # %% [markdown]
 # ## Performance tips
 #
-# - **Measure the steady state, side by side, in one run**: skip the first epoch (tracing), and
-#   compare ratios, not absolute speeds from different runs or machines.
+# - **Measure the steady state, side by side, in one run**: skip the first epoch (tracing), report
+#   medians with their spread, and compare ratios, not absolute speeds from different runs or machines.
 # - **Run many steps per call** (`steps_per_execution` in `fit`, or a loop in one `tf.function`), then
-#   try XLA (`jit_compile=True`); check the accuracy after the same epochs each time.
-# - **Compute the limit**: FLOPs per sample from the layer shapes, divided into the measured matmul
-#   throughput; the share of it tells you whether to look at overhead or at arithmetic.
-# - **Use mixed precision where the hardware has it** (bfloat16 instructions, tensor cores) and the
-#   matrix products dominate; keep the logits and the loss in float32; with float16, scale the loss.
-# - **Time the parts alone** before you optimize one: here the input pipeline was never the problem.
+#   try XLA (`jit_compile=True`, which Keras does not choose for you under a strategy); check the
+#   accuracy after the same epochs each time.
+# - **Know the limit before optimizing**: the FLOPs and bytes of each kernel at your shapes, the
+#   rates your machine reaches at those shapes and its bandwidth; MFU against the attainable, not
+#   only against the peak, says whether to look at overhead, at memory traffic or at arithmetic.
+# - **Use mixed precision where the hardware and the kernel have it** and the matrix products dominate;
+#   keep the logits and the loss in float32; with float16, scale the loss.
+# - **Look at the input pipeline where it shares the hardware**: on a CPU it takes cores from the
+#   step; keep it cheap (shuffle indices, gather whole batches).
 
 # %% [markdown]
 # ## Summary
 #
-# - On one device the same model trained several times faster with many steps per call and XLA,
-#   with the same accuracy after the same epochs: the time was lost around the arithmetic, not in it.
-# - One step's time splits into forward, backward, optimizer update and the host's overhead per call;
-#   at one step per call the overhead is a large share, and XLA shrinks the rest by fusing ops.
-# - The MLP's FLOPs per training sample follow from its layer shapes; the CPU's measured matmul
-#   throughput turns them into a limit in samples/s, and even the fastest setting reaches only part of
-#   it at batch 64.
+# - On one device the same model trains at very different speeds with the same accuracy: many steps
+#   per call and XLA remove the work around the arithmetic, and a `lax.scan` epoch removes the host
+#   entirely; the printed ladder says how close each rung comes to it.
+# - One step's time splits into forward, backward (1.25 times the forward FLOPs here), optimizer
+#   update and the host's overhead per call; the update is memory-bound and made of many small ops,
+#   which XLA fuses.
+# - A roofline at the model's shapes (measured matrix-product rates, a triad's bandwidth) gives the
+#   attainable step; MFU against the peak and against the attainable says how much is left.
 # - `mixed_bfloat16` keeps float32's range and needs no loss scaling; `mixed_float16` (GPUs) needs
-#   it, and Keras' `compile()` adds a `LossScaleOptimizer` for it. Gradients stay float32.
-# - On GPUs the reasons carry over, the numbers do not; faster compute leaves the all-reduce as the
-#   limit of scaling (lesson 3's model).
+#   it (`LossScaleOptimizer`, `optimizer.scale_loss`). Gradients stay float32. A bfloat16 gain needs
+#   a kernel that uses the CPU's bfloat16 instructions.
+# - On GPUs the reasons carry over, the numbers do not; Keras leaves XLA off under a strategy, and
+#   faster compute leaves the all-reduce as the limit of scaling (lesson 3's model).
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Train the loop + XLA setting in float32 and in `mixed_bfloat16` at a global batch of 1024
-#    (`BATCH_SIZE = 1024`, then rerun the settings cells). Does bfloat16 pay now? What share of the
-#    limit does each reach?
+# 1. Train the loop + XLA rung in float32 and in `mixed_bfloat16` at a global batch of 1024. Does
+#    bfloat16 pay now? What MFU does each reach?
 #
 # <details><summary>Hint</summary>
 #
-# A batch of 1024 makes each matrix product 16 times larger, while the overhead per step stays the
-# same; compare `share` before and after. Adam at batch 1024 needs more epochs for the same accuracy.
+# `speed_ladder.measure` takes a `batch_size`; the MFU is samples/s times `flops["total"]` over
+# `peak_flops`. Adam at batch 1024 needs more epochs for the same accuracy.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```python
-# BATCH_SIZE = 1024
 # for precision in ("float32", "mixed_bfloat16"):
-#     rate, acc = train_with_kerasdist(True, precision)
-#     limit_of = limit["bfloat16" if precision != "float32" else "float32"]
-#     print(precision, f"{rate:,.0f} samples/s", f"{rate / limit_of:.0%} of its limit", round(acc, 3))
+#     run = speed_ladder.measure("kerasdist loop + XLA", DATA_SOURCE, EPOCHS, data=data, precision=precision,
+#                                batch_size=1024)
+#     rate = speed_ladder.steady_samples_per_s(run)
+#     print(precision, f"{rate:,.0f} samples/s", f"MFU {rate * flops['total'] / peak_flops:.0%}",
+#           round(run["test_accuracy"], 3))
 # ```
-# Both run closer to their limits than at batch 64, and bfloat16 gains more once the products
-# dominate; the accuracy after 3 epochs drops a little at this batch for both.
+# Each product is 16 times larger while the overhead and the update per step stay the same, so both
+# reach a larger MFU; bfloat16 gains where XLA's kernel uses the CPU's bfloat16 instructions.
 # </details>
 #
 # 2. Time the whole step at 1, 5 and 50 steps per call. From how many steps per call on does the
@@ -582,19 +703,22 @@ for compute_s in (MODEL_COMPUTE_S, MODEL_COMPUTE_S / 2):
 # ```python
 # run = steps_per_call(whole_step)
 # for k in (1, 5, 50):
-#     print(k, f"{best_seconds(run, x_steps[:k], y_steps[:k]) / k * 1e3:.3f} ms per step")
+#     timing = time_calls(run, x_steps[:k], y_steps[:k])
+#     print(k, f"{timing.median / k * 1e3:.3f} ms per step")
 # ```
-# The time per step falls quickly from 1 to 5 steps per call and little after: the overhead is paid
-# per call, so 5 calls' worth spread over 50 steps is already small.
+# The time per step falls quickly from 1 to 5 steps per call and less after: the overhead is paid per
+# call, so at 5 steps per call each step carries a fifth of one call's overhead, at 50 a fiftieth. (The call with one step is a
+# one-iteration `tf.function` loop, not the Python loop of the guide's `fit`.)
 # </details>
 #
-# 3. Compute the FLOPs per sample of a wider MLP (784-1024-1024-10) with
-#    `kerasdist.training_flops_per_sample`, and predict its limit in samples/s on this CPU.
+# 3. Measure a wider MLP (784-1024-1024-10): its FLOPs per sample, its kernels' arithmetic intensity,
+#    and its MFU with `fit(steps_per_execution=50, jit_compile=True)` for two epochs.
 #
 # <details><summary>Hint</summary>
 #
-# Build it with `keras.Sequential` and `keras.Input(shape=(784,))`; the function reads the kernels'
-# shapes of any model made of Dense layers.
+# Build it with `keras.Sequential` and `keras.Input(shape=(784,))`; `kerasdist.training_flops_per_sample`
+# and `step_kernels` read the kernels' shapes of any model made of Dense layers; time the epochs
+# with `speed_ladder.TrainingTimer()`.
 # </details>
 #
 # <details><summary>Solution</summary>
@@ -602,11 +726,17 @@ for compute_s in (MODEL_COMPUTE_S, MODEL_COMPUTE_S / 2):
 # ```python
 # wide = keras.Sequential([keras.Input(shape=(784,)), keras.layers.Dense(1024, activation="relu"),
 #                          keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(10)])
+# wide.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), optimizer="adam",
+#              steps_per_execution=STEPS_PER_CALL, jit_compile=True)
 # wide_flops = kerasdist.training_flops_per_sample(wide)["total"]
-# print(f"{wide_flops:,} FLOPs per sample, limit {matmul_float32 / wide_flops:,.0f} samples/s")
+# print([round(k["flops"] / k["bytes"], 1) for k in step_kernels(wide, BATCH_SIZE)])
+# timer = speed_ladder.TrainingTimer()
+# wide.fit(data.x_train, data.y_train, batch_size=BATCH_SIZE, epochs=2, callbacks=[timer], verbose=0)
+# rate = len(data.y_train) / timer.seconds[-1]
+# print(f"{wide_flops:,} FLOPs per sample, MFU {rate * wide_flops / peak_flops:.0%}")
 # ```
-# Several times the MLP's FLOPs, so a limit as many times lower; its larger products usually reach a
-# larger share of it.
+# Its products are larger and more intense, and they dominate its step, so it reaches a larger MFU
+# than the MLP at the same batch.
 # </details>
 #
 # Next: back to the [course map](../README.md), or lesson 3's

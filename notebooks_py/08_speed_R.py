@@ -15,43 +15,52 @@
 # %% [markdown]
 # # Speed: where a training step's time goes (R, keras3)
 #
-# This is the R twin of [08_speed.ipynb](08_speed.ipynb): the same workflow and the same sections,
-# written with the R packages keras3, tfdatasets and tensorflow. The notebook runs on a Python
-# kernel; the R code lives in `%%R` cells (rpy2), and R draws the figures too.
+# This is the R twin of [08_speed.ipynb](08_speed.ipynb): the same sections, measurements and
+# printed lines, written with the R packages keras3, tfdatasets and tensorflow, and reticulate for
+# kerasdist's Python pieces. The notebook runs on a Python kernel; the R code lives in `%%R` cells
+# (rpy2), and R draws the figures too.
 #
 # **What you'll learn**
 #
-# - how much faster the same model trains with many steps per call (`steps_per_execution`,
-#   kerasdist's loop engine) and XLA (`jit_compile = TRUE`), side by side on one device, with the
-#   accuracy each setting reaches after the same epochs;
-# - what mixed precision is: `mixed_bfloat16` on a CPU with bfloat16 instructions, and
-#   `mixed_float16` on GPUs with its loss scaling (`LossScaleOptimizer`);
-# - where the time of one step goes: input pipeline, forward pass, backward pass, optimizer update
-#   and the host's overhead per call, each measured alone;
-# - the machine's limit: FLOPs per sample from the layer shapes against the measured matmul
-#   throughput, and each setting's share of it;
-# - what of this carries over to GPUs, with lesson 3's cost model.
+# - a **ladder** of ways to train the same model on one device, measured side by side: `fit()` as
+#   TensorFlow's guide writes it, many steps per call (`steps_per_execution`), XLA (`jit_compile`),
+#   kerasdist's loop engine, Keras on JAX, and a hand-written `jax.lax.scan` epoch, in which no step
+#   returns to the host (the practical limit of dispatch overhead);
+# - what mixed precision is: `mixed_bfloat16`, and `mixed_float16` with its loss scaling
+#   (`LossScaleOptimizer`, `optimizer$scale_loss()`);
+# - where one step's time goes: forward, backward, optimizer update and the host's overhead per call,
+#   each timed alone, as medians with their spread, and the input pipeline sharing the CPU's cores;
+# - a **roofline** at the model's own shapes: each matrix product's FLOPs and bytes, the CPU's
+#   measured matrix-product rates at those shapes and its memory bandwidth (a triad), the attainable
+#   step time from both, and each rung's **MFU** (model FLOPs utilization);
+# - what of this carries over to GPUs.
 #
-# **What you need**: R with keras3, tfdatasets and tensorflow, rpy2 in the kernel's Python
-# environment, Debian's `dataset-fashion-mnist` package (else Keras downloads the files) and about
-# 2-3 minutes on a 2-core CPU. The data is **Fashion-MNIST**: 70,000 real 28x28 photos of clothing in
-# 10 classes (Zalando), in MNIST's format. `bash scripts/run_notebooks.sh --r-twins` runs it again.
+# **What you need**: lessons 1 and 3, R with keras3, tfdatasets and tensorflow, rpy2 and JAX in the
+# kernel's Python environment (the project's virtualenv, with the `jax` extra that set-up installs),
+# Debian's `dataset-fashion-mnist` package (set-up installs it as root; without it Keras downloads
+# the files), and about 3 minutes on a 2-core CPU. Unlike the other lessons this one always trains
+# on **Fashion-MNIST**: 70,000 real 28x28 photos of clothing in 10 classes (Zalando), in MNIST's
+# format, a full-size data set that needs no network here. `bash scripts/run_notebooks.sh --r-twins`
+# runs it again.
 
 # %% [markdown]
 # ## Introduction
 #
-# On this course's 2-core CPU, replicas share the cores, so lessons 3 and 4 showed them slower than
-# one device. Yet the same model trains several times faster on that one device when its steps are
-# run differently: a step of the MLP on a batch of 64 is a fraction of a millisecond of matrix
-# multiplication, and everything around it (the host calling a TensorFlow function, one kernel per
-# op, memory traffic between ops) can cost more than the arithmetic. We measure the settings side by
-# side, then the parts of one step, then the machine's limit.
+# On this course's 2-core CPU, replicas share the cores, so lessons 3 and 4 honestly showed them
+# *slower* than one device. Yet on that one device the same model trains at very different speeds
+# depending only on how its steps are run. A step of the MNIST MLP on a batch of 64 is some tens of
+# millions of floating-point operations, a fraction of a millisecond of matrix products; around them
+# are the host calling a TensorFlow function, one kernel per op, and memory traffic between ops.
+#
+# This lesson measures that on a data set of full size: first the ladder of settings, then the parts
+# of one step, then the machine's limits, so that every speed-up has a reason.
 
 # %% [markdown]
 # ## Setup
 #
-# The Python side loads rpy2's `%%R` magic and imports kerasdist (which keeps TensorFlow's start-up lines
-# quiet) and Keras; R then attaches keras3 and friends, and reticulate uses this very Python process.
+# The Python side loads rpy2's `%%R` magic and imports kerasdist (which keeps TensorFlow's start-up
+# lines quiet) and Keras; R then attaches keras3 and friends, and reticulate uses this very Python
+# process, so R and kerasdist's Python helpers share one Keras and one TensorFlow.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -65,456 +74,791 @@ import keras  # noqa: F401
 # # rpy2 hooks a warning onto reticulate's loading about a crash that reticulate fixed long before
 # # the versions keras3 needs (rstudio/reticulate#1188): drop the hook, keep the output clean.
 # setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")
-# # Attach keras3, tfdatasets, tensorflow and reticulate, then the settings.
+# # Attach keras3, tfdatasets, tensorflow and reticulate, then kerasdist's Python modules and the settings.
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
 # library(reticulate)
+# kerasdist <- import("kerasdist")
+# kd_data <- import("kerasdist.data")
+# kd_speed <- import("kerasdist.speed")
+# speed_ladder <- import("kerasdist.speed_ladder")
+# # KERASDIST_SPEED_DATA can name another source: the test suite runs the lesson on a small stand-in.
 # data_source <- Sys.getenv("KERASDIST_SPEED_DATA", "fashion")
-# epochs <- 3L          # every setting trains this many epochs; the first one includes tracing
-# batch_size <- 64L
-# steps_per_call <- 50L
+# epochs <- 3L                                   # every rung trains this many epochs; the first includes tracing
+# batch_size <- speed_ladder$BATCH_SIZE          # 64
+# steps_per_call <- speed_ladder$STEPS_PER_CALL  # 50: steps_per_execution of fit(), and of kerasdist's loop
 # seed <- 0L
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # The data: Fashion-MNIST through Keras' own loader (kerasdist's load_mnist), kept as NumPy arrays.
-# kerasdist <- import("kerasdist")
-# kd_data <- import("kerasdist.data")
+# # The data: Fashion-MNIST through Keras' own loader (kerasdist's load_mnist), split like full MNIST
+# # and kept as NumPy arrays (convert = FALSE), so that no copy passes through R.
 # data <- import("kerasdist", convert = FALSE)$load_mnist(data_source, seed = seed)
 # n_train <- py_len(data$y_train)
 # cat(sprintf("classes: %s\n", paste(unlist(kd_data$FASHION_CLASSES), collapse = ", ")))
 
 # %% [markdown]
-# ## The settings side by side
+# ## The ladder: from the guide's `fit` to a `lax.scan` epoch
 #
-# Five ways to train the same MLP (784-256-256-10, Adam, batch 64) on the same data, each for the
-# same number of epochs on one device: keras3's `fit()` as the seed writes it; with
-# `steps_per_execution = 50`; with XLA as well (`jit_compile = TRUE`); kerasdist's loop engine
-# (50 steps per call); and the loop engine with XLA. A setting's speed is its **steady state**: the
-# samples/s of its fastest epoch after the first. Keras' `jit_compile` defaults to `"auto"`, which
-# Keras turns off on a machine without a GPU: the printout shows what it chose here.
+# Seven ways to train the same MLP (784-256-256-10, Adam 1e-3, batch 64) on the same data for the
+# same epochs on one device, each rung removing some work around the arithmetic:
+#
+# | rung | what changes |
+# |---|---|
+# | `fit()`, as TensorFlow's distributed-training guide writes it | one `tf.function` call per step |
+# | `fit()` with `steps_per_execution = 50` | 50 steps per call: the host's overhead is paid once per 50 steps |
+# | `fit()` with `steps_per_execution = 50, jit_compile = TRUE` | and each step is compiled by XLA, which fuses ops |
+# | kerasdist's loop engine | its own `tf.function` running 50 steps per call (lesson 5 needs it for multi-worker) |
+# | kerasdist's loop engine + XLA | the whole step, gradients and Adam's update, compiled by XLA |
+# | Keras on JAX, `fit()` with `steps_per_execution = 50` | the same Keras code on the JAX backend: each step compiled by XLA (`"auto"` resolves to on), but still dispatched from Python one step at a time |
+# | a `jax.lax.scan` epoch | one compiled call per *epoch*: the data stays on the device and no step returns to the host |
+#
+# A rung's speed is its **steady state**: samples/s of the median epoch after the first (the first
+# pays for tracing and compiling; with 3 epochs, the mean of the last two), counting training only
+# (kerasdist's loop also validates after each epoch; that pass is not counted). Besides the change
+# each row names, the rungs feed their batches differently: the `fit()` rungs shuffle images through
+# a buffer of ten thousand as the guide does, kerasdist's loop shuffles indices and gathers whole
+# batches, Keras on JAX slices the arrays in Python, and the scan gathers each batch inside its
+# compiled step. `fit()` also trains the last, partial batch of an epoch, which the others drop.
+#
+# On JAX, `steps_per_execution` does not put several steps in one compiled call: Keras' JAX trainer
+# (`_make_function` in `keras/src/backend/jax/trainer.py`) loops over them in Python, calling the
+# jitted step once per step; it only calls the callbacks less often. The scan rung is the step that
+# Keras leaves to you: one compiled call for a whole epoch.
+#
+# The three `fit()` rungs are written below in keras3: a `keras_model_sequential()`, a tfdatasets
+# pipeline from tensor slices (cached, shuffled, batched) and an R callback that times each epoch
+# with `Sys.time()`. The other four are Python code that R reaches through reticulate:
+# `speed_ladder$measure()`, the very function that the Python lesson calls. The JAX rungs run in
+# processes of their own: Keras chooses its backend once, before it loads, and the Keras that keras3
+# drives in this notebook runs on TensorFlow.
+#
+# Keras' `jit_compile` defaults to `"auto"`. Which way `"auto"` goes is decided in Keras' source,
+# printed below: on TensorFlow it is off on a machine without a GPU, **and off for any model built
+# in a `tf.distribute` strategy's scope**, so the guide's code (built in `MirroredStrategy`'s scope)
+# is not compiled by XLA even on GPUs.
 
 # %% language="R"
-# # keras3 fit of the guide's model, timed per epoch; kerasdist's loop engine under a dtype policy.
-# train_with_fit <- function(...) {
-#   set_random_seed(seed)
+# # How Keras resolves jit_compile = "auto" (keras/src/trainers/trainer.py), and what the guide's model chose here.
+# guide_model <- function(...) {
 #   model <- keras_model_sequential(input_shape = 784) |>
 #     layer_dense(256, activation = "relu") |>
 #     layer_dense(256, activation = "relu") |>
 #     layer_dense(10)
 #   model |> compile(loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
 #                    optimizer = optimizer_adam(), metrics = "accuracy", ...)
+# }
+# trainer <- import("keras.src.trainers.trainer")
+# cat(import("inspect")$getsource(py_get_attr(trainer$Trainer, "_resolve_auto_jit_compile")), "\n", sep = "")
+# cat(sprintf("the guide's fit chose jit_compile=%s on this machine\n", guide_model()$jit_compile))
+
+# %% language="R"
+# # Every rung, one after another in this run (a bar across them). The fit() rungs in keras3, the others
+# # through speed_ladder$measure(); each returns its epochs' seconds, samples per epoch and test accuracy.
+# fit_rung <- function(steps_per_execution, jit_compile) {
+#   set_random_seed(seed)
+#   model <- guide_model(steps_per_execution = steps_per_execution, jit_compile = jit_compile)
 #   train <- tensor_slices_dataset(tuple(data$x_train, data$y_train)) |>
-#     dataset_cache() |> dataset_shuffle(10000) |> dataset_batch(batch_size)
-#   seconds <- c()
+#     dataset_cache() |>
+#     dataset_shuffle(buffer_size = 1e4) |>
+#     dataset_batch(batch_size)
+#   epoch_seconds <- c()
 #   started <- NULL
 #   timer <- callback_lambda(
 #     on_epoch_begin = function(epoch, logs) started <<- Sys.time(),
-#     on_epoch_end = function(epoch, logs) seconds <<- c(seconds, as.numeric(Sys.time() - started, units = "secs"))
+#     on_epoch_end = function(epoch, logs) {
+#       epoch_seconds <<- c(epoch_seconds, as.numeric(difftime(Sys.time(), started, units = "secs")))
+#     }
 #   )
 #   model |> fit(train, epochs = epochs, callbacks = list(timer), verbose = 0, shuffle = FALSE)
 #   accuracy <- evaluate(model, data$x_test, data$y_test, batch_size = 1024, verbose = 0)[["accuracy"]]
-#   list(speed = n_train / min(seconds[-1]), accuracy = accuracy, model = model)
+#   list(epoch_seconds = epoch_seconds, samples_per_epoch = n_train, test_accuracy = accuracy)
 # }
-# train_with_kerasdist <- function(jit_compile, precision = "float32") {
-#   config_set_dtype_policy(precision)
-#   on.exit(config_set_dtype_policy("float32"))
-#   result <- kerasdist$run_training(replicas = 1L, epochs = epochs, global_batch_size = batch_size,
-#                                    data = data, seed = seed, engine = "loop",
-#                                    steps_per_execution = steps_per_call, jit_compile = jit_compile,
-#                                    verbose = 0L)
-#   list(speed = max(unlist(result$history$samples_per_s)[-1]), accuracy = result$test$accuracy)
-# }
+# # Samples/s of the median epoch after the first (speed_ladder.steady_samples_per_s, in R).
+# steady_samples_per_s <- function(run) run$samples_per_epoch / median(unlist(run$epoch_seconds)[-1])
 # runs <- list()
-# runs[["fit (guide)"]] <- train_with_fit()
-# cat(sprintf("the guide's fit chose jit_compile=%s on this machine\n",
-#             if (runs[["fit (guide)"]]$model$jit_compile) "True" else "False"))
-# runs[["fit, 50 steps/call"]] <- train_with_fit(steps_per_execution = steps_per_call)
-# runs[["fit, 50 steps/call, XLA"]] <- train_with_fit(steps_per_execution = steps_per_call, jit_compile = TRUE)
-# runs[["loop"]] <- train_with_kerasdist(FALSE)
-# runs[["loop + XLA"]] <- train_with_kerasdist(TRUE)
-# speed <- vapply(runs, `[[`, numeric(1), "speed")
-# accuracy <- vapply(runs, `[[`, numeric(1), "accuracy")
+# progress <- import("keras")$utils$Progbar(length(speed_ladder$RUNGS), unit_name = "rung")
+# for (name in names(speed_ladder$RUNGS)) {
+#   setting <- speed_ladder$RUNGS[[name]]
+#   runs[[name]] <- if (setting$kind == "fit" && setting$backend == "tensorflow") {
+#     fit_rung(setting$steps_per_execution, setting$jit_compile)
+#   } else {
+#     speed_ladder$measure(name, data_source, epochs, data = data)
+#   }
+#   progress$add(1L)
+# }
+# speed <- vapply(runs, steady_samples_per_s, numeric(1))
+# accuracy <- vapply(runs, function(run) run$test_accuracy, numeric(1))
+# limit_rung <- speed_ladder$LIMIT_RUNG
+# comma <- function(x) formatC(x, format = "f", digits = 0, big.mark = ",")
 # for (name in names(speed)) {
-#   cat(sprintf("%-26s %8s samples/s  %4.1fx the guide's  test accuracy %.3f\n", name,
-#               format(round(speed[[name]]), big.mark = ","), speed[[name]] / speed[["fit (guide)"]],
+#   cat(sprintf("%-34s %8s samples/s  %4.1fx the guide's  %4.2fx the scan epoch  test accuracy %.3f\n", name,
+#               comma(speed[[name]]), speed[[name]] / speed[["fit (guide)"]], speed[[name]] / speed[[limit_rung]],
 #               accuracy[[name]]))
 # }
 
 # %% [markdown]
-# **Predict, then run.** Which setting is fastest, and by how much does it beat the guide's `fit()`?
-# Does any setting buy its speed with a worse model after the same 3 epochs? Decide, then run the
-# check (its margin is loose: on an idle machine loop + XLA runs about three times as fast, but
-# other programs on a shared machine slow some settings more than others).
+# The `lax.scan` rung is shown in full below (it is Python: JAX has no R interface here): a training
+# step written with Keras' stateless API (`model.stateless_call`, `optimizer.stateless_apply`), and
+# `jax.lax.scan` running it over every batch of an epoch inside one `jax.jit` call, gathering each
+# batch from the arrays already on the device.
 
 # %% language="R"
-# # Check: loop + XLA beats the guide's fit, and every setting reaches about the same accuracy.
-# ratio <- speed[["loop + XLA"]] / speed[["fit (guide)"]]
-# stopifnot(diff(range(accuracy)) < 0.03)
-# cat(sprintf("loop + XLA: %.1fx the guide's fit; test accuracies within %.3f of each other\n",
-#             ratio, diff(range(accuracy))))
+# cat(import("inspect")$getsource(py_get_attr(speed_ladder, "scan_epoch")), "\n", sep = "")
 
 # %% [markdown]
-# Many steps per call and XLA each remove work around the arithmetic, most of all together (on a busy
-# machine a single setting can still come out slower than it should); none changes what is computed, so
-# the accuracies differ only by the randomness of initial weights and data order.
+# **Predict, then run.** Which rung is fastest, and how far below the scan epoch is the guide's
+# `fit()`? Does any rung buy its speed with a worse model after the same epochs? Decide from the
+# table above, then run the check.
+
+# %% language="R"
+# # Check: every rung reaches about the same accuracy (speeds are printed, not asserted: they vary with
+# # what else the machine runs).
+# stopifnot(max(accuracy) - min(accuracy) < 0.03)
+# fastest <- names(which.max(speed))
+# cat(sprintf("fastest rung: %s; the guide's fit runs at %.2fx the scan epoch; test accuracies within %.3f of each other\n",
+#             fastest, speed[["fit (guide)"]] / speed[[limit_rung]], max(accuracy) - min(accuracy)))
+
+# %% magic_args="-w 9 -h 3.8 --units in -r 100" language="R"
+# # The ladder on one chart: each rung's speed, and its ratio to the scan epoch.
+# dir.create("results/figures", recursive = TRUE, showWarnings = FALSE)  # beside the checkpoints, outside version control
+# draw_ladder <- function() {
+#   order <- rev(names(speed))
+#   backend <- vapply(order, function(name) speed_ladder$RUNGS[[name]]$backend, character(1))
+#   old <- par(mar = c(4.5, 15, 3, 1))
+#   on.exit(par(old))
+#   centers <- barplot(speed[order], horiz = TRUE, las = 1, cex.names = 0.75, xlim = c(0, 1.4 * max(speed)), xaxt = "n",
+#                      col = ifelse(backend == "jax", "forestgreen", "steelblue"), cex.lab = 0.85,
+#                      xlab = "training samples/s in the steady state (one device, batch 64; blue TensorFlow, green JAX)",
+#                      main = sprintf("One MLP, %d epochs per rung, measured in one run", epochs), cex.main = 0.9)
+#   ticks <- pretty(c(0, 1.4 * max(speed)))
+#   axis(1, at = ticks, labels = comma(ticks), cex.axis = 0.8)
+#   text(speed[order], centers, sprintf("%s/s = %.2fx scan", comma(speed[order]), speed[order] / speed[[limit_rung]]),
+#        pos = 4, cex = 0.7)
+# }
+# png("results/figures/08_speed_R_ladder.png", width = 9, height = 3.8, units = "in", res = 100)
+# draw_ladder()
+# invisible(dev.off())
+# draw_ladder()
+
+# %% [markdown]
+# Many steps per call and XLA usually remove work around the arithmetic, though not always (on a CPU,
+# XLA's kernels are not always faster than TensorFlow's). The scan epoch removes what is left of the
+# host: no Python or R, no `tf.data` iterator and no TensorFlow executor between steps. It is a limit
+# of dispatch overhead, not of speed: it runs JAX's own XLA kernels and gathers its batches inside the
+# step, so a TensorFlow rung with little overhead left can come out at or above it. The rest of a
+# rung's time is the step itself, which the next sections take apart. On a shared machine one rung
+# can come out slower than it should (another program took the cores during its epochs): compare the
+# bars with that in mind, and rerun the cell before trusting a small difference. The accuracies differ
+# by the initial weights and the data order each rung draws, and by rounding (XLA and other kernels
+# sum in other orders): none of these settings changes what is computed.
 
 # %% [markdown]
 # ## Mixed precision
 #
-# **Mixed precision** computes the layers in a 16-bit float type while the weights and the
-# optimizer's state stay in float32: `config_set_dtype_policy("mixed_bfloat16")` makes every layer
-# built afterwards compute in bfloat16. kerasdist's model keeps its logits in float32, as Keras'
-# guide advises. bfloat16 keeps float32's 8 exponent bits (range), float16 has 5: small gradients
-# become zero in float16, so `mixed_float16` (GPUs) needs **loss scaling**: multiply the loss by a
-# large factor before the backward pass, divide the gradients by it before the update, and skip a
-# step whose gradients overflowed. keras3's `compile()` wraps the optimizer in a
-# `LossScaleOptimizer` whenever the model's policy is `mixed_float16`; a custom loop must do it
-# itself. The cell below shows this on this machine.
+# **Mixed precision** computes the layers in a 16-bit float type while the weights (and the
+# optimizer's state) stay in float32. Keras sets it with a *dtype policy*:
+# `config_set_dtype_policy("mixed_bfloat16")` makes every layer built afterwards compute in bfloat16
+# and keep float32 variables. This lesson's model, like kerasdist's, keeps its last layer (the
+# logits) in float32 (`layer_dense(10, dtype = "float32")`), as Keras' guide advises, so the loss
+# and its statistics stay in float32.
+#
+# Two 16-bit types exist, and they differ where it matters for training:
+#
+# | type | exponent bits | mantissa bits | smallest normal number | smallest number at all | where it is fast |
+# |---|---|---|---|---|---|
+# | bfloat16 | 8 (as float32) | 7 | ~1e-38 | ~9e-41 | CPUs with AVX512_BF16/AMX, TPUs, recent GPUs |
+# | float16 | 5 | 10 | ~6e-5 | ~6e-8 | GPUs (tensor cores) |
+#
+# bfloat16 keeps float32's range, so small gradients survive and `mixed_bfloat16` needs nothing else.
+# float16 does not: below ~6e-5 its numbers lose precision (subnormals), and below about half of
+# ~6e-8 they round to zero. That is why `mixed_float16` needs **loss scaling**: multiply the loss by
+# a large factor before the backward pass (so the gradients are large enough for float16), then
+# divide the gradients by it before the update; when a gradient overflows to inf, skip that step
+# and lower the factor. keras3's `compile()` wraps the optimizer in a `LossScaleOptimizer` that does
+# this whenever the model's policy is `mixed_float16` and `auto_scale_loss` is left at its default,
+# `TRUE` (see `Trainer.compile` in `keras/src/trainers/trainer.py`); a custom loop must call `optimizer$scale_loss(loss)` before
+# taking the gradients (the `LossScaleOptimizer` unscales them in `apply_gradients`), as kerasdist's
+# loop does. The cell below shows all of that on this machine.
 
 # %% language="R"
-# # This CPU's bfloat16 instructions; a small gradient in float16 and bfloat16; compile() under mixed_float16.
-# cpuinfo <- if (file.exists("/proc/cpuinfo")) readLines("/proc/cpuinfo") else character(0)
-# flags <- strsplit(sub("^flags\\s*:\\s*", "", grep("^flags", cpuinfo, value = TRUE)[1]), " ")[[1]]
-# bf16_instructions <- sort(unique(grep("bf16$", flags, value = TRUE)))
+# # Which bfloat16 instructions this CPU has; what float16 and bfloat16 make of small gradients; what
+# # compile() does to the optimizer under mixed_float16 (building a model needs no GPU).
+# bf16_instructions <- unlist(kerasdist$cpu_bfloat16_instructions())
 # if (length(bf16_instructions) > 0) {
 #   cat(sprintf("this CPU has bfloat16 instructions: %s\n", paste(bf16_instructions, collapse = ", ")))
 # } else {
 #   cat("this CPU lacks bfloat16 instructions (no avx512_bf16 or amx_bf16): TensorFlow emulates",
 #       "bfloat16 with float32 and it is slower, not faster\n")
 # }
-# small_gradient <- 1e-6 / batch_size
-# for (dtype in c("float16", "bfloat16")) {
-#   cat(sprintf("a gradient of %.2e in %s: %.2e\n", small_gradient, dtype,
-#               as.numeric(tf$cast(tf$cast(small_gradient, dtype), "float32"))))
+# for (small_gradient in c(1e-6, 1e-4) / batch_size) {
+#   for (dtype in c("float16", "bfloat16")) {
+#     # Back to float32 (exactly) before R reads it: R has no half-precision floats.
+#     value <- as.numeric(tf$cast(tf$cast(small_gradient, dtype), "float32"))
+#     cat(sprintf("a gradient of %.3e in %s: %.3e\n", small_gradient, dtype, value))
+#   }
 # }
+# # The MLP as kerasdist builds it (kerasdist.model.build_model), in keras3: float32 logits, Adam's slots built.
 # build_mlp <- function() {
-#   inputs <- keras_input(shape = 784)
-#   logits <- inputs |> layer_dense(256, activation = "relu") |> layer_dense(256, activation = "relu") |>
-#     layer_dense(10, dtype = "float32")
-#   model <- keras_model(inputs, logits)
-#   model |> compile(loss = loss_sparse_categorical_crossentropy(from_logits = TRUE), optimizer = optimizer_adam())
+#   inputs <- keras_input(shape = 784, name = "digits")
+#   logits <- inputs |>
+#     layer_dense(256, activation = "relu", name = "dense_1") |>
+#     layer_dense(256, activation = "relu", name = "dense_2") |>
+#     layer_dense(10, name = "logits", dtype = "float32")
+#   model <- keras_model(inputs, logits, name = "mnist_mlp")
+#   model |> compile(optimizer = optimizer_adam(learning_rate = 1e-3),
+#                    loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
+#                    metrics = list(metric_sparse_categorical_accuracy()))
+#   model$optimizer$build(model$trainable_variables)
 #   model
 # }
 # config_set_dtype_policy("mixed_float16")
-# float16_model <- build_mlp()
-# config_set_dtype_policy("float32")
+# float16_model <- tryCatch(build_mlp(), finally = config_set_dtype_policy("float32"))
 # hidden <- float16_model$layers[[2]]
 # cat(sprintf(paste0("under mixed_float16: hidden layers compute in %s, keep %s weights; logits in %s; ",
 #                    "compile() made the optimizer a %s (initial scale %.0f)\n"),
-#             hidden$compute_dtype, hidden$variable_dtype, float16_model$layers[[4]]$compute_dtype,
-#             float16_model$optimizer$`__class__`$`__name__`, float16_model$optimizer$initial_scale))
+#             hidden$compute_dtype, hidden$variable_dtype, float16_model$layers[[length(float16_model$layers)]]$compute_dtype,
+#             py_get_attr(py_get_attr(float16_model$optimizer, "__class__"), "__name__"),
+#             float16_model$optimizer$initial_scale))
 
 # %% [markdown]
-# Now the two loop settings again, under `mixed_bfloat16`, in the same run as the others:
+# Now kerasdist's loop again, without and with XLA, under `mixed_bfloat16`, in the same run as the
+# ladder:
 
 # %% language="R"
 # # kerasdist's loop, without and with XLA, under mixed_bfloat16.
-# runs[["loop, bfloat16"]] <- train_with_kerasdist(FALSE, "mixed_bfloat16")
-# runs[["loop + XLA, bfloat16"]] <- train_with_kerasdist(TRUE, "mixed_bfloat16")
-# speed <- vapply(runs, `[[`, numeric(1), "speed")
-# accuracy <- vapply(runs, `[[`, numeric(1), "accuracy")
-# for (name in c("loop", "loop, bfloat16", "loop + XLA", "loop + XLA, bfloat16")) {
-#   cat(sprintf("%-22s %8s samples/s  test accuracy %.3f\n", name, format(round(speed[[name]]), big.mark = ","),
-#               accuracy[[name]]))
+# for (name in c("kerasdist loop", "kerasdist loop + XLA")) {
+#   run <- speed_ladder$measure(name, data_source, epochs, data = data, precision = "mixed_bfloat16")
+#   speed[[paste0(name, ", bfloat16")]] <- steady_samples_per_s(run)
+#   accuracy[[paste0(name, ", bfloat16")]] <- run$test_accuracy
+# }
+# for (name in c("kerasdist loop", "kerasdist loop, bfloat16", "kerasdist loop + XLA", "kerasdist loop + XLA, bfloat16")) {
+#   cat(sprintf("%-32s %8s samples/s  test accuracy %.3f\n", name, comma(speed[[name]]), accuracy[[name]]))
 # }
 
-# %% magic_args="-w 9 -h 3.8 --units in -r 100" language="R"
-# # Every setting's steady-state speed, with its test accuracy after the same epochs.
-# dir.create("results/figures", recursive = TRUE, showWarnings = FALSE)
-# order <- rev(names(speed))
-# old <- par(mar = c(4.5, 12, 3, 1))
-# centers <- barplot(speed[order], horiz = TRUE, las = 1, cex.names = 0.8, xlim = c(0, 1.45 * max(speed)),
-#                    col = ifelse(grepl("bfloat16", order), "purple", "steelblue"),
-#                    xlab = "samples/s in the steady state (one device, batch 64)",
-#                    main = sprintf("Fashion-MNIST MLP, %d epochs per setting, one run", epochs), cex.main = 0.9)
-# text(speed[order], centers, sprintf("%s/s, acc %.3f", format(round(speed[order]), big.mark = ","),
-#                                     accuracy[order]), pos = 4, cex = 0.7)
-# par(old)
-
 # %% [markdown]
-# At batch 64 bfloat16 gains little here, or even loses, although the CPU multiplies bfloat16
-# matrices several times faster than float32 ones (measured below): the matrices of one step are
-# small, and the time goes elsewhere. The next section finds where.
+# Whether bfloat16 pays here depends on the CPU (the instructions printed above) and on where the
+# step's time goes: the sections below measure the bfloat16 matrix products of TensorFlow's kernels
+# and of XLA's, and a step whose time is not in its matrix products gains little from faster ones.
 
 # %% [markdown]
 # ## Where a step's time goes
 #
 # Each part of one step is timed alone, on batches already in memory, in a `tf_function()` that runs
-# 50 steps per call: the **forward** pass and loss; **forward + backward** (the gradients too); the
-# **whole step** (and Adam's update); the whole step at **one step per call**, as the guide's `fit()`
-# runs it (the difference is the host's overhead per call); the whole step compiled by **XLA**; and
-# the **input pipeline** alone (kerasdist's `tf.data` pipeline drained without training; with
-# prefetching it runs beside training). Each time is the best of ten calls after a warm-up call.
+# `steps_per_call` steps per call (so the host's overhead is paid once per 50 steps):
+#
+# - **forward**: the model's logits and loss;
+# - **forward + backward**: and the gradients of all weights;
+# - **optimizer update**: Adam's update of all weights from fixed gradients, alone;
+# - **whole step**: forward, backward and update;
+# - the same whole step at **one step per call**, as the guide's `fit()` runs it: the difference is
+#   the host's overhead per call (here R's loop calling through reticulate, `tf.function` dispatch,
+#   one executor run);
+# - the same whole step compiled by **XLA**;
+# - the **input pipeline** alone: kerasdist's `tf.data` pipeline (shuffle, batch, gather, prefetch),
+#   drained without training.
+#
+# Each part is called eleven times after a warm-up call, each call timed with `Sys.time()` (which
+# resolves microseconds); the tables give the **median** and the spread (25th to 75th percentile) of
+# those calls, as `kerasdist.speed.time_calls` does in the Python lesson. On a shared machine a few
+# calls are slowed down by other programs: the median ignores them, the spread shows them.
 
 # %% language="R"
-# # Time each part of a step alone, per step, in milliseconds.
-# best_seconds <- function(f, ...) {
-#   f(...)
-#   min(vapply(1:10, function(i) system.time(f(...))[["elapsed"]], numeric(1)))
+# # Time each part of a step alone, per step, in milliseconds (median and spread of 11 calls).
+# time_calls <- function(f, ..., rounds = 11L) {
+#   call <- function() {  # .numpy() waits for the result: the time includes finishing the work
+#     result <- f(...)
+#     if (inherits(result, "python.builtin.object") && py_has_attr(result, "numpy")) result$numpy()
+#   }
+#   call()  # warm-up (and tracing)
+#   seconds <- vapply(seq_len(rounds), function(i) {
+#     started <- Sys.time()
+#     call()
+#     as.numeric(difftime(Sys.time(), started, units = "secs"))
+#   }, numeric(1))
+#   # Type 6 is the quantile of Python's statistics.quantiles(), which time_calls uses.
+#   setNames(quantile(seconds, c(0.5, 0.25, 0.75), type = 6, names = FALSE), c("median", "low", "high"))
 # }
 # set_random_seed(seed)
 # mlp <- build_mlp()
 # loss_function <- mlp$loss
 # optimizer <- mlp$optimizer
-# optimizer$build(mlp$trainable_variables)
 # np <- import("numpy", convert = FALSE)
 # timed <- np$remainder(np$arange(steps_per_call * batch_size), n_train)  # the first 50 batches' samples
-# x_steps <- tf$reshape(tf$constant(py_get_item(data$x_train, timed)), c(steps_per_call, batch_size, -1L))
-# y_steps <- tf$reshape(tf$constant(py_get_item(data$y_train, timed)), c(steps_per_call, batch_size))
+# x_steps <- tf$constant(py_get_item(data$x_train, timed)$reshape(tuple(steps_per_call, batch_size, -1L)))
+# y_steps <- tf$constant(py_get_item(data$y_train, timed)$reshape(tuple(steps_per_call, batch_size)))
+# fixed_gradients <- lapply(mlp$trainable_variables, function(variable) tf$fill(variable$shape, 1e-3))
+# first <- function(n) import_builtins()$slice(NULL, n)  # Python's [:n]
 # forward <- function(x, y) loss_function(y, mlp(x, training = TRUE))
 # forward_backward <- function(x, y) {
 #   with(tf$GradientTape() %as% tape, loss <- forward(x, y))
 #   gradients <- tape$gradient(loss, mlp$trainable_variables)
 #   # Return a number made of every gradient: TensorFlow prunes computations that no output uses.
-#   loss + tf$add_n(lapply(gradients, function(g) tf$reduce_sum(tf$gather(g, 0L))))
+#   loss + tf$add_n(lapply(gradients, function(g) tf$reduce_sum(py_get_item(g, first(1L)))))
+# }
+# optimizer_update <- function(x, y) {
+#   optimizer$apply(fixed_gradients, mlp$trainable_variables)
+#   tf$constant(0)
 # }
 # whole_step <- function(x, y) {
 #   with(tf$GradientTape() %as% tape, loss <- forward(x, y))
 #   optimizer$apply(tape$gradient(loss, mlp$trainable_variables), mlp$trainable_variables)
 #   loss
 # }
+# # A tf_function() running `part` on each of the batches it is given, in one call (R's for over
+# # tf$range() becomes a TensorFlow loop, by tfautograph).
 # steps_in_one_call <- function(part, jit_compile = FALSE) {
 #   tf_function(function(xs, ys) {
 #     total <- tf$constant(0)
-#     for (i in tf$range(tf$shape(xs)[1])) total <- total + part(tf$gather(xs, i), tf$gather(ys, i))
+#     for (i in tf$range(tf$shape(xs)[1])) total <- total + part(py_get_item(xs, i), py_get_item(ys, i))
 #     total
 #   }, jit_compile = jit_compile)
 # }
 # one_step_per_call <- tf_function(whole_step)
+# x_batches <- tf$unstack(x_steps)  # sliced once, as fit()'s iterator hands them out
+# y_batches <- tf$unstack(y_steps)
 # step_by_step <- function(xs, ys) {
-#   for (i in seq_len(steps_per_call) - 1L) one_step_per_call(tf$gather(xs, i), tf$gather(ys, i))
+#   for (i in seq_along(x_batches)) one_step_per_call(x_batches[[i]], y_batches[[i]])
 # }
 # pipeline <- kd_data$train_dataset(data$x_train, data$y_train, batch_size, seed, 0L, 1L)
+# batches_per_epoch <- n_train %/% batch_size
 # drain <- tf_function(function() pipeline$reduce(tf$constant(0), function(total, batch) total + batch[[1]][1, 1]))
-# per_step_ms <- function(seconds, steps) seconds / steps * 1e3
-# milliseconds <- c(
-#   "input pipeline" = per_step_ms(best_seconds(drain), n_train %/% batch_size),
-#   "forward" = per_step_ms(best_seconds(steps_in_one_call(forward), x_steps, y_steps), steps_per_call),
-#   "forward + backward" = per_step_ms(best_seconds(steps_in_one_call(forward_backward), x_steps, y_steps),
+# per_step_ms <- function(timing, steps) timing / steps * 1e3
+# timings <- list(  # milliseconds per step
+#   "input pipeline" = per_step_ms(time_calls(drain), batches_per_epoch),
+#   "forward" = per_step_ms(time_calls(steps_in_one_call(forward), x_steps, y_steps), steps_per_call),
+#   "forward + backward" = per_step_ms(time_calls(steps_in_one_call(forward_backward), x_steps, y_steps),
 #                                      steps_per_call),
-#   "whole step" = per_step_ms(best_seconds(steps_in_one_call(whole_step), x_steps, y_steps), steps_per_call),
-#   "whole step, 1 per call" = per_step_ms(best_seconds(step_by_step, x_steps, y_steps), steps_per_call),
-#   "whole step, XLA" = per_step_ms(best_seconds(steps_in_one_call(whole_step, TRUE), x_steps, y_steps),
+#   "optimizer update" = per_step_ms(time_calls(steps_in_one_call(optimizer_update), x_steps, y_steps),
+#                                    steps_per_call),
+#   "whole step" = per_step_ms(time_calls(steps_in_one_call(whole_step), x_steps, y_steps), steps_per_call),
+#   "whole step, 1 per call" = per_step_ms(time_calls(step_by_step, x_steps, y_steps), steps_per_call),
+#   "whole step, XLA" = per_step_ms(time_calls(steps_in_one_call(whole_step, jit_compile = TRUE), x_steps, y_steps),
 #                                   steps_per_call)
 # )
+# for (name in names(timings)) {
+#   timing <- timings[[name]]
+#   cat(sprintf("%-24s %6.3f ms per step (spread %.3f to %.3f ms)\n", name, timing[["median"]], timing[["low"]],
+#               timing[["high"]]))
+# }
+# x_one <- py_get_item(x_steps, 0L)
+# y_one <- py_get_item(y_steps, 0L)
+# graphs <- lapply(list("forward" = forward, "forward + backward" = forward_backward,
+#                       "optimizer update" = optimizer_update, "whole step" = whole_step),
+#                  function(part) tf_function(part)$get_concrete_function(x_one, y_one)$graph$get_operations())
+# # An op is "large" when one of its outputs holds more than 1,000 numbers: a pass over an array in memory.
+# is_large <- function(op) any(vapply(op$outputs, function(output) {
+#   numbers <- output$shape$num_elements()  # NULL where the shape is not known
+#   !is.null(numbers) && numbers > 1000
+# }, logical(1)))
+# large <- vapply(graphs, function(graph) sum(vapply(graph, is_large, logical(1))), integer(1))
+# cat(sprintf("ops in one step's graph: %s\n",
+#             paste(sprintf("%s %d (%d large)", names(graphs), lengths(graphs), large), collapse = ", ")))
+
+# %% [markdown]
+# The parts were timed alone, so they need not add up; the next cell checks how close they come.
+# The op counts say why the update is slow for its arithmetic: Keras applies Adam variable by variable,
+# a few element-wise ops per variable (the "large" ones, each a pass over a weight-sized array in
+# memory) plus scalar bookkeeping (the step count, the bias corrections, reading variables), and each
+# op is a kernel that TensorFlow's executor schedules.
+#
+# **Predict, then run.** Is the host's overhead per call a small or a large part of a step run one
+# per call? Which part is largest at 50 steps per call: the matrix products (forward, backward) or
+# the update? Decide from the numbers above, then run the cell.
+
+# %% language="R"
+# # The parts against the whole, and one step per call against 50 (printed: the shares move on a busy machine).
+# median_ms <- vapply(timings, function(timing) timing[["median"]], numeric(1))
 # parts <- c(
-#   "forward" = milliseconds[["forward"]],
-#   "backward" = milliseconds[["forward + backward"]] - milliseconds[["forward"]],
-#   "optimizer update" = milliseconds[["whole step"]] - milliseconds[["forward + backward"]],
-#   "host overhead per call" = milliseconds[["whole step, 1 per call"]] - milliseconds[["whole step"]]
+#   "forward" = median_ms[["forward"]],
+#   "backward" = median_ms[["forward + backward"]] - median_ms[["forward"]],
+#   "optimizer update" = median_ms[["optimizer update"]],
+#   "host overhead per call" = median_ms[["whole step, 1 per call"]] - median_ms[["whole step"]]
 # )
-# for (name in names(milliseconds)) cat(sprintf("%-24s %6.3f ms per step\n", name, milliseconds[[name]]))
-# cat(sprintf("one step at 1 step per call: %s\n",
-#             paste(sprintf("%s %.0f%%", names(parts), 100 * parts / milliseconds[["whole step, 1 per call"]]),
+# parts[["rest (not in the parts timed alone)"]] <- max(0, median_ms[["whole step, 1 per call"]] - sum(parts))
+# cat(sprintf("forward + backward + update alone: %.3f ms; the whole step: %.3f ms\n",
+#             median_ms[["forward + backward"]] + median_ms[["optimizer update"]], median_ms[["whole step"]]))
+# cat(sprintf("1 step per call: %.1fx the time of 50 per call\n",
+#             median_ms[["whole step, 1 per call"]] / median_ms[["whole step"]]))
+# cat(sprintf("shares of one step at 1 step per call: %s\n",
+#             paste(sprintf("%s %.0f%%", names(parts), 100 * parts / median_ms[["whole step, 1 per call"]]),
 #                   collapse = ", ")))
 
 # %% [markdown]
-# **Predict, then run.** Is the host's overhead per call a small or a large part of a step run one
-# per call? Is the input pipeline slower than a training step? Decide, then run the check.
+# **The input pipeline shares the cores.** On a GPU machine the input pipeline runs on the CPU while
+# the GPU computes, so prefetching hides it whenever it is faster than a step. Here there is nothing
+# idle to hide it on: the pipeline's threads take CPU time from the step. The XLA-compiled step timed
+# alone (its batches already in memory, 50 steps in one compiled loop) against a step of kerasdist's
+# loop + XLA rung bounds what this costs: the rung reads its batches from that pipeline, and it also
+# calls its compiled step once per step from a TensorFlow loop and keeps per-step statistics, so the
+# difference is the pipeline's cost at most:
 
 # %% language="R"
-# # Check: one step per call costs clearly more than 50 per call, and the input pipeline keeps up.
-# stopifnot(milliseconds[["whole step, 1 per call"]] > 1.2 * milliseconds[["whole step"]],
-#           milliseconds[["input pipeline"]] < milliseconds[["whole step"]])
-# cat(sprintf("1 step per call: %.1fx the time of 50 per call; the input pipeline needs %.0f%% of a step\n",
-#             milliseconds[["whole step, 1 per call"]] / milliseconds[["whole step"]],
-#             100 * milliseconds[["input pipeline"]] / milliseconds[["whole step"]]))
+# # The XLA step alone against the same step in training (the loop + XLA rung of the ladder), per step.
+# in_training_ms <- batch_size / speed[["kerasdist loop + XLA"]] * 1e3
+# cat(sprintf("XLA step alone %.3f ms; in training %.3f ms per step; the input pipeline alone takes %.3f ms per batch (wall time, drained alone)\n",
+#             median_ms[["whole step, XLA"]], in_training_ms, median_ms[["input pipeline"]]))
 
-# %% magic_args="-w 9 -h 3.4 --units in -r 100" language="R"
-# # Draw one step's time, part by part, beside the whole step compiled by XLA and the input pipeline.
-# flops <- kerasdist$training_flops_per_sample(mlp)
-# matmul_float32 <- kerasdist$matmul_flops_per_s("float32")
-# matmul_bfloat16 <- kerasdist$matmul_flops_per_s("bfloat16")
-# limit_ms <- batch_size * flops$total / matmul_float32 * 1e3
-# rows <- c("input pipeline alone", "50 steps per call, XLA", "50 steps per call", "1 step per call")
-# stack <- matrix(0, nrow = 5, ncol = 4, dimnames = list(c(names(parts), "measured as a whole"), rows))
-# stack[names(parts), "1 step per call"] <- parts
-# stack["measured as a whole", rows[1:3]] <- milliseconds[c("input pipeline", "whole step, XLA", "whole step")]
-# colors <- c("steelblue", "lightblue", "orange", "firebrick", "grey")
-# old <- par(mar = c(4.5, 11, 3, 1))
-# barplot(stack, horiz = TRUE, las = 1, cex.names = 0.8, col = colors, xlim = c(0, 1.3 * sum(parts)),
-#         xlab = "milliseconds per step of 64 samples (measured alone)", main = "Where one training step's time goes")
-# abline(v = limit_ms, lty = 2)
-# legend("bottomright", c(rownames(stack), sprintf("float32 matmul limit (%.2f ms)", limit_ms)),
-#        fill = c(colors, NA), border = c(rep("black", 5), NA), lty = c(rep(NA, 5), 2), cex = 0.7, bg = "white")
-# par(old)
+# %% magic_args="-w 11 -h 3.6 --units in -r 100" language="R"
+# # Draw one step's time, part by part, beside the whole step compiled by XLA and the input pipeline,
+# # with each median's spread as an error bar.
+# bars <- c("1 step per call (parts)", "50 steps per call", "50 steps per call, XLA", "input pipeline alone")
+# wholes <- c("whole step", "whole step, XLA", "input pipeline")
+# stack <- matrix(0, nrow = length(parts) + length(wholes), ncol = length(bars), dimnames = list(c(names(parts), wholes), bars))
+# stack[names(parts), bars[1]] <- parts
+# for (i in seq_along(wholes)) stack[wholes[i], bars[i + 1]] <- median_ms[[wholes[i]]]
+# colors <- c("steelblue", "lightblue", "orange", "firebrick", "khaki", "grey", "forestgreen", "olivedrab")
+# draw_step_time <- function() {
+#   old <- par(mar = c(4.5, 11, 3, 13))
+#   on.exit(par(old))
+#   centers <- barplot(stack, horiz = TRUE, las = 1, cex.names = 0.8, col = colors,
+#                      xlim = c(0, 1.05 * max(sum(parts), timings[["whole step, 1 per call"]][["high"]])),
+#                      xlab = "milliseconds per step of 64 samples (median of 11 calls, measured alone)",
+#                      main = "Where one training step's time goes")
+#   for (i in seq_along(wholes)) {
+#     timing <- timings[[wholes[i]]]
+#     arrows(timing[["low"]], centers[i + 1], timing[["high"]], centers[i + 1], angle = 90, code = 3, length = 0.04)
+#   }
+#   legend(par("usr")[2], mean(par("usr")[3:4]), rownames(stack), fill = colors, cex = 0.75, xjust = 0, yjust = 0.5,
+#          xpd = NA, bty = "n")
+# }
+# png("results/figures/08_speed_R_step_time.png", width = 11, height = 3.6, units = "in", res = 100)
+# draw_step_time()
+# invisible(dev.off())
+# draw_step_time()
 
 # %% [markdown]
-# At one step per call a large share of each step is the host's work around it, which
-# `steps_per_execution` and the loop engine pay once per 50 steps. The rest splits between the
-# forward pass, the backward pass (about twice its FLOPs) and Adam's update, which Keras applies
-# variable by variable as dozens of small ops; on a shared machine these shares move from run to run,
-# so read them as rough. XLA fuses the many small ops into few kernels; its bar shows what that saves.
-# The dashed line is the time the step's matrix products would take at the CPU's full matmul speed.
+# Read the bars from the bottom. At one step per call, the host's work around each step is paid every
+# step; `steps_per_execution` and the loop engine pay it once per 50 steps. The backward pass has
+# 1.25 times the forward pass's FLOPs for this MLP (the next section counts them: the first layer,
+# three quarters of the forward FLOPs, needs no input gradient). Adam's update is little arithmetic
+# but many small element-wise ops over every weight. XLA fuses the update's ops, and the bias and
+# ReLU ops, into few kernels; the XLA bar shows what that saves.
 
 # %% [markdown]
-# ## The machine's limit
+# ## The machine's limit: a roofline at the model's shapes
 #
-# A Dense layer with an `n_in x n_out` kernel costs `2 n_in n_out` FLOPs per sample forward; training
-# adds as much again for the kernel's gradient and as much again for the input's gradient, which the
-# first layer does not need. The CPU's matmul throughput (1024 x 1024 products, twenty in a chain,
-# best of ten rounds, float32 and bfloat16 through the same op) divided by the FLOPs per sample is
-# the most samples per second any loop could reach here.
+# A Dense layer with an `n_in x n_out` kernel multiplies each sample by its kernel: `2 n_in n_out`
+# FLOPs (a multiply and an add per weight). Training adds the backward pass: as much again for the
+# kernel's gradient, and as much again for the gradient of the layer's input, which the first layer
+# does not need.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # FLOPs per sample, layer by layer, from the kernels' shapes.
-# for (layer in mlp$layers[-1]) {
+# flops <- kerasdist$training_flops_per_sample(mlp)
+# for (layer in mlp$layers) {
+#   if (!py_has_attr(layer, "kernel")) next  # the input layer
 #   shape <- unlist(layer$kernel$shape$as_list())
-#   cat(sprintf("Dense %3d x %3d: %7s FLOPs forward per sample\n", shape[1], shape[2],
-#               format(2 * shape[1] * shape[2], big.mark = ",")))
+#   cat(sprintf("Dense %3d x %3d: %7s FLOPs forward per sample\n", shape[1], shape[2], comma(2 * shape[1] * shape[2])))
 # }
-# cat(sprintf("training FLOPs per sample: %s forward + %s backward = %s\n", format(flops$forward, big.mark = ","),
-#             format(flops$backward, big.mark = ","), format(flops$total, big.mark = ",")))
+# cat(sprintf("training FLOPs per sample: %s forward + %s backward = %s (backward %.2fx forward)\n",
+#             comma(flops$forward), comma(flops$backward), comma(flops$total), flops$backward / flops$forward))
+
+# %% [markdown]
+# A **roofline** bounds each kernel by two limits of the machine: its rate of arithmetic (FLOP/s) and
+# its memory bandwidth (bytes/s). A kernel that does `F` FLOPs and must move `B` bytes takes at least
+# `max(F / P, B / BW)`; its **arithmetic intensity** `F / B` says which limit binds. Here `P` is not
+# a vendor's peak but the best rate this CPU reaches **at each kernel's own shape** (the faster of
+# TensorFlow's kernel and XLA's), and `BW` is main memory's bandwidth, measured by STREAM's triad
+# (`a = b + 3 c`, on every core). Adam's update is the memory-bound part: per weight it reads the
+# gradient, both moments and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
+# (Its state, a few MB here, can stay in the CPU's caches, which are faster than main memory.)
+# The step's matrix products, with the batch of 64, from `kerasdist.speed`'s `step_kernels()`:
 
 # %% language="R"
-# # The limit in samples/s, and each setting's share of it (bfloat16 settings against the bfloat16 limit).
-# # The matmuls are timed a second time and the faster kept: other programs slow some rounds down.
-# matmul_float32 <- max(matmul_float32, kerasdist$matmul_flops_per_s("float32"))
-# matmul_bfloat16 <- max(matmul_bfloat16, kerasdist$matmul_flops_per_s("bfloat16"))
-# limit <- c(float32 = matmul_float32 / flops$total, bfloat16 = matmul_bfloat16 / flops$total)
-# cat(sprintf("matmul throughput: %s GFLOP/s float32, %s GFLOP/s bfloat16 (%.1fx)\n",
-#             format(round(matmul_float32 / 1e9), big.mark = ","), format(round(matmul_bfloat16 / 1e9), big.mark = ","),
-#             matmul_bfloat16 / matmul_float32))
-# cat(sprintf("limit: %s samples/s float32, %s samples/s bfloat16\n", format(round(limit[["float32"]]), big.mark = ","),
-#             format(round(limit[["bfloat16"]]), big.mark = ",")))
-# share <- speed / ifelse(grepl("bfloat16", names(speed)), limit[["bfloat16"]], limit[["float32"]])
-# for (name in names(speed)) {
-#   cat(sprintf("%-26s %8s samples/s = %5.1f%% of the limit\n", name, format(round(speed[[name]]), big.mark = ","),
-#               100 * share[[name]]))
+# # NBVAL_CHECK_OUTPUT
+# # One step's matrix products: FLOPs, the fewest bytes they must move (float32), arithmetic intensity.
+# step <- kd_speed$step_kernels(mlp, batch_size)
+# for (kernel in step) {
+#   cat(sprintf("%-24s (%3d x %3d) @ (%3d x %3d): %6.2f MFLOP, %5.3f MB, %5.1f FLOP/byte\n", kernel$name,
+#               kernel$m, kernel$k, kernel$k, kernel$n, kernel$flops / 1e6, kernel$bytes / 1e6,
+#               kernel$flops / kernel$bytes))
+# }
+# n_weights <- mlp$count_params()
+# adam_bytes <- kd_speed$ADAM_BYTES_PER_WEIGHT * n_weights
+# cat(sprintf("Adam's update, fused: %.2f MB for %s weights, %.2f FLOP/byte (about 12 FLOPs per weight)\n",
+#             adam_bytes / 1e6, comma(n_weights), 12 * n_weights / adam_bytes))
+# stopifnot(sum(vapply(step, function(kernel) kernel$flops, numeric(1))) == batch_size * flops$total)
+
+# %% language="R"
+# # The machine: each shape's best float32 matrix-product rate (the faster of TensorFlow's kernel and XLA's,
+# # in their faster calls), a large product's rate, and the triad's memory bandwidth; then the attainable
+# # time of one step from both.
+# shape_of <- function(kernel) paste(kernel$m, kernel$k, kernel$n)
+# rate <- list()
+# for (kernel in step) {
+#   if (is.null(rate[[shape_of(kernel)]])) {
+#     rate[[shape_of(kernel)]] <- max(vapply(c(FALSE, TRUE), function(jit) {
+#       kd_speed$gemm_flops_per_s(kernel$m, kernel$k, kernel$n, jit_compile = jit)[[3]]  # (median, low, high)
+#     }, numeric(1)))
+#   }
+# }
+# peak_flops <- kerasdist$matmul_flops_per_s("float32")
+# bandwidth <- setNames(unlist(kd_speed$memory_bytes_per_s()), c("median", "low", "high"))
+# cat(sprintf("peak: %s GFLOP/s float32 (1024 x 1024 products); memory: %.1f GB/s (triad, spread %.1f to %.1f)\n",
+#             comma(peak_flops / 1e9), bandwidth[["median"]] / 1e9, bandwidth[["low"]] / 1e9, bandwidth[["high"]] / 1e9))
+# ridge <- peak_flops / bandwidth[["median"]]  # the intensity where the two limits meet
+# cat(sprintf("ridge point: %.1f FLOP/byte; a kernel of lower intensity is memory-bound at the peak\n", ridge))
+# attainable_s <- 0
+# for (kernel in step) {
+#   kernel_rate <- rate[[shape_of(kernel)]]
+#   attainable_s <- attainable_s + max(kernel$flops / kernel_rate, kernel$bytes / bandwidth[["median"]])
+#   side <- if (kernel$flops / kernel$bytes < ridge) "memory" else "compute"
+#   cat(sprintf("%-24s %6.1f GFLOP/s measured at its shape (%3.0f%% of peak); %s side of the ridge\n", kernel$name,
+#               kernel_rate / 1e9, 100 * kernel_rate / peak_flops, side))
+# }
+# adam_s <- adam_bytes / bandwidth[["median"]]
+# attainable_s <- attainable_s + adam_s
+# cat(sprintf("attainable step: %.3f ms (Adam's update %.3f ms of it) = %s samples/s; at the peak rate alone: %.3f ms\n",
+#             attainable_s * 1e3, adam_s * 1e3, comma(batch_size / attainable_s),
+#             batch_size * flops$total / peak_flops * 1e3))
+
+# %% magic_args="-w 8 -h 4.2 --units in -r 100" language="R"
+# # The roofline chart: the machine's two limits, and each kernel where its intensity and measured rate put it.
+# intensity <- 10^seq(-1, 3, length.out = 200)
+# roof <- pmin(peak_flops, intensity * bandwidth[["median"]]) / 1e9
+# kernel_names <- vapply(step, function(kernel) kernel$name, character(1))
+# kernel_intensity <- vapply(step, function(kernel) kernel$flops / kernel$bytes, numeric(1))
+# kernel_gflops <- vapply(step, function(kernel) rate[[shape_of(kernel)]] / 1e9, numeric(1))
+# marks <- list(col = rep(c("steelblue", "darkorange", "forestgreen", "firebrick", "purple", "brown", "orchid", "grey40"),
+#                         length.out = length(step)),
+#               pch = rep(c(15:18, 0:3), length.out = length(step)))
+# draw_roofline <- function() {
+#   old <- par(mar = c(4.5, 4.5, 3, 1))
+#   on.exit(par(old))
+#   plot(intensity, roof, type = "l", log = "xy", ylim = range(c(roof, kernel_gflops)),
+#        xlab = "arithmetic intensity (FLOP/byte)", ylab = "GFLOP/s",
+#        main = "Roofline of this CPU at the MLP's shapes (batch 64, float32)", cex.main = 0.9)
+#   points(kernel_intensity, kernel_gflops, pch = marks$pch, col = marks$col, cex = 1.2)
+#   abline(v = 12 * n_weights / adam_bytes, col = "orange", lty = 3)
+#   legend("topleft", kernel_names, pch = marks$pch, col = marks$col, cex = 0.65, bg = "white")
+#   legend("bottomright", c("roofline: min(peak, intensity x bandwidth)", "Adam's update (intensity)"),
+#          col = c("black", "orange"), lty = c(1, 3), cex = 0.7, bg = "white")
+# }
+# png("results/figures/08_speed_R_roofline.png", width = 8, height = 4.2, units = "in", res = 100)
+# draw_roofline()
+# invisible(dev.off())
+# draw_roofline()
+
+# %% [markdown]
+# **MFU** (model FLOPs utilization) is the share of the peak that a run's *useful* FLOPs reach:
+# samples/s times the model's FLOPs per sample, divided by the peak rate. It counts only the model's
+# matrix products, so the update, the overhead and the pipeline all lower it. The roofline's
+# attainable step, divided the same way, is what a step made of these kernels, each as fast as it ran
+# alone, would reach: an estimate, not a law. Each kernel timed alone pays for its own loop iteration
+# and for reading its result (for the smallest products, layer 3's, that is most of their time),
+# which a step fused by XLA does not, and the update's state (a few MB) may sit in the caches, faster
+# than the triad's main memory; so a fused rung can come out above it. The peak is this CPU's measured
+# rate on large products, not the vendor's nominal peak.
+
+# %% language="R"
+# # Each rung's MFU against the measured peak, beside the roofline's attainable share.
+# attainable_mfu <- batch_size / attainable_s * flops$total / peak_flops
+# mfu <- speed[names(runs)] * flops$total / peak_flops
+# for (name in names(runs)) cat(sprintf("%-34s MFU %4.1f%%\n", name, 100 * mfu[[name]]))
+# cat(sprintf("%-34s MFU %4.1f%%\n", "attainable (roofline)", 100 * attainable_mfu))
+
+# %% [markdown]
+# **Predict, then run.** Can any rung reach an MFU of 100%? If one did, what would that say about
+# the FLOP count or the peak? How close to the attainable estimate does the fastest rung come?
+# Decide, then run the cell.
+
+# %% language="R"
+# # The fastest rung against the attainable estimate (printed, not asserted: on a busy machine the peak and
+# # the rates measured alone move more than training does).
+# fastest <- names(which.max(mfu))
+# cat(sprintf("the fastest rung, %s, reaches %.0f%% of the attainable estimate\n", fastest,
+#             100 * mfu[[fastest]] / attainable_mfu))
+
+# %% [markdown]
+# Now the bfloat16 limit. The same product at the first layer's shape, and a large one, in float32
+# and bfloat16, with TensorFlow's kernel (what the loop without XLA runs) and with XLA's (what the
+# `+ XLA` rungs run):
+
+# %% language="R"
+# # The largest kernel's shape and a large product, float32 and bfloat16, TensorFlow's kernel and XLA's.
+# for (shape in list(c(batch_size, 784L, 256L), c(1024L, 1024L, 1024L))) {
+#   rates <- c()
+#   for (dtype in c("float32", "bfloat16")) {
+#     for (jit in c(FALSE, TRUE)) {
+#       value <- kd_speed$gemm_flops_per_s(shape[1], shape[2], shape[3], dtype = dtype, jit_compile = jit,
+#                                          products = 10L)[[1]]
+#       rates <- c(rates, sprintf("%s %s %s GFLOP/s", dtype, if (jit) "XLA" else "TensorFlow", comma(value / 1e9)))
+#     }
+#   }
+#   cat(sprintf("%d x %d @ %d x %d: %s\n", shape[1], shape[2], shape[2], shape[3], paste(rates, collapse = ", ")))
 # }
 
 # %% [markdown]
-# **Predict, then run.** Can any setting exceed 100% of the limit? What would that say about the
-# FLOP count or the measurement? (The check allows a quarter for other programs slowing the matmul
-# measurement on a shared machine.)
-
-# %% language="R"
-# # Check: no setting beats the machine's limit, and the fastest uses more of it than the guide's fit.
-# stopifnot(all(share < 1.25), share[["loop + XLA"]] > share[["fit (guide)"]])
-# best <- names(which.max(speed))
-# cat(sprintf("fastest setting: %s, %.1fx the guide's fit, %.0f%% of its limit\n", best,
-#             speed[[best]] / speed[["fit (guide)"]], 100 * share[[best]]))
-
-# %% [markdown]
-# The fastest setting uses a good deal more of the limit than the guide's code, but not all of it:
-# the FLOP count leaves out the optimizer's update, element-wise ops and memory traffic, and a batch
-# of 64 makes small matrix products. A larger batch moves a step towards the limit (exercise 1).
+# Compare the four rates of each row. Where the CPU has bfloat16 instructions, TensorFlow's kernel
+# (oneDNN) uses them; whether XLA's kernel for this CPU does is what the row shows. A bfloat16 rate
+# measured with one kernel does not bound a run that uses another: judge the `+ XLA, bfloat16` rung
+# against XLA's bfloat16 rate. A bfloat16 step also does work a float32 step does not: every float32
+# weight is cast to bfloat16 each step and every gradient back, and element-wise ops convert on the
+# way. Where the products gain little, those casts can make the bfloat16 rungs slower than float32,
+# as the mixed-precision table above shows on some CPUs.
 
 # %% [markdown]
 # ## What carries over to GPUs
 #
-# No GPU was measured for this course; this section reasons from the measurements above and lesson
-# 3's **cost model** (assumptions, not measurements). Per-call overhead and unfused small ops matter
-# even more on a GPU (a kernel launch per op), so `steps_per_execution` and XLA carry over, and
-# Keras already turns `jit_compile = "auto"` on when a GPU is present. Tensor cores run float16 and
-# (recent ones) bfloat16: use `mixed_float16` with loss scaling or `mixed_bfloat16`. Under a mixed
-# policy the weights, and so the gradients that replicas all-reduce, stay float32 (checked below);
-# faster compute leaves the all-reduce as it is, so the speed-up from more devices drops.
+# No GPU was measured for this course, so this section reasons from the measurements above and from
+# lesson 3's **cost model** (assumptions, not measurements).
+#
+# - **Per-call overhead matters more on a GPU.** Each op is a kernel launch of a few microseconds,
+#   and a step of this MLP on a GPU is short; `steps_per_execution` and XLA's fusion carry over.
+#   Keras does **not** turn XLA on for the guide's code there: `jit_compile = "auto"` is off for any
+#   model built under a `tf.distribute` strategy (the source printed above). Pass
+#   `jit_compile = TRUE` yourself, and check the accuracy.
+# - **Mixed precision changes types.** GPUs' tensor cores run float16 and (recent ones) bfloat16;
+#   use `mixed_float16` with loss scaling (keras3's `fit()` adds it; kerasdist's loop calls
+#   `optimizer.scale_loss`), or `mixed_bfloat16` where supported. The CPU's ratios say nothing about
+#   a GPU's.
+# - **Gradients stay float32.** Under a mixed policy the weights are float32, so their gradients are
+#   too: the all-reduce between replicas moves as many bytes as before (checked below).
+# - **Compute shrinks, communication does not.** In lesson 3's model a step on N devices takes
+#   `compute / N + all-reduce(N) + input`, with no overlap: Keras and kerasdist all-reduce in
+#   `apply_gradients`, after the whole backward pass (PyTorch's DDP and XLA's asynchronous
+#   collectives overlap the two, which hides part of the all-reduce). Anything that makes compute
+#   faster leaves the all-reduce as it is, so the speed-up from more devices drops.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Gradient dtypes under mixed_bfloat16, and lesson 3's cost model with its assumed parameters.
+# # Gradient bytes under mixed_bfloat16, and lesson 3's cost model with its assumed parameters: one device
+# # and 8 devices when one device's compute takes the assumed time, and half of it.
 # config_set_dtype_policy("mixed_bfloat16")
-# bfloat16_mlp <- build_mlp()
-# config_set_dtype_policy("float32")
-# with(tf$GradientTape() %as% tape, {
-#   bfloat16_loss <- bfloat16_mlp$loss(y_steps[1, ], bfloat16_mlp(x_steps[1, , ], training = TRUE))
-# })
-# gradient_dtypes <- sort(unique(vapply(tape$gradient(bfloat16_loss, bfloat16_mlp$trainable_variables),
-#                                       function(g) g$dtype$name, character(1))))
-# gradient_bytes <- 4 * mlp$count_params()
-# cat(sprintf("gradients under mixed_bfloat16: ['%s'], %.2f MB per step\n", paste(gradient_dtypes, collapse = "', '"),
-#             gradient_bytes / 1e6))
+# tryCatch({
+#   bfloat16_mlp <- build_mlp()
+#   with(tf$GradientTape() %as% tape, {
+#     bfloat16_loss <- bfloat16_mlp$loss(y_one, bfloat16_mlp(x_one, training = TRUE))
+#   })
+#   gradients <- tape$gradient(bfloat16_loss, bfloat16_mlp$trainable_variables)
+#   gradient_dtypes <- sort(unique(vapply(gradients, function(g) g$dtype$name, character(1))))
+# }, finally = config_set_dtype_policy("float32"))
+# gradient_bytes <- sum(vapply(gradients, function(g) g$shape$num_elements() * g$dtype$size, numeric(1)))
+# cat(sprintf("gradients under mixed_bfloat16: [%s], %.2f MB per step\n",
+#             paste0("'", gradient_dtypes, "'", collapse = ", "), gradient_bytes / 1e6))
 # model_compute_s <- 1e-3             # lesson 3's assumptions: one global batch of 4096 on one GPU,
 # model_bandwidth_bytes_per_s <- 10e9  # a PCIe-class link,
 # model_latency_s <- 10e-6            # latency per hop of the ring,
 # model_input_s <- 0.1e-3             # input time not hidden by prefetching
-# step_time <- function(n, compute_s) {
-#   all_reduce <- if (n > 1) 2 * (n - 1) / n * gradient_bytes / model_bandwidth_bytes_per_s + 2 * (n - 1) * model_latency_s else 0
+# # Seconds per step on n devices (kerasdist.plots.step_time_model): compute / n + ring all-reduce + input.
+# step_time_model <- function(n, compute_s) {
+#   all_reduce <- 0
+#   if (n > 1) {
+#     all_reduce <- 2 * (n - 1) / n * gradient_bytes / model_bandwidth_bytes_per_s + 2 * (n - 1) * model_latency_s
+#   }
 #   compute_s / n + all_reduce + model_input_s
 # }
 # for (compute_s in c(model_compute_s, model_compute_s / 2)) {
 #   cat(sprintf("model, compute %.1f ms per step: 8 devices %.1fx as fast as 1\n", compute_s * 1e3,
-#               step_time(1, compute_s) / step_time(8, compute_s)))
+#               step_time_model(1, compute_s) / step_time_model(8, compute_s)))
 # }
+# cat(sprintf("model: halving the compute makes one device %.2fx as fast (the input time is not halved)\n",
+#             step_time_model(1, model_compute_s) / step_time_model(1, model_compute_s / 2)))
 
 # %% [markdown]
-# Halving the compute makes one device twice as fast but lowers what 8 devices add. The *reasons*
-# carry over from this CPU (overhead per call, unfused small ops, a FLOP limit a small batch does not
-# reach); the *numbers* do not: measure on your own GPUs, side by side, before you trust any ratio.
+# In the model, halving the compute (say, by mixed precision) speeds one device up by less than two
+# (the input term stays) and lowers what 8 devices add on top. What does carry over from this CPU are
+# the *reasons*: overhead per call, unfused small ops, a memory-bound optimizer update and a batch too
+# small to keep the matrix units busy. The *numbers* do not: measure them on your own GPUs, with the
+# same side-by-side method, before you trust any ratio.
 
 # %% [markdown]
 # ## Performance tips
 #
-# - **Measure the steady state, side by side, in one run**, and compare ratios, not absolute speeds.
-# - **Run many steps per call** (`steps_per_execution`, or a loop in one `tf_function()`), then try
-#   XLA; check the accuracy after the same epochs each time.
-# - **Compute the limit** from the layer shapes and the measured matmul throughput.
-# - **Use mixed precision where the hardware has it** and the matrix products dominate; keep the
-#   logits and loss in float32; with float16, scale the loss.
-# - **Time the parts alone** before optimizing one.
+# - **Measure the steady state, side by side, in one run**: skip the first epoch (tracing), report
+#   medians with their spread, and compare ratios, not absolute speeds from different runs or machines.
+#   Time with a clock that resolves well below a step (`Sys.time()` differences), not
+#   `system.time()`, which rounds to milliseconds.
+# - **Run many steps per call** (`steps_per_execution` in `fit()`, or a loop in one `tf_function()`),
+#   then try XLA (`jit_compile = TRUE`, which Keras does not choose for you under a strategy); check
+#   the accuracy after the same epochs each time.
+# - **Know the limit before optimizing**: the FLOPs and bytes of each kernel at your shapes, the
+#   rates your machine reaches at those shapes and its bandwidth; MFU against the attainable, not
+#   only against the peak, says whether to look at overhead, at memory traffic or at arithmetic.
+# - **Use mixed precision where the hardware and the kernel have it** and the matrix products dominate;
+#   keep the logits and the loss in float32; with float16, scale the loss.
+# - **Look at the input pipeline where it shares the hardware**: on a CPU it takes cores from the
+#   step; keep it cheap (shuffle indices, gather whole batches).
 
 # %% [markdown]
 # ## Summary
 #
-# - On one device the same model trained several times faster with many steps per call and XLA,
-#   with the same accuracy after the same epochs.
-# - One step's time splits into forward, backward, optimizer update and the host's overhead per
-#   call; at one step per call the overhead is a large share.
-# - FLOPs per sample from the layer shapes and the measured matmul throughput give the machine's
-#   limit; even the fastest setting reaches only part of it at batch 64.
-# - `mixed_bfloat16` needs no loss scaling; `mixed_float16` does, and `compile()` adds a
-#   `LossScaleOptimizer`. Gradients stay float32.
-# - On GPUs the reasons carry over, the numbers do not.
+# - On one device the same model trains at very different speeds with the same accuracy: many steps
+#   per call and XLA remove the work around the arithmetic, and a `lax.scan` epoch removes the host
+#   entirely; the printed ladder says how close each rung comes to it.
+# - One step's time splits into forward, backward (1.25 times the forward FLOPs here), optimizer
+#   update and the host's overhead per call; the update is memory-bound and made of many small ops,
+#   which XLA fuses.
+# - A roofline at the model's shapes (measured matrix-product rates, a triad's bandwidth) gives the
+#   attainable step; MFU against the peak and against the attainable says how much is left.
+# - `mixed_bfloat16` keeps float32's range and needs no loss scaling; `mixed_float16` (GPUs) needs
+#   it (`LossScaleOptimizer`, `optimizer$scale_loss()`). Gradients stay float32. A bfloat16 gain
+#   needs a kernel that uses the CPU's bfloat16 instructions.
+# - On GPUs the reasons carry over, the numbers do not; Keras leaves XLA off under a strategy, and
+#   faster compute leaves the all-reduce as the limit of scaling (lesson 3's model).
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Train loop + XLA in float32 and in `mixed_bfloat16` at a global batch of 1024. Does bfloat16
-#    pay now? What share of the limit does each reach?
+# 1. Train the loop + XLA rung in float32 and in `mixed_bfloat16` at a global batch of 1024. Does
+#    bfloat16 pay now? What MFU does each reach?
 #
 # <details><summary>Hint</summary>
 #
-# Set `batch_size <- 1024L` and call `train_with_kerasdist()` again; compare with `share`.
+# `speed_ladder$measure()` takes a `batch_size`; the MFU is samples/s times `flops$total` over
+# `peak_flops`. Adam at batch 1024 needs more epochs for the same accuracy.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
-# batch_size <- 1024L
 # for (precision in c("float32", "mixed_bfloat16")) {
-#   run <- train_with_kerasdist(TRUE, precision)
-#   cat(precision, round(run$speed), run$speed / limit[[if (precision == "float32") "float32" else "bfloat16"]],
-#       run$accuracy, "\n")
+#   run <- speed_ladder$measure("kerasdist loop + XLA", data_source, epochs, data = data, precision = precision,
+#                               batch_size = 1024L)
+#   rate <- steady_samples_per_s(run)
+#   cat(sprintf("%s %s samples/s MFU %.0f%% %.3f\n", precision, comma(rate), 100 * rate * flops$total / peak_flops,
+#               run$test_accuracy))
 # }
 # ```
-# Both run closer to their limits than at batch 64, and bfloat16 gains more once the products dominate.
+# Each product is 16 times larger while the overhead and the update per step stay the same, so both
+# reach a larger MFU; bfloat16 gains where XLA's kernel uses the CPU's bfloat16 instructions.
 # </details>
 #
-# 2. Time the whole step at 1, 5 and 50 steps per call.
+# 2. Time the whole step at 1, 5 and 50 steps per call. From how many steps per call on does the
+#    host's overhead stop mattering?
 #
 # <details><summary>Hint</summary>
 #
-# `steps_in_one_call(whole_step)` runs as many steps as batches you pass it: slice `x_steps[1:k, , ]`.
+# `steps_in_one_call(whole_step)` runs as many steps as batches you pass it: take the first `k` with
+# `py_get_item(x_steps, first(k))` (Python's `x_steps[:k]`), and time it with `time_calls()`.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
 # run <- steps_in_one_call(whole_step)
-# for (k in c(1L, 5L, 50L)) cat(k, best_seconds(run, x_steps[1:k, , ], y_steps[1:k, ]) / k * 1e3, "ms per step\n")
+# for (k in c(1L, 5L, 50L)) {
+#   timing <- time_calls(run, py_get_item(x_steps, first(k)), py_get_item(y_steps, first(k)))
+#   cat(sprintf("%d %.3f ms per step\n", k, timing[["median"]] / k * 1e3))
+# }
 # ```
-# The time per step falls quickly from 1 to 5 steps per call, and little after.
+# The time per step falls quickly from 1 to 5 steps per call and less after: the overhead is paid per
+# call, so at 5 steps per call each step carries a fifth of one call's overhead, at 50 a fiftieth.
+# (The call with one step is a one-iteration `tf_function()` loop, not the host's loop of the guide's
+# `fit()`.)
 # </details>
 #
-# 3. Compute the FLOPs per sample of a 784-1024-1024-10 MLP with `kerasdist$training_flops_per_sample()`.
+# 3. Measure a wider MLP (784-1024-1024-10): its FLOPs per sample, its kernels' arithmetic intensity,
+#    and its MFU with `fit()` with `steps_per_execution = 50, jit_compile = TRUE` for two epochs.
 #
 # <details><summary>Hint</summary>
 #
-# Build it with `keras_model_sequential(input_shape = 784)` and three `layer_dense()` calls.
+# Build it with `keras_model_sequential(input_shape = 784)` and three `layer_dense()` calls;
+# `kerasdist$training_flops_per_sample()` and `kd_speed$step_kernels()` read the kernels' shapes of
+# any model made of Dense layers; time the epochs with an R callback, as `fit_rung()` does.
 # </details>
 #
 # <details><summary>Solution</summary>
@@ -522,9 +866,22 @@ import keras  # noqa: F401
 # ```r
 # wide <- keras_model_sequential(input_shape = 784) |> layer_dense(1024, activation = "relu") |>
 #   layer_dense(1024, activation = "relu") |> layer_dense(10)
+# wide |> compile(loss = loss_sparse_categorical_crossentropy(from_logits = TRUE), optimizer = "adam",
+#                 steps_per_execution = steps_per_call, jit_compile = TRUE)
 # wide_flops <- kerasdist$training_flops_per_sample(wide)$total
-# cat(wide_flops, "FLOPs per sample, limit", round(matmul_float32 / wide_flops), "samples/s\n")
+# print(vapply(kd_speed$step_kernels(wide, batch_size), function(k) round(k$flops / k$bytes, 1), numeric(1)))
+# seconds <- c()
+# timer <- callback_lambda(
+#   on_epoch_begin = function(epoch, logs) started <<- Sys.time(),
+#   on_epoch_end = function(epoch, logs) seconds <<- c(seconds, as.numeric(difftime(Sys.time(), started, units = "secs")))
+# )
+# wide |> fit(data$x_train, data$y_train, batch_size = batch_size, epochs = 2, callbacks = list(timer), verbose = 0)
+# rate <- n_train / seconds[length(seconds)]
+# cat(sprintf("%s FLOPs per sample, MFU %.0f%%\n", comma(wide_flops), 100 * rate * wide_flops / peak_flops))
 # ```
+# Its products are larger and more intense, and they dominate its step, so it reaches a larger MFU
+# than the MLP at the same batch.
 # </details>
 #
-# Next: back to the [course map](../README.md).
+# Next: back to the [course map](../README.md), or lesson 3's
+# [cost model](03_convergence_R.ipynb) with your own GPU's numbers.

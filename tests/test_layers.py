@@ -15,11 +15,12 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS = {
-    "base": ["kerasdist", "errors", "startup", "checks", "files", "locking", "interrupt"],
+    "base": ["kerasdist", "errors", "startup", "checks", "files", "locking", "interrupt", "run_state", "result"],
     "devices": ["devices", "strategy"],
     "data and model": ["data", "model"],
-    "training": ["options", "engines", "divergence", "callbacks", "checkpoint", "metrics_log", "loop", "train"],
-    "experiments": ["compare", "comparison_files", "plots", "speed", "jax_distribution"],
+    "training": ["options", "engines", "divergence", "callbacks", "checkpoint", "metrics_log", "loop", "train",
+                 "jax_checkpoint", "jax_engine", "backends"],
+    "experiments": ["compare", "comparison_files", "plots", "speed", "speed_ladder", "jax_distribution"],
     "cluster": ["cluster", "cluster.config", "cluster.ports", "cluster.peers", "cluster.watchdog_process",
                 "cluster.watchdog", "cluster.launcher", "cluster.roles", "cluster.slurm"],
     "doctor": ["doctor", "doctor.checks", "doctor.probes", "doctor.probe_host", "doctor.report"],

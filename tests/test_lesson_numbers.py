@@ -33,9 +33,9 @@ from test_notebooks import NOTEBOOKS, all_notebooks, ids, is_keras3_twin, load, 
 # A number glued to a unit ("32ms/step", "2s") is a timing of Keras' progress bar, not a figure.
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)((?:\.\d+)*)(?:[eE][-+]?\d+)?(?!\w)")
 # A timing as lessons print it: a number with a unit of time or throughput ("1.14 s/epoch", "47 ms per
-# training step", "818 samples/s", "in 6.5 s"), a list of them ("default 9309, mirrored 3816 samples/s")
+# training step", "818 samples/s", "in 6.5 s"; rates measured on the machine, "16.0 GFLOP/s"), a list of them ("default 9309, mirrored 3816 samples/s")
 # or a speed-up ("x1.4 faster", "30% less time").
-TIME_UNIT = r"(?:s/epoch|samples/s|ms/step|ms|s|seconds?)(?![\w/])"
+TIME_UNIT = r"(?:s/epoch|samples/s|ms/step|ms|s|seconds?|GFLOP/s|GB/s)(?![\w/])"
 NAMED = r"[A-Za-z_]\w* [\d.,]+"
 TIMING = re.compile(rf"(?:{NAMED}, )+{NAMED} ?{TIME_UNIT}|[\d.,]+ ?{TIME_UNIT}|\bx[\d.]+ faster|\d+% less time")
 RUN_TIMEOUT_S = 600

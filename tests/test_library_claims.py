@@ -376,3 +376,13 @@ def test_an_exception_in_fit_skips_the_callbacks_end_of_training():
         model.fit(tf.ones((40, 4)), tf.ones((40, 1)), batch_size=4, epochs=2, verbose=0,
                   callbacks=[recorder, _StopAt(epoch=0, batch=2)])
     assert ended == []
+
+
+def test_keras_on_jax_runs_steps_per_execution_as_a_python_loop_of_jitted_steps():
+    # Lesson 08: on JAX, steps_per_execution calls the jitted step once per step from Python (only the
+    # callbacks run less often); a whole epoch in one compiled call is left to the user (jax.lax.scan).
+    from keras.src.backend.jax.trainer import JAXTrainer
+
+    source = inspect.getsource(JAXTrainer._make_function)
+    assert "for _ in range(self.steps_per_execution - 1):" in source
+    assert "data = next(iterator)" in source and "step_function(state, data)" in source

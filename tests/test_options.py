@@ -112,8 +112,8 @@ def test_kd_compare_takes_run_comparisons_arguments_with_their_defaults():
 
 
 def test_the_recorded_options_are_keys_of_the_result_record():
-    from kerasdist.train import TrainingResult
+    from kerasdist.result import TrainingResult
 
     recorded = TrainingOptions(epochs=2, global_batch_size=32, seed=5).recorded()
-    assert recorded == {"epochs": 2, "global_batch_size": 32, "seed": 5}
+    assert recorded == {"epochs": 2, "global_batch_size": 32, "seed": 5, "backend": "tensorflow"}
     assert set(recorded) <= {field.name for field in dataclasses.fields(TrainingResult)}

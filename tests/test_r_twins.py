@@ -219,18 +219,27 @@ KEY_NUMBERS = {
     "08_speed": [
         ("data and classes", r"^(Data: .+ samples)$|^classes: (.+)$", None, 0),
         ("jit_compile='auto' of the guide's fit", r"^the guide's fit chose jit_compile=(\w+)", None, 0),
-        ("test accuracy after the same epochs, per setting",
-         r"^(fit \(guide\)|fit, 50 steps/call(?:, XLA)?|loop(?: \+ XLA)?)\s+[\d,]+ samples/s\s+[\d.]+x the guide's\s+"
+        ("test accuracy after the same epochs, per rung of the ladder",
+         r"^(fit \(guide\)|fit, 50 steps/call(?:, XLA)?|kerasdist loop(?: \+ XLA)?|Keras on JAX, fit, 50 steps/call|"
+         r"JAX lax\.scan epoch)\s+[\d,]+ samples/s\s+[\d.]+x the guide's\s+[\d.]+x the scan epoch\s+"
          r"test accuracy ([\d.]+)$", None, 0.01),
         ("test accuracy under mixed_bfloat16",
-         r"^(loop(?: \+ XLA)?, bfloat16)\s+[\d,]+ samples/s\s+test accuracy ([\d.]+)$", None, 0.01),
+         r"^(kerasdist loop(?: \+ XLA)?, bfloat16)\s+[\d,]+ samples/s\s+test accuracy ([\d.]+)$", None, 0.01),
         ("bfloat16 instructions", r"^this CPU (has bfloat16 instructions: .+|lacks bfloat16 instructions.*)$", None, 0),
         ("a small gradient in float16 and bfloat16", rf"^a gradient of {NUMBER} in (\w+): {NUMBER}$", None, 0),
         ("mixed_float16: dtypes and LossScaleOptimizer", r"^under mixed_float16: (.+)$", None, 0),
+        ("ops in one step's graph", r"^ops in one step's graph: (.+)$", None, 0),
         ("FLOPs per layer", r"^Dense\s+(\d+) x\s+(\d+):\s+([\d,]+) FLOPs forward per sample$", None, 0),
         ("training FLOPs per sample", r"^training FLOPs per sample: (.+)$", None, 0),
+        ("one step's matrix products: shapes, FLOPs, bytes, intensity",
+         r"^(layer \d[\w ]+?)\s+\(\s*(\d+) x\s*(\d+)\) @ \(\s*(\d+) x\s*(\d+)\):\s+([\d.]+) MFLOP, ([\d.]+) MB,"
+         r"\s+([\d.]+) FLOP/byte$", None, 0),
+        ("Adam's update: bytes, weights, intensity",
+         r"^Adam's update, fused: ([\d.]+) MB for ([\d,]+) weights, ([\d.]+) FLOP/byte", None, 0),
         ("gradients under mixed_bfloat16", r"^gradients under mixed_bfloat16: (\[.+\]), ([\d.]+) MB per step$", None, 0),
         ("cost model", r"^model, compute ([\d.]+) ms per step: 8 devices ([\d.]+)x as fast as 1$", None, 0),
+        ("cost model: halving the compute on one device",
+         r"^model: halving the compute makes one device ([\d.]+)x as fast", None, 0),
     ],
 }
 

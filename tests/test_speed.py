@@ -1,12 +1,14 @@
-"""Tests for kerasdist/speed.py (the machine's limit) and training under a mixed-precision policy."""
+"""Tests for kerasdist/speed.py (the machine's limits: FLOPs, bytes, rates, timings) and training under a
+mixed-precision policy."""
 
 import math
+import time
 
 import keras
 import pytest
 
 import kerasdist
-from kerasdist import model
+from kerasdist import model, speed
 
 
 def test_training_flops_per_sample_counts_each_dense_kernel_forward_and_backward():
@@ -27,6 +29,35 @@ def test_cpu_bfloat16_instructions_are_read_from_the_flags_line(tmp_path):
     cpuinfo.write_text("flags\t\t: fpu sse2 avx2\n")
     assert kerasdist.cpu_bfloat16_instructions(cpuinfo) == ()
     assert kerasdist.cpu_bfloat16_instructions(tmp_path / "missing") == ()
+
+
+def test_step_kernels_are_the_training_flops_of_a_batch_with_each_operands_bytes():
+    mlp = model.build_model()
+    kernels = speed.step_kernels(mlp, 64)
+    assert sum(kernel["flops"] for kernel in kernels) == 64 * kerasdist.training_flops_per_sample(mlp)["total"]
+    first = kernels[0]
+    assert (first["name"], first["m"], first["k"], first["n"]) == ("layer 1 forward", 64, 784, 256)
+    assert first["bytes"] == 4 * (64 * 784 + 784 * 256 + 64 * 256)
+    # Forward and kernel gradient for each of the 3 layers, an input gradient for all but the first.
+    assert "layer 1 input gradient" not in [kernel["name"] for kernel in kernels] and len(kernels) == 8
+
+
+def test_time_calls_reports_the_median_inside_its_spread():
+    delays = iter([0.0] + [0.001 * (index % 5 + 1) for index in range(11)])
+    timing = speed.time_calls(lambda: time.sleep(next(delays)), rounds=11)
+    assert timing.low <= timing.median <= timing.high
+    assert 0.002 < timing.median < 0.05 and timing.high - timing.low >= 0.001
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_gemm_rate_at_a_shape_is_a_finite_rate_with_its_spread(jit_compile):
+    median, low, high = speed.gemm_flops_per_s(16, 32, 8, jit_compile=jit_compile, products=4, rounds=3)
+    assert math.isfinite(median) and 1e6 < low <= median <= high
+
+
+def test_memory_bandwidth_is_a_rate_of_gigabytes():
+    median, low, high = speed.memory_bytes_per_s(megabytes=16, rounds=3)
+    assert 1e8 < low <= median <= high
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -8,6 +8,7 @@ TensorFlow's ``SlurmClusterResolver`` turns them into host:port addresses
 
 import os
 import shlex
+import subprocess
 
 from kerasdist.cluster.config import ClusterTask
 from kerasdist.cluster.ports import check_port_free
@@ -82,6 +83,37 @@ def slurm_task(port_base=None, environ=None):
             "node) is already in use; pass another --slurm-port-base"
         ) from None
     return task
+
+
+def slurm_process(port_base=None, environ=None, timeout_s=30):
+    """``(coordinator "host:port", process count, process index)`` of this task, for the JAX engine.
+
+    The coordinator is the first node of the step (as ``scontrol show
+    hostnames`` expands ``SLURM_STEP_NODELIST``) at the job's port base; the
+    count and index are ``SLURM_STEP_NUM_TASKS`` and ``SLURM_PROCID``. No
+    TensorFlow is loaded.
+
+    Raises:
+        KerasdistError: outside a Slurm step, or if scontrol cannot expand the node list in ``timeout_s``.
+
+    Example:
+        >>> slurm_process(environ={"SLURM_JOB_ID": "4242", "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2",
+        ...     "SLURM_STEP_NODELIST": "node01", "SLURM_STEP_TASKS_PER_NODE": "2"})  # doctest: +SKIP
+        ('node01:15128', 2, 1)
+    """
+    environ = os.environ if environ is None else environ
+    _, port_base, num_tasks = _checked_step(environ, port_base)
+    nodelist = environ["SLURM_STEP_NODELIST"]
+    try:
+        hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                               timeout=timeout_s, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError) as error:
+        raise KerasdistError(
+            f"scontrol cannot expand the Slurm node list ({type(error).__name__}). "
+            f"Received: SLURM_STEP_NODELIST={nodelist}; run under srun on a Slurm node") from None
+    if not hosts:
+        raise KerasdistError(f"the Slurm node list names no host. Received: SLURM_STEP_NODELIST={nodelist}")
+    return f"{hosts[0]}:{port_base}", num_tasks, _integer(environ, "SLURM_PROCID")
 
 
 def _checked_step(environ, port_base):

@@ -25,6 +25,7 @@
 #' @param warmup_epochs Warm-up length for `"fixed_per_replica"`.
 #' @param engine `"fit"` or `"loop"`.
 #' @param verbose 0 silent; 1 a progress bar across runs.
+#' @param backend `"tensorflow"` or `"jax"` (see [kd_train()]).
 #' @returns A tidy data.frame (class `kd_comparison`), one row per run, level,
 #'   index and metric, with columns `run` (e.g. `"fixed_global/2"`), `mode`,
 #'   `replicas`, `global_batch_size`, `level` (`"step"` or `"epoch"`),
@@ -50,7 +51,7 @@
 #' }
 kd_compare <- function(replicas = c(1, 2), epochs = 3, global_batch_size = 64, data = "auto",
                        seed = 0, out_dir = NULL, modes = "fixed_global", learning_rate = 1e-3,
-                       warmup_epochs = 1, engine = "fit", verbose = 1) {
+                       warmup_epochs = 1, engine = "fit", verbose = 1, backend = "tensorflow") {
   args <- list(
     replicas = as_counts(replicas, "replicas"),
     epochs = as_count(epochs, "epochs"),
@@ -62,7 +63,8 @@ kd_compare <- function(replicas = c(1, 2), epochs = 3, global_batch_size = 64, d
     learning_rate = as_number(learning_rate, "learning_rate"),
     warmup_epochs = as_number(warmup_epochs, "warmup_epochs"),
     engine = as_string(engine, "engine"),
-    verbose = as_verbose(verbose)
+    verbose = as_verbose(verbose),
+    backend = as_string(backend, "backend")
   )
   collect_python_garbage()
   comparison <- kd_call(do.call(kd_module()$run_comparison, args))

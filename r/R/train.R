@@ -25,7 +25,12 @@
 #' @param data `"auto"`, `"keras"`, `"sample"`, `"fashion"`, the path of an `.npz` file, or
 #'   a [kd_mnist()] result.
 #' @param seed Seeds the weights, the validation split and the data order.
-#' @param engine `"fit"` (Keras `fit()`) or `"loop"` (kerasdist's own loop).
+#' @param backend `"tensorflow"` (`tf.distribute`) or `"jax"` (Keras'
+#'   `keras.distribution` on JAX devices). Keras takes its backend once per R
+#'   session, when it first loads: choose it in the session's first call (or
+#'   start a new session to switch).
+#' @param engine `"fit"` (Keras `fit()`) or `"loop"` (kerasdist's own loop,
+#'   TensorFlow only).
 #' @param strategy Strategy name (see [kd_strategy()]); `NULL`: `"mirrored"`
 #'   for several replicas, else `"default"`.
 #' @param learning_rate Adam's learning rate for one replica.
@@ -45,7 +50,7 @@
 #'   so far in `checkpoint_dir`, resumed epochs included: `epoch` (1-based),
 #'   `global_step`, `loss`, `sparse_categorical_accuracy`, `val_loss`,
 #'   `val_sparse_categorical_accuracy`, `wall_time_s`, `samples_per_s`.
-#'   Attributes: `replicas`, `strategy`, `engine`, `epochs` (the target),
+#'   Attributes: `replicas`, `backend`, `strategy`, `engine`, `epochs` (the target),
 #'   `initial_epoch` (epochs done before this call), `epochs_run` (epochs
 #'   this call trained), `wall_time_s`, `samples_per_s` (`NA` if nothing was
 #'   trained), `test` (named numeric: `loss`, `accuracy`), `data_source`
@@ -69,7 +74,7 @@
 #' }
 #' }
 kd_train <- function(replicas = 1, epochs = 3, global_batch_size = 64, checkpoint_dir = NULL,
-                     data = "auto", seed = 0, engine = "fit", strategy = NULL,
+                     data = "auto", seed = 0, backend = "tensorflow", engine = "fit", strategy = NULL,
                      learning_rate = 1e-3, scale_learning_rate = FALSE, warmup_epochs = 0,
                      jit_compile = FALSE, save_every_steps = NULL, log_every_steps = NULL,
                      steps_per_execution = 50, deterministic = TRUE, verbose = 2) {
@@ -80,6 +85,7 @@ kd_train <- function(replicas = 1, epochs = 3, global_batch_size = 64, checkpoin
     checkpoint_dir = as_path(checkpoint_dir, "checkpoint_dir", null_ok = TRUE),
     data = as_data(data),
     seed = as_count(seed, "seed"),
+    backend = as_string(backend, "backend"),
     engine = as_string(engine, "engine"),
     strategy = as_string(strategy, "strategy", null_ok = TRUE),
     learning_rate = as_number(learning_rate, "learning_rate"),
@@ -107,6 +113,7 @@ training_frame <- function(record, model = NULL) {
     history,
     class = c("kd_training", "data.frame"),
     replicas = as.integer(record$replicas),
+    backend = record$backend,
     strategy = record$strategy,
     engine = record$engine,
     epochs = as.integer(record$epochs),
