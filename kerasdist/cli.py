@@ -153,6 +153,9 @@ def _add_slurm_script(script):
          "global_batch_size": {"help": "(default 64)"}, "seed": {"help": None}, "checkpoint_dir": {
              "default": "checkpoints",
              "help": "on a filesystem every node sees (default checkpoints, beside the script)"}})
+    TrainingOptions.add_arguments(script, ["backend", "save_every_steps"])
+    script.add_argument("--requeue", action="store_true",
+                        help="let Slurm requeue the job after a preemption or node failure; it resumes")
     script.add_argument("--kerasdist", default="kerasdist",
                         help="how the nodes run kerasdist (default kerasdist; e.g. ~/venv/bin/kerasdist)")
 
@@ -363,6 +366,7 @@ def run_slurm_script(args):
         cpus_per_task=args.cpus_per_task, time_limit=args.time, job_name=args.job_name,
         partition=args.partition, epochs=args.epochs, global_batch_size=args.global_batch_size,
         data=args.data, seed=args.seed, checkpoint_dir=args.checkpoint_dir, kerasdist=args.kerasdist,
+        backend=args.backend, requeue=args.requeue, save_every_steps=args.save_every_steps,
     ), end="")
 
 

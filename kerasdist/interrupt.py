@@ -72,8 +72,10 @@ def rearm():
     """Install the stop request again for SIGINT and SIGTERM, inside ``stop_on_signals`` only.
 
     TensorFlow's runtime takes SIGTERM over at the C level when a multi-worker
-    cluster starts (its preemption notifier), so the worker would train on
-    through ``scancel`` or a job's time limit; call this after the strategy exists.
+    cluster starts (its preemption notifier), and JAX's when its distributed
+    runtime starts, so the worker would train on through ``scancel``, a
+    requeue or a job's time limit; call this after the strategy (or JAX's
+    ``initialize``) exists.
 
     Example:
         >>> rearm()  # outside stop_on_signals: changes nothing

@@ -32,6 +32,7 @@ import sys
 import time
 
 from kerasdist import data as data_module
+from kerasdist import interrupt
 from kerasdist.errors import KerasdistError
 from kerasdist.run_state import RunPosition
 
@@ -102,6 +103,7 @@ def run_training(options, process=None):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # all-reduce between CPU processes
         keras.distribution.initialize(job_addresses=process.coordinator, num_processes=process.count,
                                       process_id=process.index)
+        interrupt.rearm()  # JAX's distributed runtime has just taken SIGTERM over (its preemption notifier)
     mnist = _data(options)
     if options.deterministic:
         keras.utils.set_random_seed(options.seed)

@@ -355,3 +355,53 @@ def test_srun_trains_identical_weights_and_a_dependent_sbatch_job_resumes(local_
     assert sorted(digests) == ["worker 0", "worker 1"] and len(set(digests.values())) == 1, output[-3000:]
     assert digests["worker 0"] != records[0]["weights_sha256"]  # it trained on
     assert tf.train.latest_checkpoint(checkpoints).endswith(f"ckpt-{3 * 52}")
+
+
+def _job_state(local_slurm, job):
+    return re.search(r"JobState=(\w+)", local_slurm.run("scontrol", "--oneliner", "show", "job", job).stdout)
+
+
+def _wait_for(condition, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"waited {timeout_s} s for {what}")
+
+
+# The JAX engine under the same Slurm: 2 tasks train in one srun step; then a job of the sbatch script
+# (--requeue) is requeued mid-training, as a preemption would, and resumes to the same weights.
+@pytest.mark.slow
+def test_jax_tasks_train_identical_weights_and_a_requeued_job_resumes_to_them(local_slurm, tmp_path):
+    uninterrupted = tmp_path / "uninterrupted"
+    uninterrupted.mkdir()
+    # Small batches: many short steps, so that the requeue below lands mid-training.
+    _, outputs = _srun_workers(local_slurm, uninterrupted, "--backend", "jax", "--cluster", "slurm",
+                               "--epochs", 3, "--global-batch-size", 16)
+    records = {task: last_json_line(output) for task, output in outputs.items()}
+    assert [records[task]["backend"] for task in (0, 1)] == ["jax", "jax"]
+    assert records[0]["weights_sha256"] == records[1]["weights_sha256"]
+    assert records[0]["checkpoint"].endswith(f"ckpt-{3 * 208}.npz")
+
+    preempted = tmp_path / "preempted"
+    script = subprocess.run(kerasdist_command(
+        "slurm-script", "--backend", "jax", "--requeue", "--save-every-steps", 5, "--job-name", "kdjax",
+        "--time", "00:20:00", "--data", "sample", "--epochs", 3, "--global-batch-size", 16,
+        "--checkpoint-dir", preempted / "checkpoints",
+        "--kerasdist", shlex.join(kerasdist_command())), capture_output=True, text=True, timeout=120, check=True)
+    (tmp_path / "jax.sbatch").write_text(script.stdout)
+    job = local_slurm.run("sbatch", "--parsable", tmp_path / "jax.sbatch", cwd=tmp_path).stdout.strip()
+    log = preempted / "checkpoints" / "metrics.jsonl"
+    _wait_for(lambda: log.exists() and '"global_step": 10' in log.read_text(), 300, "step 10 of the job")
+    requeued = local_slurm.run("scontrol", "requeue", job)
+    started = time.monotonic()
+    assert requeued.returncode == 0, requeued.stderr
+    _wait_for(lambda: _job_state(local_slurm, job) and _job_state(local_slurm, job).group(1) in (
+        "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 600, f"the requeued job {job} to end")
+    output = (tmp_path / f"kdjax-{job}.out").read_text()
+    assert _job_state(local_slurm, job).group(1) == "COMPLETED", output[-3000:]
+    assert "Resuming from" in output and "epoch 1, step" in output, output[-3000:]
+    print(f"requeued job resumed and ended in {time.monotonic() - started:.0f} s")
+    digests = _digests(output)
+    assert set(digests.values()) == {records[0]["weights_sha256"]}, output[-3000:]

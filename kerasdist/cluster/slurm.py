@@ -188,7 +188,8 @@ def _check_task_host(task, environ):
 
 def sbatch_script(nodes=1, tasks_per_node=2, gpus_per_task=0, cpus_per_task=1, time_limit="00:30:00",
                   job_name="kerasdist", partition=None, epochs=3, global_batch_size=64, data="auto", seed=0,
-                  checkpoint_dir="checkpoints", kerasdist="kerasdist", extra_arguments=()):
+                  checkpoint_dir="checkpoints", kerasdist="kerasdist", extra_arguments=(),
+                  backend="tensorflow", requeue=False, save_every_steps=None):
     """A commented ``sbatch`` script that trains with one ``kerasdist worker`` per Slurm task.
 
     Args:
@@ -201,6 +202,10 @@ def sbatch_script(nodes=1, tasks_per_node=2, gpus_per_task=0, cpus_per_task=1, t
         checkpoint_dir: where the chief writes checkpoints (on a filesystem every node sees).
         kerasdist: the command that runs kerasdist on the nodes.
         extra_arguments: more ``kerasdist worker`` options, e.g. ``["--collective-timeout-s", "60"]``.
+        backend: "tensorflow" (MultiWorkerMirroredStrategy and kerasdist's loop) or "jax"
+            (``keras.distribution`` and ``fit()``, one JAX process per task).
+        requeue: let Slurm requeue the job after a preemption or node failure; it resumes.
+        save_every_steps: also checkpoint every N steps, so a preempted job loses at most N steps.
 
     Returns:
         The script text.
@@ -228,11 +233,23 @@ def sbatch_script(nodes=1, tasks_per_node=2, gpus_per_task=0, cpus_per_task=1, t
         partition_line = "##SBATCH --partition=NAME  # your cluster's"
     worker = [*shlex.split(kerasdist), "worker", "--cluster", "slurm", "--epochs", str(epochs),
               "--global-batch-size", str(global_batch_size), "--data", data, "--seed", str(seed),
+              *(["--backend", backend] if backend != "tensorflow" else []),
+              *(["--save-every-steps", str(save_every_steps)] if save_every_steps else []),
               *map(str, extra_arguments)]
+    engine = ("JAX processes under keras.distribution's DataParallel, one per Slurm task\n# "
+              f"({workers} here); process 0 coordinates and writes the checkpoints."
+              if backend == "jax" else
+              f"MultiWorkerMirroredStrategy, one worker per Slurm task ({workers} here); task 0 is the "
+              "chief.")
+    requeue_lines = ""
+    if requeue:
+        requeue_lines = ("#SBATCH --requeue                  # preempted or its node failed: Slurm queues it "
+                         "again, and it resumes\n#SBATCH --open-mode=append         # a requeued run adds "
+                         "to the same output file\n")
     command = shlex.join(worker) + ' --checkpoint-dir "$CHECKPOINT_DIR"'
     return f"""#!/bin/bash
 # kerasdist on Slurm: synchronous data-parallel training of the MNIST MLP with
-# MultiWorkerMirroredStrategy, one worker per Slurm task ({workers} here); task 0 is the chief.
+# {engine}
 # Edit the #SBATCH lines for your cluster (partition, account, time), then submit:
 #   sbatch THIS_FILE
 #SBATCH --job-name={job_name}
@@ -241,7 +258,7 @@ def sbatch_script(nodes=1, tasks_per_node=2, gpus_per_task=0, cpus_per_task=1, t
 #SBATCH --cpus-per-task={cpus_per_task}
 {gpu_line}#SBATCH --time={time_limit}
 #SBATCH --output=%x-%j.out         # JOB_NAME-JOBID.out in the directory you submit from
-{partition_line}
+{requeue_lines}{partition_line}
 set -euo pipefail
 
 # Load the environment kerasdist is installed in, e.g.:
