@@ -52,3 +52,35 @@ test_that("range errors come from Python as R errors with its message", {
   expect_error(kd_train(engine = "nope", data = "sample"), "engine must be one of auto, fit, loop",
                class = "kerasdist_error")
 })
+
+test_that("kd_train(backend = 'jax') trains on JAX devices and resumes, in an R session of its own", {
+  skip_if_no_kerasdist()
+  # Keras takes its backend once per session: this test's R session is a new one.
+  checkpoints <- tempfile("kd-jax-")
+  withr::defer(unlink(checkpoints, recursive = TRUE))
+  script <- sprintf('
+    library(kerasdist)
+    first <- kd_train(backend = "jax", replicas = 2, epochs = 1, data = "sample", checkpoint_dir = "%1$s",
+                      verbose = 0)
+    second <- kd_train(backend = "jax", replicas = 2, epochs = 2, data = "sample", checkpoint_dir = "%1$s",
+                       verbose = 0)
+    other <- tryCatch(kd_train(backend = "tensorflow", epochs = 1, data = "sample", verbose = 0),
+                      kerasdist_error = conditionMessage)
+    cat(jsonlite::toJSON(list(backend = attr(second, "backend"), strategy = attr(second, "strategy"),
+                              replicas = attr(second, "replicas"), epochs = second$epoch,
+                              initial_epoch = attr(second, "initial_epoch"), first_loss = first$loss,
+                              second_loss = second$loss, accuracy = attr(second, "test")[["accuracy"]],
+                              other = other), auto_unbox = TRUE, digits = NA))', checkpoints)
+  run <- processx::run(file.path(R.home("bin"), "Rscript"), c("-e", script), error_on_status = FALSE,
+                       timeout = 600)
+  expect_identical(run$status, 0L, info = run$stderr)
+  result <- jsonlite::fromJSON(tail(strsplit(run$stdout, "\n")[[1]], 1))
+  expect_identical(result$backend, "jax")
+  expect_identical(result$strategy, "DataParallel")
+  expect_identical(result$replicas, 2L)
+  expect_identical(result$epochs, 1:2)
+  expect_identical(result$initial_epoch, 1L)
+  expect_identical(result$second_loss[[1]], result$first_loss[[1]])
+  expect_gt(result$accuracy, 0.8)
+  expect_match(result$other, "^Keras is already loaded on jax in this process")
+})
