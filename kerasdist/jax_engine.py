@@ -25,11 +25,15 @@ Example:
     >>> result = run_training(backend="jax", replicas=2, epochs=1, data="sample")  # doctest: +SKIP
 """
 
+import argparse
 import dataclasses
+import json
 import os
 import re
 import sys
 import time
+
+import numpy as np
 
 from kerasdist import data as data_module
 from kerasdist import interrupt
@@ -281,3 +285,35 @@ def run_worker(process, options):
         record["checkpoint"] = None  # process 0 writes them; its record names the checkpoint
     record.update(task=name, is_chief=process.index == 0, weights_sha256=digest)
     return record
+
+
+def all_reduce_check(process, timeout_s=30):
+    """Join ``process``'s cluster and gather every process's index with JAX's collectives; return their sum.
+
+    What ``kerasdist doctor`` runs in 2 local processes to see whether
+    multi-process training can work here (gloo between CPU processes).
+    """
+    import jax
+    from jax.experimental import multihost_utils
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(process.coordinator, process.count, process.index,
+                               initialization_timeout=int(timeout_s))
+    return int(np.sum(multihost_utils.process_allgather(np.array([process.index]))))
+
+
+def main(argv=None):
+    """``python -m kerasdist.jax_engine all-reduce COORDINATOR COUNT INDEX``: print the sum as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m kerasdist.jax_engine", description=main.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("all-reduce", help="one process of the doctor's collectives check")
+    check.add_argument("coordinator")
+    check.add_argument("count", type=int)
+    check.add_argument("index", type=int)
+    arguments = parser.parse_args(argv)
+    total = all_reduce_check(Process(arguments.coordinator, arguments.count, arguments.index))
+    print(json.dumps({"process": arguments.index, "sum": total}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

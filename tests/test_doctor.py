@@ -179,6 +179,10 @@ def test_doctor_command_prints_the_table_and_json_last():
     table = done.stdout.splitlines()
     assert table[0].split()[:2] == ["status", "check"]
     assert any(line.startswith("OK") and "Python" in line for line in table)
+    jax = {check["key"]: check for check in report["checks"]}
+    assert jax["jax"]["status"] == "OK" and jax["jax"]["found"].startswith(__import__("jax").__version__)
+    # Two real local JAX processes joined and all-reduced over gloo.
+    assert jax["jax_collectives"]["status"] == "OK", jax["jax_collectives"]
 
 
 def test_a_bad_probe_timeout_is_one_line_and_exit_2():

@@ -18,6 +18,7 @@ from kerasdist import data, engines
 
 OK, MISSING, BROKEN = "OK", "missing", "broken"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIVES = "JAX multi-process all-reduce"
 R_PACKAGES = ("reticulate", "keras3", "tfdatasets", "tensorflow", "kerasdist")
 INSTALL_R_TWIN_PACKAGES = """Rscript -e 'install.packages(c("keras3", "tfdatasets", "tensorflow"))'"""
 INSTALL_R = "sudo apt-get install --no-install-recommends r-base-core r-cran-reticulate"
@@ -97,15 +98,63 @@ def python_checks():
         Check("keras", "Keras", OK, keras.__version__, "all lessons (3.15+)"),
         Check("numpy", "NumPy", OK, numpy.__version__ + (" (NumPy 2)" if numpy_major >= 2 else ""),
               "all lessons"),
-        _jax_check(),
         _fashion_check(),
     ]
 
 
-def _jax_check():
-    jax = _version("jax")
-    return Check("jax", "JAX", OK if jax else MISSING, jax or "not installed", "07 (keras.distribution)",
-                 "" if jax else "make setup (the jax extra)")
+def jax_checks(timeout_s=60):
+    """The JAX engine: JAX's version and devices, and whether 2 local processes can all-reduce.
+
+    Both run in subprocesses (JAX fixes its devices when it starts), bounded by ``timeout_s``.
+    """
+    version = _version("jax")
+    needed_by = "07, --backend jax"
+    if not version:
+        missing = "make setup (the jax extra)"
+        return [Check("jax", "JAX", MISSING, "not installed", needed_by, missing),
+                Check("jax_collectives", COLLECTIVES, MISSING, "no JAX", needed_by, missing)]
+    code = "import jax, json; print(json.dumps([str(device) for device in jax.devices()]))"
+    try:
+        listed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=timeout_s)
+        devices = json.loads(listed.stdout.strip().splitlines()[-1])
+        found = f"{version}: {len(devices)} device(s), {', '.join(devices)}"
+        status = OK
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        found, status = f"{version}: listing its devices failed", BROKEN
+    return [Check("jax", "JAX", status, found, needed_by, "" if status == OK else "make setup"),
+            _jax_collectives_check(needed_by, timeout_s)]
+
+
+def _jax_collectives_check(needed_by, timeout_s):
+    from kerasdist.cluster.ports import free_ports
+
+    coordinator = f"127.0.0.1:{free_ports(1)[0]}"
+    environment = {name: value for name, value in os.environ.items() if name != "XLA_FLAGS"}
+    commands = [[sys.executable, "-m", "kerasdist.jax_engine", "all-reduce", coordinator, "2", str(index)]
+                for index in range(2)]
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=environment) for command in commands]
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=timeout_s))
+    except subprocess.TimeoutExpired:
+        late = f"2 local processes did not finish in {timeout_s:g} s"
+        return Check("jax_collectives", COLLECTIVES, BROKEN, late, needed_by, "kerasdist doctor --json")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    if all(process.returncode == 0 and '"sum": 1' in stdout
+           for process, (stdout, _) in zip(processes, outputs)):
+        return Check("jax_collectives", COLLECTIVES, OK,
+                     "2 local processes all-reduced (gloo)", needed_by)
+    failed = next((stderr for process, (_, stderr) in zip(processes, outputs) if process.returncode), "")
+    last = (failed.strip().splitlines() or ["no answer"])[-1][:160]
+    return Check("jax_collectives", COLLECTIVES, BROKEN, last, needed_by,
+                 "kerasdist doctor --json (then see the JAX error)")
 
 
 def _fashion_check():

@@ -43,7 +43,8 @@ def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
         probe_future = pool.submit(probes.run_probes, probe_timeout_s, probe_commands) if run_probes else None
         r_future = pool.submit(checks.r_packages_from_rscript)
         rpy2_future = pool.submit(checks.r_packages_from_rpy2)
-        rows = checks.python_checks() + checks.gpu_checks()
+        jax_future = pool.submit(checks.jax_checks, probe_timeout_s)
+        rows = checks.python_checks() + jax_future.result() + checks.gpu_checks()
         r_found = r_future.result()
         rows += checks.r_checks(r_found, rpy2_future.result())
         answers = probe_future.result() if probe_future else {}
