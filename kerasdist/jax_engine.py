@@ -54,11 +54,13 @@ class Process:
     index: int
 
 
-def import_keras_on_jax(devices=None):
-    """Keras on JAX in this process; with ``devices``, at least that many JAX devices on a CPU-only machine.
+def import_keras_on_jax(devices=None, check_devices=True):
+    """Keras on JAX in this process; with ``devices``, that many JAX devices on a CPU-only machine.
 
     Call it before anything imports JAX: JAX fixes its CPU device count when
     it starts. GPUs are used as they are (the flag only affects the CPU).
+    ``check_devices=False`` leaves JAX's backend unstarted (a process that
+    joins a cluster must call ``initialize`` first).
 
     Raises:
         KerasdistError: if Keras is loaded on another backend, or JAX already
@@ -73,7 +75,7 @@ def import_keras_on_jax(devices=None):
     import jax
     import keras
 
-    if devices and jax.local_device_count() < devices:
+    if devices and check_devices and jax.local_device_count() < devices:
         raise KerasdistError(
             f"JAX started in this process with {jax.local_device_count()} device(s) and keeps them. "
             f"Received: replicas={devices}; start a new process (JAX makes the CPU devices when it starts)"
@@ -100,7 +102,8 @@ def run_training(options, process=None):
         >>> run_training(options).test["accuracy"] > 0.8  # doctest: +SKIP
         True
     """
-    keras = import_keras_on_jax(options.replicas if process is None else None)
+    # Several processes: one CPU device each (or their GPUs).
+    keras = import_keras_on_jax(options.replicas, check_devices=process is None)
     import jax
 
     if process is not None:

@@ -227,6 +227,19 @@ import keras  # noqa: F401
 # - **Keras 3 on JAX**, with `keras.distribution`: there `fit()` trains in several processes
 #   (lesson 7).
 #
+# Which path for which need:
+#
+# | you need | take | with kerasdist |
+# |---|---|---|
+# | Keras `fit()` and its callbacks in several processes or on several machines | Keras 3 on JAX (`keras.distribution`) | `kerasdist launch --backend jax`; `srun kerasdist worker --backend jax`; `kd_train(backend = "jax")` in one process |
+# | `tf.distribute` itself: its strategies and collectives, what lessons 1-6 teach | a custom loop under `MultiWorkerMirroredStrategy` | `kerasdist launch` and `kerasdist worker` (the loop engine is their default) |
+# | an evaluator beside training, reading the chief's checkpoints | the TensorFlow path | `kerasdist launch --evaluator` (it reads TensorFlow checkpoints) |
+# | code written for Keras 2 | `tf_keras` with `TF_USE_LEGACY_KERAS=1` | none: kerasdist trains with Keras 3 |
+# | a Slurm job that survives preemption | either | `kerasdist slurm-script --requeue` (add `--backend jax` for JAX) |
+#
+# Both of kerasdist's paths resume exactly from their checkpoints, mid-epoch included; a
+# checkpoint folder belongs to the backend that wrote it, and the other refuses it.
+#
 # A custom training loop does not go through the trainer's reductions. The pattern, from the
 # TensorFlow guides:
 #

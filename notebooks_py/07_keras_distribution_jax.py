@@ -27,8 +27,10 @@
 #   devices (tensor parallelism), how to read where each weight lives, and where Adam's moments go;
 # - how to compare runs that should take the same steps: by their weights, since a per-step loss
 #   recovered from Keras' running mean is only as precise as that mean;
-# - `keras.distribution.initialize`: `fit()` in two processes that train as one, the multi-worker
-#   `fit()` that the TensorFlow backend cannot run today (lesson 5);
+# - beyond one machine: `keras.distribution.initialize` joins processes in which `fit()` trains as
+#   one, the multi-worker `fit()` that the TensorFlow backend cannot run today (lesson 5);
+#   kerasdist's JAX engine runs it (`kerasdist launch --backend jax`, or one process per Slurm task)
+#   with checkpoints that resume exactly;
 # - checkpoint and resume with `BackupAndRestore` on JAX (and `OrbaxCheckpoint`, which saves
 #   several processes' state; resuming from it is up to you), and a map from every tf.distribute idea of lessons 1-6 to its keras.distribution
 #   counterpart.
@@ -69,10 +71,11 @@
 # Keras reads `KERAS_BACKEND` once, when it is first imported, and JAX reads `XLA_FLAGS` once, when
 # it first starts its CPU client. Both are set here, before anything imports Keras or JAX. That is
 # also why this lesson runs kerasdist's TensorFlow work elsewhere: it needs Keras on the TensorFlow
-# backend (lessons 1-6), which cannot share a process with Keras on JAX. What this lesson needs from kerasdist (the data,
-# the TensorFlow run, the worker processes) it runs as `python -m kerasdist.jax_distribution`,
-# each command a process of its own. `KERASDIST_DATA` chooses the data: `auto` (the default)
-# takes full MNIST when available; the test suite sets it to `sample`.
+# backend (lessons 1-6), which cannot share a process with Keras on JAX: the TensorFlow run is a
+# command of its own (`python -m kerasdist.same_batches mirrored`), and so are the processes of
+# kerasdist's JAX engine (`kerasdist launch --backend jax`). kerasdist's data loader needs no
+# backend and runs here. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full MNIST
+# when available; the test suite sets it to `sample`.
 
 # %%
 # Choose the backend and the number of CPU devices first, before Keras or JAX is imported.
@@ -149,20 +152,16 @@ print("Keras names them:", devices)
 # Every run of this lesson starts from one set of initial weights, saved once to a
 # `.weights.h5` file (a backend-neutral format: the TensorFlow run loads the same file), and reads
 # the same training digits in the same order, batch after batch, with no shuffling. The digits come
-# from kerasdist's loader, run in its own process; it prints which source it used and how many
+# from kerasdist's loader (NumPy arrays, no backend); it prints which source it used and how many
 # samples each split holds.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Load the digits in a kerasdist process (TensorFlow stays out of this kernel) and read them back.
-data_file = os.path.join(workdir, "mnist.npz")
-loaded = subprocess.run(
-    [sys.executable, "-m", "kerasdist.jax_distribution", "data", data_file, "--data", DATA_SOURCE],
-    capture_output=True, text=True, timeout=WAIT_S,
-)
-print(loaded.stdout.strip() or loaded.stderr[-3000:])
-data = np.load(data_file)
-x_train, y_train = data["x_train"], data["y_train"]
+# Load the digits with kerasdist's loader: NumPy arrays, split with seed 0 as in every lesson.
+import kerasdist
+
+data = kerasdist.load_mnist(DATA_SOURCE, seed=0)
+x_train, y_train = data.x_train, data.y_train
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -290,7 +289,7 @@ for shard in kernel.value.addressable_shards:
 # TensorFlow's MirroredStrategy on the same batches, in a TensorFlow process.
 mirrored_weights_file = os.path.join(workdir, "mirrored_final.npz")
 mirrored_run = subprocess.run(
-    [sys.executable, "-m", "kerasdist.jax_distribution", "mirrored", "--arrays", arrays_file,
+    [sys.executable, "-m", "kerasdist.same_batches", "mirrored", "--arrays", arrays_file,
      "--weights", weights_file, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--replicas", str(NUM_DEVICES),
      "--save-weights", mirrored_weights_file],
     capture_output=True, text=True, timeout=WAIT_S,
@@ -430,7 +429,7 @@ for variable in sharded.optimizer.variables:
         print(f"{variable.path:30} {str(tuple(variable.shape)):11} {variable.value.sharding.spec}")
 
 # %% [markdown]
-# ## Several processes: keras.distribution.initialize
+# ## Beyond one machine: several processes, kerasdist's JAX engine, Slurm
 #
 # On several machines, each runs one process, and `keras.distribution.initialize(job_addresses=...,
 # num_processes=..., process_id=...)` joins them into one JAX cluster: process 0 serves as the
@@ -439,11 +438,13 @@ for variable in sharded.optimizer.variables:
 # one machine: this is the multi-worker `fit()` that the TensorFlow backend cannot run today
 # (keras-team/keras#20585, lesson 5).
 #
-# Here two processes on 127.0.0.1 play the two machines, one CPU device each. Three choices make
-# it work on a CPU:
+# kerasdist's JAX engine (`kerasdist/jax_engine.py`) trains the course's MLP this way, with the
+# checkpoints lessons 2 and 5 ask of the TensorFlow path: `kerasdist launch --backend jax
+# --workers 2` starts two processes on 127.0.0.1, which play two machines with one CPU device each.
+# Three choices make it work on a CPU:
 #
 # - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, the default of the
-#   installed JAX (`jax/_src/config.py`); the worker sets it explicitly
+#   installed JAX (`jax/_src/config.py`); the engine sets it explicitly
 #   (`jax.config.update("jax_cpu_collectives_implementation", "gloo")`) before `initialize`;
 # - each process feeds **its own share** of every global batch: with a global batch of 64 and two
 #   processes, process 0 passes the first 32 digits of each batch and process 1 the last 32, and
@@ -453,52 +454,76 @@ for variable in sharded.optimizer.variables:
 #   with "When using a multi-worker distribution with auto-sharding enabled, the data must be
 #   provided as a `tf.data.Dataset` instance" (`keras/src/trainers/data_adapters/__init__.py`).
 #
-# The worker is `kerasdist/jax_distribution.py` (`run_worker`); in short, each process runs:
+# In short, each process of the engine runs:
 #
 # ```python
 # jax.config.update("jax_cpu_collectives_implementation", "gloo")
 # keras.distribution.initialize(job_addresses="127.0.0.1:PORT", num_processes=2, process_id=p)
-# keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
-# model = ...  # the MLP from the same initial weights, compiled
-# model.fit(x[my_rows], y[my_rows], batch_size=64 // 2, shuffle=False)
+# keras.utils.set_random_seed(0)
+# with keras.distribution.DataParallel(devices=jax.devices(), auto_shard_dataset=False).scope():
+#     model = ...  # the course's MLP, compiled
+#     model.fit(x[my_rows], y[my_rows], batch_size=64 // 2, shuffle=False, callbacks=[...])
 # ```
 #
-# The launcher starts both processes and waits for them, with one deadline for both; if one fails
-# it stops the other and shows the tail of the failing one's stderr.
+# Process 0 writes the checkpoints (weights, Adam's state and the position, mid-epoch too) and the
+# metrics log; a rerun of the same command resumes from the newest checkpoint, in every process.
+# Its epoch 1 takes the digits in the order this lesson drew above (NumPy's permutation with seed
+# 0, `kerasdist.data.epoch_order`), and it seeds Keras with 0 before building the MLP, as this
+# lesson did for its initial weights: so it should take the steps of the one-device run.
 
 # %%
-# Two processes on 127.0.0.1 run fit() together; each prints its per-step losses and a digest of its weights.
-processes_weights_file = os.path.join(workdir, "processes_final.npz")  # process 0's final weights
+# kerasdist's JAX engine: two processes on 127.0.0.1 train one epoch together; process 0 checkpoints.
+engine_dir = os.path.join(workdir, "engine")
 launch = subprocess.run(
-    [sys.executable, "-m", "kerasdist.jax_distribution", "launch", "--processes", "2", "--arrays", arrays_file,
-     "--weights", weights_file, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--timeout-s", str(WAIT_S - 30),
-     "--save-weights", processes_weights_file],
+    [sys.executable, "-m", "kerasdist", "launch", "--backend", "jax", "--workers", "2", "--epochs", "1",
+     "--data", DATA_SOURCE, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--checkpoint-dir", engine_dir,
+     "--json"],
     capture_output=True, text=True, timeout=WAIT_S,
 )
 if launch.returncode:
-    print(launch.stderr[-3000:])
-workers = json.loads(launch.stdout.splitlines()[-1])
-for worker in workers:
-    print(f"process {worker['process']}: {worker['devices']} devices in the cluster, "
-          f"{len(worker['losses'])} steps, weights sha256 {worker['digest']}")
+    print(launch.stdout[-3000:])
+record = json.loads(launch.stdout.splitlines()[-1])
+print("\n".join(line for line in launch.stdout.splitlines() if "[launch]" in line or "sha256" in line))
 
 # %%
 # NBVAL_CHECK_OUTPUT
 # Both processes hold the same weights, and they took the steps of one device.
-digests = {worker["digest"] for worker in workers}
-processes_gap = max(np.max(np.abs(np.array(worker["losses"]) - one_device_losses)) for worker in workers)
-assert len(digests) == 1 and processes_gap < 1e-4
-print("identical weights in both processes:", len(digests) == 1)
-print("the one-device loss at every step:", processes_gap < 1e-4)
+logged_steps = np.array(record["steps"]["global_step"]) - 1
+processes_gap = float(np.max(np.abs(np.array(record["steps"]["batch_loss"]) - one_device_losses[logged_steps])))
+assert len({worker["weights_sha256"] for worker in record["workers"]}) == 1 and processes_gap < 1e-4
+print(f"backend {record['backend']}: {record['strategy']} over {record['replicas']} devices in "
+      f"{len(record['workers'])} processes")
+print("identical weights in both processes:", len({worker["weights_sha256"] for worker in record["workers"]}) == 1)
+print("the one-device loss at every logged step:", processes_gap < 1e-4)
 
 # %%
-# The measured gaps: the recovered losses, and the final weights (also against DataParallel in this
-# kernel, which splits every batch between two devices the same way).
-processes_weights = saved_weights(processes_weights_file)
-print(f"max |loss difference| per step: two processes vs one device {processes_gap:.1e}")
+# The measured gaps: the recovered losses, and the final weights in process 0's last checkpoint (also
+# against DataParallel in this kernel, which splits every batch between two devices the same way).
+with np.load(record["checkpoint"]) as checkpoint:
+    processes_weights = [checkpoint[f"model/{index}"] for index in range(len(one_device.weights))]
+print(f"{len(logged_steps)} steps logged; max |loss difference| per step: two processes vs one device "
+      f"{processes_gap:.1e}")
 print(f"max |weight difference| after one epoch: two processes vs one device "
       f"{max_weight_gap(processes_weights, one_device.get_weights()):.1e}, "
       f"vs DataParallel in this kernel {max_weight_gap(processes_weights, replicated.get_weights()):.1e}")
+
+# %% [markdown]
+# On a cluster, Slurm starts the processes: one per task, each running `kerasdist worker --backend
+# jax`, which takes the process count, its index and the coordinator (the first node of the job
+# step, at a port derived from the job id) from the variables `srun` sets. `kerasdist slurm-script`
+# writes the sbatch script; with `--requeue`, a job that is preempted or whose node fails is
+# queued again, and it resumes. A requeue sends SIGTERM to every task: each stops after its
+# current step, process 0 saves there, and the rerun continues from that checkpoint (the
+# project's tests requeue such a job on a real one-node Slurm and compare its final weights with
+# an uninterrupted run's). `--save-every-steps` bounds what a failure that gives no warning (a
+# node lost at once) costs.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The sbatch script for two JAX processes, requeued after a preemption, checkpointing every 50 steps.
+script = subprocess.run([sys.executable, "-m", "kerasdist", "slurm-script", "--backend", "jax", "--requeue",
+                         "--save-every-steps", "50"], capture_output=True, text=True, timeout=WAIT_S)
+print(script.stdout or script.stderr)
 
 # %% [markdown]
 # ## Checkpoint and resume on JAX
@@ -515,6 +540,8 @@ print(f"max |weight difference| after one epoch: two processes vs one device "
 # "automatically coordinates checkpointing across all hosts", and it saves in the background while
 # training goes on. It only saves, like `ModelCheckpoint`: to resume, load its directory yourself
 # (`keras.saving.load_model`) and pass `fit(initial_epoch=...)`; `BackupAndRestore` does both.
+# kerasdist's JAX engine (above) takes a third way: under `DataParallel` every process holds the
+# same full weights, so process 0 alone writes them, with Adam's state and the position.
 
 # %%
 # A callback that stops training with an error in the middle of the second epoch, like a crash.
@@ -627,8 +654,9 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 #   `MirroredStrategy` and two JAX processes took the same steps, up to float32 rounding: their
 #   final weights say so exactly, where the recovered per-step losses only can to their precision.
 # - `keras.distribution.initialize` joins processes into one cluster in which `fit()` works; with
-#   NumPy input each process feeds its own share and `auto_shard_dataset` is off. Both processes
-#   ended with identical weights.
+#   NumPy input each process feeds its own share and `auto_shard_dataset` is off. kerasdist's JAX
+#   engine does this (`kerasdist launch --backend jax`, `srun kerasdist worker --backend jax`): both
+#   processes ended with identical weights, and its checkpoints let a preempted Slurm job resume.
 # - `BackupAndRestore` resumes on JAX as on TensorFlow, in one process; `OrbaxCheckpoint` saves
 #   several processes' state, and resuming from it is written by hand.
 
@@ -669,8 +697,9 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 #    Splitting rows instead, `("model", None)`, splits the 256 inputs of the layer.
 #
 #    </details>
-# 3. In the worker (`kerasdist/jax_distribution.py`), make `DataParallel` use the default
-#    `auto_shard_dataset=True` and run the launch cell again. What does the failing process print?
+# 3. In kerasdist's JAX engine (`kerasdist/jax_engine.py`, where `_JaxRun` makes the
+#    `DataParallel`), use the default `auto_shard_dataset=True` and run the launch cell again. What
+#    does a failing process print?
 #
 #    <details><summary>Hint</summary>
 #
@@ -679,7 +708,7 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    The launcher reports the failure with the tail of the worker's stderr, ending in
+#    Each worker's output, prefixed `[worker i]`, ends in
 #    `ValueError: When using a multi-worker distribution with auto-sharding enabled, the data must
 #    be provided as a tf.data.Dataset instance. Received: type(x)=<class 'numpy.ndarray'>.`: in a
 #    multi-process run Keras shards only a `tf.data.Dataset` itself. Passing a `tf.data.Dataset` of

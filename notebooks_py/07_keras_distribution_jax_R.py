@@ -33,8 +33,10 @@
 #   devices (tensor parallelism), how to read where each weight lives, and where Adam's moments go;
 # - how to compare runs that should take the same steps: by their weights, since a per-step loss
 #   recovered from Keras' running mean is only as precise as that mean;
-# - `keras$distribution$initialize`: `fit()` in two processes that train as one, the multi-worker
-#   `fit()` that the TensorFlow backend cannot run today (lesson 5);
+# - beyond one machine: `keras$distribution$initialize` joins processes in which `fit()` trains as
+#   one, the multi-worker `fit()` that the TensorFlow backend cannot run today (lesson 5);
+#   kerasdist's JAX engine runs it (`kerasdist launch --backend jax`, or one process per Slurm task)
+#   with checkpoints that resume exactly;
 # - checkpoint and resume with `callback_backup_and_restore()` on JAX (and `OrbaxCheckpoint`, which
 #   saves several processes' state; resuming from it is up to you), and a map from every tf.distribute idea of lessons 1-6 to its
 #   keras.distribution counterpart.
@@ -73,11 +75,11 @@
 # Python; `XLA_FLAGS` is set in Python's environment the same way. Both happen before anything
 # loads Keras; in particular the Python side of this notebook imports nothing but rpy2's magic
 # (kerasdist's TensorFlow work needs Keras on the TensorFlow backend, which cannot share a process
-# with Keras on JAX). What the lesson needs from
-# kerasdist (the data, the TensorFlow run, the worker processes) runs as
-# `python -m kerasdist.jax_distribution`, each command a process of its own. `KERASDIST_DATA`
-# chooses the data: `auto` (the default) takes full MNIST when available; the test suite sets it to
-# `sample`.
+# with Keras on JAX): the TensorFlow run is a command of its own (`python -m
+# kerasdist.same_batches mirrored`), and so are the processes of kerasdist's JAX engine
+# (`kerasdist launch --backend jax`). kerasdist's data loader needs no backend and runs in this
+# session. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full MNIST when
+# available; the test suite sets it to `sample`.
 
 # %%
 # Load the %%R magic; nothing else on the Python side, so Keras is not loaded yet.
@@ -153,19 +155,15 @@
 #
 # Every run starts from one set of initial weights, saved once to a backend-neutral `.weights.h5`
 # file, and reads the same training digits in the same order, with no shuffling. The digits come
-# from kerasdist's loader, run in its own process (`processx::run()` with a time limit); it prints
-# which source it used and how many samples each split holds.
+# from kerasdist's loader (NumPy arrays, no backend); it prints which source it used and how many
+# samples each split holds.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Load the digits in a kerasdist process (TensorFlow stays out of this session) and read them back.
-# data_file <- file.path(workdir, "mnist.npz")
-# loaded <- processx::run(python, c("-m", "kerasdist.jax_distribution", "data", data_file, "--data", data_source),
-#                         timeout = wait_s, error_on_status = FALSE)
-# cat(if (loaded$status == 0) loaded$stdout else substring(loaded$stderr, nchar(loaded$stderr) - 3000))
-# data <- np$load(data_file)
-# x_train <- reticulate::py_to_r(data$get("x_train"))
-# y_train <- reticulate::py_to_r(data$get("y_train"))
+# # Load the digits with kerasdist's loader: NumPy arrays, split with seed 0 as in every lesson.
+# data <- reticulate::import("kerasdist")$load_mnist(data_source, seed = 0L)
+# x_train <- data$x_train
+# y_train <- data$y_train
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -287,7 +285,7 @@
 # # NBVAL_CHECK_OUTPUT
 # # TensorFlow's MirroredStrategy on the same batches, in a TensorFlow process.
 # mirrored_weights_file <- file.path(workdir, "mirrored_final.npz")
-# mirrored_run <- processx::run(python, c("-m", "kerasdist.jax_distribution", "mirrored", "--arrays", arrays_file,
+# mirrored_run <- processx::run(python, c("-m", "kerasdist.same_batches", "mirrored", "--arrays", arrays_file,
 #                                         "--weights", weights_file, "--global-batch-size", global_batch_size,
 #                                         "--replicas", num_devices, "--save-weights", mirrored_weights_file),
 #                               timeout = wait_s, error_on_status = FALSE)
@@ -427,7 +425,7 @@
 #                 reticulate::py_str(variable$value$sharding$spec)))
 
 # %% [markdown]
-# ## Several processes: keras.distribution.initialize
+# ## Beyond one machine: several processes, kerasdist's JAX engine, Slurm
 #
 # On several machines, each runs one process, and `keras$distribution$initialize(job_addresses =
 # ..., num_processes = ..., process_id = ...)` joins them into one JAX cluster: process 0 serves as
@@ -436,10 +434,13 @@
 # the multi-worker `fit()` that the TensorFlow backend cannot run today (keras-team/keras#20585,
 # lesson 5).
 #
-# Two processes on 127.0.0.1 play the two machines, one CPU device each. On a CPU:
+# kerasdist's JAX engine (`kerasdist/jax_engine.py`) trains the course's MLP this way, with the
+# checkpoints lessons 2 and 5 ask of the TensorFlow path: `kerasdist launch --backend jax
+# --workers 2` starts two processes on 127.0.0.1, which play two machines with one CPU device
+# each (from R, `kd_train(backend = "jax")` trains in one process). On a CPU:
 #
 # - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, the default of the
-#   installed JAX (`jax/_src/config.py`); the worker sets it explicitly
+#   installed JAX (`jax/_src/config.py`); the engine sets it explicitly
 #   (`jax.config.update("jax_cpu_collectives_implementation", "gloo")`) before `initialize`;
 # - each process feeds **its own share** of every global batch: with a global batch of 64 and two
 #   processes, process 0 passes the first 32 digits of each batch and process 1 the last 32, with
@@ -449,51 +450,77 @@
 #   "When using a multi-worker distribution with auto-sharding enabled, the data must be provided
 #   as a `tf.data.Dataset` instance".
 #
-# The workers are Python processes (`kerasdist/jax_distribution.py`, `run_worker`); an R worker
-# would make the same three calls through keras3. Each process runs, in short:
+# The processes are Python (an R process would make the same calls through keras3). In short, each
+# runs:
 #
 # ```python
 # jax.config.update("jax_cpu_collectives_implementation", "gloo")
 # keras.distribution.initialize(job_addresses="127.0.0.1:PORT", num_processes=2, process_id=p)
-# keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
-# model = ...  # the MLP from the same initial weights, compiled
-# model.fit(x[my_rows], y[my_rows], batch_size=64 // 2, shuffle=False)
+# keras.utils.set_random_seed(0)
+# with keras.distribution.DataParallel(devices=jax.devices(), auto_shard_dataset=False).scope():
+#     model = ...  # the course's MLP, compiled
+#     model.fit(x[my_rows], y[my_rows], batch_size=64 // 2, shuffle=False, callbacks=[...])
 # ```
 #
-# The launcher starts both processes and waits for them with one deadline for both; if one fails it
-# stops the other and shows the tail of the failing one's stderr.
+# Process 0 writes the checkpoints (weights, Adam's state and the position, mid-epoch too) and the
+# metrics log; a rerun of the same command resumes from the newest checkpoint, in every process.
+# Its epoch 1 takes the digits in the order this lesson drew above (NumPy's permutation with seed
+# 0, `kerasdist.data.epoch_order`), and it seeds Keras with 0 before building the MLP, as this
+# lesson did for its initial weights: so it should take the steps of the one-device run.
 
 # %% language="R"
-# # Two processes on 127.0.0.1 run fit() together; each prints its per-step losses and a digest of its weights.
-# processes_weights_file <- file.path(workdir, "processes_final.npz")  # process 0's final weights
-# launch <- processx::run(python, c("-m", "kerasdist.jax_distribution", "launch", "--processes", 2, "--arrays",
-#                                   arrays_file, "--weights", weights_file, "--global-batch-size", global_batch_size,
-#                                   "--timeout-s", wait_s - 30, "--save-weights", processes_weights_file),
+# # kerasdist's JAX engine: two processes on 127.0.0.1 train one epoch together; process 0 checkpoints.
+# engine_dir <- file.path(workdir, "engine")
+# launch <- processx::run(python, c("-m", "kerasdist", "launch", "--backend", "jax", "--workers", 2, "--epochs", 1,
+#                                   "--data", data_source, "--global-batch-size", global_batch_size,
+#                                   "--checkpoint-dir", engine_dir, "--json"),
 #                         timeout = wait_s, error_on_status = FALSE)
-# if (launch$status != 0) cat(substring(launch$stderr, nchar(launch$stderr) - 3000))
-# workers <- jsonlite::fromJSON(tail(strsplit(launch$stdout, "\n")[[1]], 1), simplifyVector = FALSE)
-# for (worker in workers) {
-#   cat(sprintf("process %d: %d devices in the cluster, %d steps, weights sha256 %s\n",
-#               worker$process, worker$devices, length(worker$losses), worker$digest))
-# }
+# if (launch$status != 0) cat(substring(launch$stdout, nchar(launch$stdout) - 3000))
+# lines <- strsplit(launch$stdout, "\n")[[1]]
+# record <- jsonlite::fromJSON(tail(lines, 1), simplifyVector = FALSE)
+# cat(grep("\\[launch\\]|sha256", lines, value = TRUE), sep = "\n")
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # Both processes hold the same weights, and they took the steps of one device.
-# digests <- unique(vapply(workers, function(worker) worker$digest, ""))
-# processes_gap <- max(vapply(workers, function(worker) max(abs(unlist(worker$losses) - one_device_losses)), 0))
+# logged_steps <- unlist(record$steps$global_step)
+# processes_gap <- max(abs(unlist(record$steps$batch_loss) - one_device_losses[logged_steps]))
+# digests <- unique(vapply(record$workers, function(worker) worker$weights_sha256, ""))
 # stopifnot(length(digests) == 1, processes_gap < 1e-4)
+# cat(sprintf("backend %s: %s over %d devices in %d processes\n", record$backend, record$strategy,
+#             record$replicas, length(record$workers)))
 # cat("identical weights in both processes:", length(digests) == 1, "\n")
-# cat("the one-device loss at every step:", processes_gap < 1e-4, "\n")
+# cat("the one-device loss at every logged step:", processes_gap < 1e-4, "\n")
 
 # %% language="R"
-# # The measured gaps: the recovered losses, and the final weights (also against DataParallel in this
-# # session, which splits every batch between two devices the same way).
-# processes_weights <- saved_weights(processes_weights_file)
-# cat(sprintf("max |loss difference| per step: two processes vs one device %.1e\n", processes_gap))
-# cat(sprintf("max |weight difference| after one epoch: two processes vs one device %.1e, vs DataParallel in this kernel %.1e\n",
+# # The measured gaps: the recovered losses, and the final weights in process 0's last checkpoint (also
+# # against DataParallel in this session, which splits every batch between two devices the same way).
+# checkpoint <- np$load(record$checkpoint)
+# processes_weights <- lapply(seq_along(get_weights(one_device)) - 1L,
+#                             function(index) reticulate::py_to_r(checkpoint$get(sprintf("model/%d", index))))
+# cat(sprintf("%d steps logged; max |loss difference| per step: two processes vs one device %.1e\n",
+#             length(logged_steps), processes_gap))
+# cat(sprintf("max |weight difference| after one epoch: two processes vs one device %.1e, vs DataParallel in this session %.1e\n",
 #             max_weight_gap(processes_weights, get_weights(one_device)),
 #             max_weight_gap(processes_weights, get_weights(replicated))))
+
+# %% [markdown]
+# On a cluster, Slurm starts the processes: one per task, each running `kerasdist worker --backend
+# jax`, which takes the process count, its index and the coordinator (the first node of the job
+# step, at a port derived from the job id) from the variables `srun` sets. `kerasdist slurm-script`
+# writes the sbatch script; with `--requeue`, a job that is preempted or whose node fails is
+# queued again, and it resumes. A requeue sends SIGTERM to every task: each stops after its
+# current step, process 0 saves there, and the rerun continues from that checkpoint (the
+# project's tests requeue such a job on a real one-node Slurm and compare its final weights with
+# an uninterrupted run's). `--save-every-steps` bounds what a failure that gives no warning (a
+# node lost at once) costs.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The sbatch script for two JAX processes, requeued after a preemption, checkpointing every 50 steps.
+# script <- processx::run(python, c("-m", "kerasdist", "slurm-script", "--backend", "jax", "--requeue",
+#                                   "--save-every-steps", 50), timeout = wait_s, error_on_status = FALSE)
+# cat(if (script$status == 0) script$stdout else script$stderr)
 
 # %% [markdown]
 # ## Checkpoint and resume on JAX
@@ -511,7 +538,9 @@
 # docstring says that on JAX it "automatically coordinates checkpointing across all hosts", and it
 # saves in the background while training goes on. It only saves, like `ModelCheckpoint`: to resume,
 # load its directory yourself (`load_model()`) and pass `fit(initial_epoch = ...)`;
-# `callback_backup_and_restore()` does both.
+# `callback_backup_and_restore()` does both. kerasdist's JAX engine (above) takes a third way:
+# under `DataParallel` every process holds the same full weights, so process 0 alone writes them,
+# with Adam's state and the position.
 
 # %% language="R"
 # # A callback that stops training with an error in the middle of the second epoch, like a crash,
@@ -607,8 +636,10 @@
 #   `MirroredStrategy` and two JAX processes took the same steps, up to float32 rounding: their
 #   final weights say so exactly, where the recovered per-step losses only can to their precision.
 # - `keras$distribution$initialize` joins processes into one cluster in which `fit()` works; with
-#   NumPy input each process feeds its own share and `auto_shard_dataset` is off. Both processes
-#   ended with identical weights.
+#   NumPy input each process feeds its own share and `auto_shard_dataset` is off. kerasdist's JAX
+#   engine does this (`kerasdist launch --backend jax`, `srun kerasdist worker --backend jax`,
+#   `kd_train(backend = "jax")` in one process): both processes ended with identical weights, and
+#   its checkpoints let a preempted Slurm job resume.
 # - `callback_backup_and_restore()` resumes on JAX as on TensorFlow, in one process;
 #   `OrbaxCheckpoint` saves several processes' state, and resuming from it is written by hand.
 
@@ -647,8 +678,9 @@
 #    split dimension must divide evenly across its mesh axis, as the hidden layers' 256 columns do.
 #
 #    </details>
-# 3. In the worker (`kerasdist/jax_distribution.py`), make `DataParallel` use the default
-#    `auto_shard_dataset=True` and run the launch cell again. What does the failing process print?
+# 3. In kerasdist's JAX engine (`kerasdist/jax_engine.py`, where `_JaxRun` makes the
+#    `DataParallel`), use the default `auto_shard_dataset=True` and run the launch cell again. What
+#    does a failing process print?
 #
 #    <details><summary>Hint</summary>
 #
@@ -657,7 +689,7 @@
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    The launcher reports the failure with the tail of the worker's stderr, ending in
+#    Each worker's output, prefixed `[worker i]`, ends in
 #    `ValueError: When using a multi-worker distribution with auto-sharding enabled, the data must
 #    be provided as a tf.data.Dataset instance. Received: type(x)=<class 'numpy.ndarray'>.`
 #

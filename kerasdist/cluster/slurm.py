@@ -241,6 +241,22 @@ def sbatch_script(nodes=1, tasks_per_node=2, gpus_per_task=0, cpus_per_task=1, t
               if backend == "jax" else
               f"MultiWorkerMirroredStrategy, one worker per Slurm task ({workers} here); task 0 is the "
               "chief.")
+    if backend == "jax":
+        writer_note = ("# Process 0 writes checkpoints and the metrics log here: use a filesystem every\n"
+                       "# node sees (home or project space, not a node's /tmp). Every process resumes\n"
+                       "# from the newest checkpoint there.")
+        network_note = ("# One JAX process per task. They meet at a coordinator on the first node, on a\n"
+                        "# port chosen from the job id (--slurm-port-base PORT picks another), and\n"
+                        "# all-reduce with gloo (CPUs) or NCCL (GPUs): keep them on the cluster's private\n"
+                        "# network. A requeue or scancel sends SIGTERM: every task stops after its step\n"
+                        "# and process 0 saves there. Each task prints its final weight digest.")
+    else:
+        writer_note = ("# The chief writes checkpoints and the metrics log here: use a filesystem every\n"
+                       "# node sees (home or project space, not a node's /tmp). The other workers copy\n"
+                       "# what they need from it to resume.")
+        network_note = ("# One worker per task. Workers talk over gRPC on ports chosen from the job id\n"
+                        "# (the same on every task; --slurm-port-base PORT picks others): keep them on\n"
+                        "# the cluster's private network. Each task prints its final weight digest.")
     requeue_lines = ""
     if requeue:
         requeue_lines = ("#SBATCH --requeue                  # preempted or its node failed: Slurm queues it "
@@ -264,9 +280,7 @@ set -euo pipefail
 # Load the environment kerasdist is installed in, e.g.:
 #   source ~/venvs/kerasdist/bin/activate
 
-# The chief writes checkpoints and the metrics log here: use a filesystem every
-# node sees (home or project space, not a node's /tmp). The other workers copy
-# what they need from it to resume.
+{writer_note}
 CHECKPOINT_DIR={shlex.quote(checkpoint_dir)}
 mkdir -p "$CHECKPOINT_DIR"
 
@@ -276,8 +290,6 @@ mkdir -p "$CHECKPOINT_DIR"
 #   sbatch --dependency=afterany:$SLURM_JOB_ID THIS_FILE
 # (it starts when this job ends, however it ends).
 
-# One worker per task. Workers talk over gRPC on ports chosen from the job id
-# (the same on every task; --slurm-port-base PORT picks others): keep them on
-# the cluster's private network. Each task prints its final weight digest.
+{network_note}
 srun {command}
 """
