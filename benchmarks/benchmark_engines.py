@@ -1,5 +1,6 @@
-"""Throughput of the guide's code, kerasdist's fit engine and its loop engine (1/2/4 replicas, 2 workers),
-and lesson 08's speed ladder, from the guide's fit() to a jax.lax.scan epoch.
+"""Throughput of the guide's code, kerasdist's fit engine, its loop engine (1/2/4 replicas, 2 workers) and
+its JAX engine (1 device, 2 devices, 2 processes), and lesson 08's speed ladder, from the guide's fit() to a
+jax.lax.scan epoch.
 
 Every setup runs in its own process (replicas must be made before TensorFlow
 starts) on the same data, global batch 64: with ``--data fashion``, full-size
@@ -55,6 +56,12 @@ def setups(steps_per_execution):
         {"name": "kerasdist fit engine", "replicas": 1, **fit},
         {"name": "kerasdist fit engine, mirrored", "replicas": 2, **fit},
     ]
+    # The JAX engine: fit() under keras.distribution.DataParallel, always compiled by XLA.
+    jax = {"engine": "jax", "backend": "jax", "xla": True, "k": 1, "precision": "float32"}
+    rows += [{"name": "kerasdist JAX engine", "kind": "train", "replicas": 1, **jax},
+             {"name": "kerasdist JAX engine, DataParallel", "kind": "train", "replicas": 2, **jax},
+             {"name": "kerasdist JAX engine, 2 local processes", "kind": "workers", "workers": 2,
+              "replicas": 2, **jax}]
     for xla in (False, True):
         for replicas in (1, 2, 4):
             rows.append({"name": "kerasdist loop engine" + (", mirrored" if replicas > 1 else ""),
@@ -132,13 +139,15 @@ def run_kerasdist(setup, source, epochs):
     """kerasdist's ``run_training`` with the fit or loop engine on ``replicas`` local devices."""
     import kerasdist
 
-    kerasdist.configure_replicas(setup["replicas"])
+    backend = setup.get("backend", "tensorflow")
+    if backend == "tensorflow":
+        kerasdist.configure_replicas(setup["replicas"])
     keras.mixed_precision.set_global_policy(setup["precision"])
     result = kerasdist.run_training(
         replicas=setup["replicas"], epochs=epochs, global_batch_size=GLOBAL_BATCH_SIZE,
-        data=benchmark_data(source),
-        seed=SEED, engine=setup["engine"], jit_compile=setup["xla"], steps_per_execution=setup["k"],
-        verbose=0,
+        data=benchmark_data(source), seed=SEED, backend=backend,
+        engine="auto" if backend == "jax" else setup["engine"], jit_compile=setup["xla"],
+        steps_per_execution=setup["k"], verbose=0,
     )
     return {"samples_per_s": result.history["samples_per_s"], "test_accuracy": result.test["accuracy"]}
 
@@ -149,6 +158,15 @@ def run_worker(setup, source, epochs):
     from kerasdist.cluster import roles
 
     task = cluster.parse_tf_config(os.environ["TF_CONFIG"])
+    if setup.get("backend") == "jax":
+        from kerasdist import jax_engine
+        from kerasdist.options import TrainingOptions
+
+        options = TrainingOptions(backend="jax", epochs=epochs, global_batch_size=GLOBAL_BATCH_SIZE,
+                                  data=benchmark_data(source), seed=SEED, verbose=0)
+        record = jax_engine.run_worker(jax_engine.process_of(task), options)
+        return {"samples_per_s": record["history"]["samples_per_s"],
+                "test_accuracy": record["test"]["accuracy"], "weights_sha256": record["weights_sha256"]}
     record = roles.run_worker(task, {
         "epochs": epochs, "global_batch_size": GLOBAL_BATCH_SIZE, "data": benchmark_data(source),
         "seed": SEED,
@@ -162,8 +180,13 @@ def measure(setup, source, epochs):
     """Run one setup in fresh processes; return its per-epoch samples/s and test accuracy."""
     command = [sys.executable, __file__, "--data", source, "--epochs", str(epochs),
                "--run", json.dumps(setup)]
+    backend = {}
+    if setup.get("backend") == "jax":  # this script imports Keras first: its backend and JAX's devices now
+        devices = 1 if setup["kind"] == "workers" else setup["replicas"]
+        backend = {"KERAS_BACKEND": "jax", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     if setup["kind"] != "workers":
-        return _result(subprocess.run(command, capture_output=True, text=True, check=False))
+        return _result(subprocess.run(command, capture_output=True, text=True, check=False,
+                                      env=dict(os.environ, **backend)))
     from kerasdist import cluster
 
     spec = cluster.local_cluster(setup["workers"])
@@ -175,7 +198,7 @@ def measure(setup, source, epochs):
         workers = []
         for index, (out, err) in enumerate(logs):
             with open(out, "w") as stdout, open(err, "w") as stderr:
-                environment = dict(os.environ, TF_CONFIG=cluster.tf_config(spec, "worker", index))
+                environment = dict(os.environ, TF_CONFIG=cluster.tf_config(spec, "worker", index), **backend)
                 workers.append(subprocess.Popen(command, stdout=stdout, stderr=stderr, env=environment))
         for worker, (out, err) in zip(workers, logs):
             worker.wait()
@@ -206,7 +229,7 @@ def table(rows, limit):
                "share of limit", "test accuracy"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
-        is_loop = row["kind"] == "workers" or row.get("engine") == "loop"
+        is_loop = row.get("engine") == "loop" or (row["kind"] == "workers" and row.get("backend") != "jax")
         time_ratio = f"{one_device[row['xla']] / row['samples_per_s']:.2f}" if is_loop else ""
         share = row["samples_per_s"] * limit["flops_per_sample"] / limit[row["precision"]]
         lines.append(f"| {row['name']} | {row['replicas']} | {'on' if row['xla'] else 'off'} | {row['k']} | "
