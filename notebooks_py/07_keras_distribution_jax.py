@@ -483,7 +483,8 @@ launch = subprocess.run(
 if launch.returncode:
     print(launch.stdout[-3000:])
 record = json.loads(launch.stdout.splitlines()[-1])
-print("\n".join(line for line in launch.stdout.splitlines() if "[launch]" in line or "sha256" in line))
+print("\n".join(line for line in launch.stdout.splitlines()
+                if line.startswith("[launch]") or "Final weights sha256" in line))
 
 # %%
 # NBVAL_CHECK_OUTPUT

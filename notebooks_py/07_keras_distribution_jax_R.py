@@ -478,7 +478,7 @@
 # if (launch$status != 0) cat(substring(launch$stdout, nchar(launch$stdout) - 3000))
 # lines <- strsplit(launch$stdout, "\n")[[1]]
 # record <- jsonlite::fromJSON(tail(lines, 1), simplifyVector = FALSE)
-# cat(grep("\\[launch\\]|sha256", lines, value = TRUE), sep = "\n")
+# cat(grep("^\\[launch\\]|Final weights sha256", lines, value = TRUE), sep = "\n")
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -494,13 +494,13 @@
 
 # %% language="R"
 # # The measured gaps: the recovered losses, and the final weights in process 0's last checkpoint (also
-# # against DataParallel in this session, which splits every batch between two devices the same way).
+# # against DataParallel in this kernel, which splits every batch between two devices the same way).
 # checkpoint <- np$load(record$checkpoint)
 # processes_weights <- lapply(seq_along(get_weights(one_device)) - 1L,
 #                             function(index) reticulate::py_to_r(checkpoint$get(sprintf("model/%d", index))))
 # cat(sprintf("%d steps logged; max |loss difference| per step: two processes vs one device %.1e\n",
 #             length(logged_steps), processes_gap))
-# cat(sprintf("max |weight difference| after one epoch: two processes vs one device %.1e, vs DataParallel in this session %.1e\n",
+# cat(sprintf("max |weight difference| after one epoch: two processes vs one device %.1e, vs DataParallel in this kernel %.1e\n",
 #             max_weight_gap(processes_weights, get_weights(one_device)),
 #             max_weight_gap(processes_weights, get_weights(replicated))))
 

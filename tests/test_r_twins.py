@@ -195,7 +195,7 @@ KEY_NUMBERS = {
         ("MirroredStrategy replicas and steps", r"MirroredStrategy: (\d+) replicas, (\d+) steps", None, 0),
         ("self-checks that held",
          r"^(?:the same loss at every step on all three runs|ModelParallel gives the one-device loss at every step|"
-         r"identical weights in both processes|the one-device loss at every step): (\w+)$", None, 0),
+         r"identical weights in both processes|the one-device loss at every (?:logged )?step): (\w+)$", None, 0),
         ("max |loss difference|: DataParallel, MirroredStrategy, ModelParallel, two processes vs one device",
          rf"(?:DataParallel|MirroredStrategy \(TensorFlow\)|ModelParallel|two processes) vs one device(?: \(JAX\))? "
          rf"{NUMBER}", None, 1e-5),
@@ -207,8 +207,8 @@ KEY_NUMBERS = {
          r"^(adam\w*/dense_1_\w+)\s+\((\d+),? ?(\d*)\)\s+(PartitionSpec\(.*\))$", None, 0),
         ("the rounding bound of a recovered loss", rf"up to {NUMBER}$", None, 1e-6),
         ("two processes against DataParallel, final weights", rf"vs DataParallel in this kernel {NUMBER}", None, 1e-7),
-        ("two processes: devices, steps, weight digests",
-         r"process (\d): (\d+) devices in the cluster, (\d+) steps, weights sha256 (\w+)", None, 0),
+        ("the JAX engine's processes: devices, processes, steps logged",
+         r"^backend (\w+): (\w+) over (\d+) devices in (\d+) processes$|^(\d+) steps logged;", None, 0),
         ("BackupAndRestore: files, epochs resumed", r"the backup holds: (.+)$|second fit\(\) trained epochs (\d+) of (\d+)",
          None, 0),
         ("resumed = uninterrupted", r"resumed = uninterrupted weights: (\w+) ; optimizer steps equal: (\w+)", None, 0),
