@@ -57,10 +57,13 @@ def check_weights(model, epoch, step_in_epoch):
     variables = list(model.weights) + list(model.optimizer.variables)
     bad = next((v for v in variables if not np.isfinite(np.asarray(v.numpy())).all()), None)
     if bad is not None:
-        where = (
-            f"the end of epoch {epoch}" if step_in_epoch == 0 else f"epoch {epoch + 1}, step {step_in_epoch}"
-        )
-        raise TrainingDivergedError(
-            f"the weights must be finite before a checkpoint is written. Received: NaN or inf in "
-            f"{bad.path} at {where}; {ADVICE}"
-        )
+        raise non_finite_weights(bad.path, epoch, step_in_epoch)
+
+
+def non_finite_weights(path, epoch, step_in_epoch):
+    """The ``TrainingDivergedError`` for a variable ``path`` holding NaN or inf at a checkpoint's position."""
+    where = f"the end of epoch {epoch}" if step_in_epoch == 0 else f"epoch {epoch + 1}, step {step_in_epoch}"
+    return TrainingDivergedError(
+        f"the weights must be finite before a checkpoint is written. Received: NaN or inf in "
+        f"{path} at {where}; {ADVICE}"
+    )

@@ -18,8 +18,8 @@ import zipfile
 import numpy as np
 
 from kerasdist import files, locking
-from kerasdist.divergence import ADVICE
-from kerasdist.errors import KerasdistError, TrainingDivergedError
+from kerasdist.divergence import non_finite_weights
+from kerasdist.errors import KerasdistError
 from kerasdist.run_state import (
     CHECKPOINT_NAME,
     RUN_CONFIG_FILE,
@@ -195,11 +195,7 @@ def _check_finite(arrays, variables, epoch, step_in_epoch):
         for index, variable in enumerate(group_variables):
             array = arrays[f"{group}/{index}"]
             if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
-                where = (f"the end of epoch {epoch}" if step_in_epoch == 0
-                         else f"epoch {epoch + 1}, step {step_in_epoch}")
-                raise TrainingDivergedError(
-                    f"the weights must be finite before a checkpoint is written. Received: NaN or inf in "
-                    f"{variable.path} at {where}; {ADVICE}")
+                raise non_finite_weights(variable.path, epoch, step_in_epoch)
 
 
 def _first_line(error, limit=200):
