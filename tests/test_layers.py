@@ -109,3 +109,13 @@ def test_importing_kerasdist_loads_no_tensorflow_and_makes_its_start_quiet(first
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"))
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("first", ["kerasdist", "kerasdist.backends", "kerasdist.jax_engine", "kerasdist.cli"])
+def test_importing_kerasdist_or_its_jax_engine_loads_neither_backend(first):
+    # The backend is chosen when Keras loads: importing kerasdist must leave that choice open.
+    code = (f"import sys, {first}\n"
+            "loaded = [name for name in ('keras', 'jax', 'tensorflow') if name in sys.modules]\n"
+            "assert not loaded, f'loaded at import: {loaded}'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
