@@ -6,6 +6,7 @@ save, stop and guard against divergence the same way.
 """
 
 import math
+import re
 import time
 
 import keras
@@ -183,7 +184,7 @@ class StopOnSignal(EpochStepCallback):
     def _saved_at(self, global_step):
         """The checkpoint ``CheckpointSaver`` just wrote at this step, if it did."""
         latest = self.store.latest_checkpoint if self.store else None
-        return latest if latest and latest.endswith(f"-{global_step}") else None
+        return latest if latest and re.search(rf"-{global_step}(\.npz)?$", latest) else None
 
 
 class DivergenceGuard(EpochStepCallback):
@@ -206,7 +207,7 @@ class DivergenceGuard(EpochStepCallback):
 
 
 def standard_callbacks(log, store, steps_per_epoch, global_batch_size, log_every_steps, save_every_steps=None,
-                       requested_signal=interrupt.requested_signal, extra=()):
+                       requested_signal=interrupt.requested_signal, extra=(), stop=None):
     """The callbacks every engine drives: NaN guard, metrics log, checkpoints, stop, then ``extra``.
 
     The guard comes first (it raises before a bad step is logged or saved);
@@ -218,6 +219,7 @@ def standard_callbacks(log, store, steps_per_epoch, global_batch_size, log_every
         steps_per_epoch, global_batch_size, log_every_steps, save_every_steps: as for the callbacks above.
         requested_signal: returns the signal that asks to stop, or None.
         extra: the caller's own callbacks.
+        stop: a ``StopOnSignal`` to use instead of the one made from ``requested_signal``.
 
     Example:
         >>> [type(c).__name__ for c in standard_callbacks(MetricsLog(), None, 52, 64, 1)]  # doctest: +SKIP
@@ -226,5 +228,5 @@ def standard_callbacks(log, store, steps_per_epoch, global_batch_size, log_every
     callbacks = [DivergenceGuard(), MetricsRecorder(log, steps_per_epoch, global_batch_size, log_every_steps)]
     if store:
         callbacks.append(CheckpointSaver(store, steps_per_epoch, save_every_steps))
-    callbacks.append(StopOnSignal(store, steps_per_epoch, requested_signal))
+    callbacks.append(stop or StopOnSignal(store, steps_per_epoch, requested_signal))
     return callbacks + list(extra)

@@ -30,6 +30,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import sys
 import time
 
@@ -108,9 +109,10 @@ def run_training(options, process=None):
 
     if process is not None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # all-reduce between CPU processes
+        # JAX's distributed runtime takes SIGTERM over here (its preemption notifier): the processes then
+        # agree on the step to stop at (_agreed_stop).
         keras.distribution.initialize(job_addresses=process.coordinator, num_processes=process.count,
                                       process_id=process.index)
-        interrupt.rearm()  # JAX's distributed runtime has just taken SIGTERM over (its preemption notifier)
     mnist = _data(options)
     if options.deterministic:
         keras.utils.set_random_seed(options.seed)
@@ -164,7 +166,7 @@ class _JaxRun:
         self.callbacks = [_validation(keras, self), *standard_callbacks(
             self.log, self.store, self.steps, options.global_batch_size,
             options.log_every_steps or max(1, self.steps // 100), options.save_every_steps,
-            extra=options.callbacks)]
+            extra=options.callbacks, stop=_agreed_stop(self.store, self.steps) if process else None)]
 
     def train(self):
         """Train the missing epochs, one ``fit()`` call each; return (samples, seconds, message)."""
@@ -236,6 +238,37 @@ class _JaxRun:
             learning_rate=options.learning_rate * (self.replicas if options.scale_learning_rate else 1),
             resumed_from_step=self.position.global_step, message=message, model=self.model,
         )
+
+
+def _agreed_stop(store, steps_per_epoch):
+    """A ``StopOnSignal`` that stops every process at the same step, the one JAX's preemption sync agrees on.
+
+    A SIGTERM (a requeue, ``scancel``, a time limit) reaches JAX's preemption
+    notifier, which tells every process; each calls
+    ``reached_preemption_sync_point`` at every step, and all see True at the
+    same step, where process 0 saves. A SIGINT (``kerasdist launch`` passes
+    Ctrl-C on) is handed to the notifier as a SIGTERM of this process.
+    """
+    from jax.experimental import multihost_utils
+
+    from kerasdist.callbacks import StopOnSignal
+
+    class AgreedStop(StopOnSignal):
+        def __init__(self):
+            super().__init__(store, steps_per_epoch, requested_signal=lambda: self.agreed)
+            self.agreed = None
+            self.notified = False
+
+        def on_train_batch_end(self, batch, logs=None):
+            if interrupt.requested_signal() is not None and not self.notified:
+                self.notified = True
+                os.kill(os.getpid(), signal.SIGTERM)  # to JAX's notifier, which tells every process
+            global_step = self.epoch * self.steps_per_epoch + self.step(batch)
+            reached = multihost_utils.reached_preemption_sync_point(global_step)
+            self.agreed = (interrupt.requested_signal() or signal.SIGTERM) if reached else None
+            super().on_train_batch_end(batch, logs)
+
+    return AgreedStop()
 
 
 def _validation(keras, run):

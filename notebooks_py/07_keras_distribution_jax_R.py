@@ -434,13 +434,15 @@
 # the multi-worker `fit()` that the TensorFlow backend cannot run today (keras-team/keras#20585,
 # lesson 5).
 #
-# kerasdist's JAX engine (`kerasdist/jax_engine.py`) trains the course's MLP this way, with the
-# checkpoints lessons 2 and 5 ask of the TensorFlow path: `kerasdist launch --backend jax
+# kerasdist's JAX engine (`kerasdist/jax_engine.py`, the course package's trainer for the JAX
+# backend) trains the course's MLP this way. Like kerasdist's TensorFlow trainer of lessons 2 and 5,
+# it writes checkpoints that a rerun resumes from. `kerasdist launch --backend jax
 # --workers 2` starts two processes on 127.0.0.1, which play two machines with one CPU device
 # each (from R, `kd_train(backend = "jax")` trains in one process). On a CPU:
 #
-# - the all-reduce between CPU processes needs JAX's CPU collectives: gloo, the default of the
-#   installed JAX (`jax/_src/config.py`); the engine sets it explicitly
+# - the all-reduce between processes needs a communication library (JAX's *collectives*): on CPUs
+#   gloo, the default of the installed JAX (`jax/_src/config.py`), NCCL on GPUs; the engine names
+#   gloo explicitly
 #   (`jax.config.update("jax_cpu_collectives_implementation", "gloo")`) before `initialize`;
 # - each process feeds **its own share** of every global batch: with a global batch of 64 and two
 #   processes, process 0 passes the first 32 digits of each batch and process 1 the last 32, with
@@ -457,6 +459,7 @@
 # jax.config.update("jax_cpu_collectives_implementation", "gloo")
 # keras.distribution.initialize(job_addresses="127.0.0.1:PORT", num_processes=2, process_id=p)
 # keras.utils.set_random_seed(0)
+# my_rows = order.reshape(-1, 64)[:, p * 32:(p + 1) * 32].ravel()  # my half of every global batch
 # with keras.distribution.DataParallel(devices=jax.devices(), auto_shard_dataset=False).scope():
 #     model = ...  # the course's MLP, compiled
 #     model.fit(x[my_rows], y[my_rows], batch_size=64 // 2, shuffle=False, callbacks=[...])
@@ -465,8 +468,15 @@
 # Process 0 writes the checkpoints (weights, Adam's state and the position, mid-epoch too) and the
 # metrics log; a rerun of the same command resumes from the newest checkpoint, in every process.
 # Its epoch 1 takes the digits in the order this lesson drew above (NumPy's permutation with seed
-# 0, `kerasdist.data.epoch_order`), and it seeds Keras with 0 before building the MLP, as this
-# lesson did for its initial weights: so it should take the steps of the one-device run.
+# 0, `kerasdist.data.epoch_order`), and it seeds Keras with 0 before building the same network as
+# `build_mlp`, as this lesson did before saving `initial.weights.h5`: so it starts from the same
+# weights, and should match the one-device run up to rounding, and `DataParallel` in this kernel
+# bit for bit (both split every batch into the same two halves).
+#
+# `--json` prints the run's record last: its logged steps (`global_step`, counted from 1, and each
+# step's `batch_loss`; the engine logs every step here, about 100 per epoch on full MNIST), each
+# worker's weight digest, and its last checkpoint, a `.npz` file whose `model/0`, `model/1`, ...
+# are the weights in order. The worker lines and the ports vary from run to run.
 
 # %% language="R"
 # # kerasdist's JAX engine: two processes on 127.0.0.1 train one epoch together; process 0 checkpoints.
@@ -478,7 +488,7 @@
 # if (launch$status != 0) cat(substring(launch$stdout, nchar(launch$stdout) - 3000))
 # lines <- strsplit(launch$stdout, "\n")[[1]]
 # record <- jsonlite::fromJSON(tail(lines, 1), simplifyVector = FALSE)
-# cat(grep("^\\[launch\\]|Final weights sha256", lines, value = TRUE), sep = "\n")
+# cat(grep("^\\[launch\\]", lines, value = TRUE), sep = "\n")
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -507,11 +517,16 @@
 # %% [markdown]
 # On a cluster, Slurm starts the processes: one per task, each running `kerasdist worker --backend
 # jax`, which takes the process count, its index and the coordinator (the first node of the job
-# step, at a port derived from the job id) from the variables `srun` sets. `kerasdist slurm-script`
-# writes the sbatch script; with `--requeue`, a job that is preempted or whose node fails is
-# queued again, and it resumes. A requeue sends SIGTERM to every task: each stops after its
-# current step, process 0 saves there, and the rerun continues from that checkpoint (the
-# project's tests requeue such a job on a real one-node Slurm and compare its final weights with
+# step, at a port derived from the job id) from the variables `srun` sets (`SLURM_STEP_NUM_TASKS`,
+# `SLURM_PROCID`, `SLURM_STEP_NODELIST`). The script's defaults are one node with two tasks and 3
+# epochs; `--nodes 2 --tasks-per-node 1` puts one process on each of two machines, and `--epochs`
+# is the total to reach, as everywhere in kerasdist. `kerasdist slurm-script` writes the sbatch
+# script; with `--requeue`, a job whose node fails, or that is preempted on a cluster whose
+# `PreemptMode` is `REQUEUE`, is queued again, and it resumes. Slurm first sends SIGTERM, which
+# `jax.distributed.initialize` hands to JAX's preemption notifier: it tells every process, all of
+# them stop at the one step it agrees on (`multihost_utils.reached_preemption_sync_point`),
+# process 0 saves there, and the rerun continues from that checkpoint (the project's tests requeue
+# such a job with `scontrol requeue` on a real one-node Slurm, and compare its final weights with
 # an uninterrupted run's). `--save-every-steps` bounds what a failure that gives no warning (a
 # node lost at once) costs.
 
@@ -524,6 +539,9 @@
 
 # %% [markdown]
 # ## Checkpoint and resume on JAX
+#
+# The engine above checkpointed two processes its own way. Here is Keras' standard callback for one
+# process first, then what Keras offers for several.
 #
 # `callback_backup_and_restore()` works on JAX as on TensorFlow (lesson 2): at the end of each epoch
 # it writes the weights, the optimizer state and the epoch; a new `fit()` with the same backup
@@ -680,7 +698,10 @@
 #    </details>
 # 3. In kerasdist's JAX engine (`kerasdist/jax_engine.py`, where `_JaxRun` makes the
 #    `DataParallel`), use the default `auto_shard_dataset=True` and run the launch cell again. What
-#    does a failing process print?
+#    does a failing process print? (Drop `auto_shard_dataset=False` in `_JaxRun.__init__`: the
+#    package is installed in editable mode and the workers are new processes, so no restart is
+#    needed. The launch cell then fails to read a record: the answer is in the `[worker i]` lines
+#    it prints first.)
 #
 #    <details><summary>Hint</summary>
 #
@@ -689,9 +710,12 @@
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    Each worker's output, prefixed `[worker i]`, ends in
-#    `ValueError: When using a multi-worker distribution with auto-sharding enabled, the data must
-#    be provided as a tf.data.Dataset instance. Received: type(x)=<class 'numpy.ndarray'>.`
+#    Each worker's output, prefixed `[worker i]`, ends in the traceback of Keras' check
+#    (`keras/src/trainers/data_adapters/__init__.py`): "ValueError: When using a multi-worker
+#    distribution with auto-sharding enabled, the data must be provided as a `tf.data.Dataset`
+#    instance. Received: type(x)=<class 'numpy.ndarray'>. If the dataset is already sharded across
+#    workers, then set `distribution.auto_shard_dataset = False`." The engine's input is already
+#    sharded (each process passes its own share), which is why it sets that.
 #
 #    </details>
 # 4. Leave out the `XLA_FLAGS` line of the first `%%R` cell, restart the kernel and run the first

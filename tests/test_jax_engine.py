@@ -3,13 +3,14 @@
 import json
 import random
 import re
+import signal
 import subprocess
 import time
 
 import numpy as np
 import pytest
 
-from helpers import kerasdist_command, kill_when_logged, last_json_line, run_cli
+from helpers import kerasdist_command, kill_when_logged, last_json_line, run_cli, signal_when_logged
 from kerasdist.model import weights_digest
 
 # Every test here trains in other processes, and keeps both cores busy.
@@ -99,12 +100,19 @@ def _lines(path):
         return []
 
 
-def test_two_processes_killed_at_a_random_step_resume_to_the_same_weights(tmp_path):
-    arguments = (*LAUNCH, "--save-every-steps", 5)
-    reference = run_cli(*arguments, "--checkpoint-dir", tmp_path / "whole", timeout=600)
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """The record of LAUNCH never interrupted (checkpoints every 5 steps)."""
+    reference = run_cli(*LAUNCH, "--save-every-steps", 5, "--checkpoint-dir", tmp_path_factory.mktemp("whole"),
+                        timeout=600)
     assert reference.returncode == 0, reference.stdout[-3000:]
     expected = last_json_line(reference.stdout)
     assert len({worker["weights_sha256"] for worker in expected["workers"]}) == 1
+    return expected
+
+
+def test_two_processes_killed_at_a_random_step_resume_to_the_same_weights(tmp_path, two_processes):
+    arguments, expected = (*LAUNCH, "--save-every-steps", 5), two_processes
     kill_at = random.randint(6, 2 * STEPS_PER_EPOCH - 2)
     status = _launch_and_kill_workers((*arguments, "--checkpoint-dir", tmp_path / "killed"),
                                       tmp_path / "killed" / "metrics.jsonl", kill_at)
@@ -115,6 +123,23 @@ def test_two_processes_killed_at_a_random_step_resume_to_the_same_weights(tmp_pa
     record = last_json_line(rerun.stdout)
     assert [w["weights_sha256"] for w in record["workers"]] == [w["weights_sha256"] for w in expected["workers"]], \
         f"killed at step {kill_at}"
+
+
+def test_a_sigint_stops_both_processes_at_the_same_step_and_the_rerun_matches(tmp_path, two_processes):
+    arguments = (*LAUNCH, "--save-every-steps", 5, "--checkpoint-dir", tmp_path / "stopped")
+    stop_at = random.randint(3, 2 * STEPS_PER_EPOCH - 4)
+    _, stopped = signal_when_logged(arguments, tmp_path / "stopped" / "metrics.jsonl",
+                                    lambda record: record.get("global_step", 0) >= stop_at, signal.SIGINT)
+    assert stopped.returncode == 130, stopped.stdout[-3000:]
+    # JAX's preemption sync picks one step for both processes: both name the same checkpoint.
+    saved = re.findall(r"\[worker (\d)\] kerasdist: stopped by SIGINT at epoch \d+, step \d+: saved (\S+);",
+                       stopped.stdout)
+    assert sorted(worker for worker, _ in saved) == ["0", "1"] and len({path for _, path in saved}) == 1, \
+        stopped.stdout[-3000:]
+    rerun = run_cli(*arguments, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert [w["weights_sha256"] for w in last_json_line(rerun.stdout)["workers"]] == [
+        w["weights_sha256"] for w in two_processes["workers"]], f"stopped at step {stop_at}"
 
 
 def test_a_checkpoint_directory_of_the_other_backend_is_refused_in_one_line(tmp_path):

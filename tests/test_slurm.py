@@ -402,6 +402,9 @@ def test_jax_tasks_train_identical_weights_and_a_requeued_job_resumes_to_them(lo
     output = (tmp_path / f"kdjax-{job}.out").read_text()
     assert _job_state(local_slurm, job).group(1) == "COMPLETED", output[-3000:]
     assert "Resuming from" in output and "epoch 1, step" in output, output[-3000:]
+    # Both tasks stopped at the step JAX's preemption sync agreed on, and process 0 saved there.
+    stops = re.findall(r"stopped by SIGTERM at epoch 1, step (\d+): saved (\S+);", output)
+    assert len(stops) == 2 and len(set(stops)) == 1, output[-3000:]
     print(f"requeued job resumed and ended in {time.monotonic() - started:.0f} s")
     digests = _digests(output)
     assert set(digests.values()) == {records[0]["weights_sha256"]}, output[-3000:]
