@@ -323,7 +323,7 @@ def run_worker(process, options):
     return record
 
 
-def all_reduce_check(process, timeout_s=30):
+def gather_check(process, timeout_s=30):
     """Join ``process``'s cluster and gather every process's index with JAX's collectives; return their sum.
 
     What ``kerasdist doctor`` runs in 2 local processes to see whether
@@ -339,15 +339,15 @@ def all_reduce_check(process, timeout_s=30):
 
 
 def main(argv=None):
-    """``python -m kerasdist.jax_engine all-reduce COORDINATOR COUNT INDEX``: print the sum as JSON."""
+    """``python -m kerasdist.jax_engine gather COORDINATOR COUNT INDEX``: print the sum as JSON."""
     parser = argparse.ArgumentParser(prog="python -m kerasdist.jax_engine", description=main.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("all-reduce", help="one process of the doctor's collectives check")
+    check = commands.add_parser("gather", help="one process of the doctor's collectives check")
     check.add_argument("coordinator")
     check.add_argument("count", type=int)
     check.add_argument("index", type=int)
     arguments = parser.parse_args(argv)
-    total = all_reduce_check(Process(arguments.coordinator, arguments.count, arguments.index))
+    total = gather_check(Process(arguments.coordinator, arguments.count, arguments.index))
     print(json.dumps({"process": arguments.index, "sum": total}), flush=True)
 
 

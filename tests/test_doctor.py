@@ -181,7 +181,7 @@ def test_doctor_command_prints_the_table_and_json_last():
     assert any(line.startswith("OK") and "Python" in line for line in table)
     jax = {check["key"]: check for check in report["checks"]}
     assert jax["jax"]["status"] == "OK" and jax["jax"]["found"].startswith(__import__("jax").__version__)
-    # Two real local JAX processes joined and all-reduced over gloo.
+    # Two real local JAX processes joined and gathered over gloo.
     assert jax["jax_collectives"]["status"] == "OK", jax["jax_collectives"]
 
 

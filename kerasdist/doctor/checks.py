@@ -18,7 +18,7 @@ from kerasdist import data, engines
 
 OK, MISSING, BROKEN = "OK", "missing", "broken"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COLLECTIVES = "JAX multi-process all-reduce"
+COLLECTIVES = "JAX multi-process collectives"
 R_PACKAGES = ("reticulate", "keras3", "tfdatasets", "tensorflow", "kerasdist")
 INSTALL_R_TWIN_PACKAGES = """Rscript -e 'install.packages(c("keras3", "tfdatasets", "tensorflow"))'"""
 INSTALL_R = "sudo apt-get install --no-install-recommends r-base-core r-cran-reticulate"
@@ -131,7 +131,7 @@ def _jax_collectives_check(needed_by, timeout_s):
 
     coordinator = f"127.0.0.1:{free_ports(1)[0]}"
     environment = {name: value for name, value in os.environ.items() if name != "XLA_FLAGS"}
-    commands = [[sys.executable, "-m", "kerasdist.jax_engine", "all-reduce", coordinator, "2", str(index)]
+    commands = [[sys.executable, "-m", "kerasdist.jax_engine", "gather", coordinator, "2", str(index)]
                 for index in range(2)]
     processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=environment) for command in commands]
@@ -150,7 +150,7 @@ def _jax_collectives_check(needed_by, timeout_s):
     if all(process.returncode == 0 and '"sum": 1' in stdout
            for process, (stdout, _) in zip(processes, outputs)):
         return Check("jax_collectives", COLLECTIVES, OK,
-                     "2 local processes all-reduced (gloo)", needed_by)
+                     "2 local processes gathered over gloo", needed_by)
     failed = next((stderr for process, (_, stderr) in zip(processes, outputs) if process.returncode), "")
     last = (failed.strip().splitlines() or ["no answer"])[-1][:160]
     return Check("jax_collectives", COLLECTIVES, BROKEN, last, needed_by,
