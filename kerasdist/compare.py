@@ -27,18 +27,21 @@ class ComparisonResult:
             (``"step"``: each step's own batch loss, fixed_global only) and over
             epochs (``"epoch"``: the epoch means).
         files: paths of the written results (``json``, ``csv``, ``figure``).
+        virtual_cpus: whether the replicas were devices sharing one CPU's cores (asked of the backend
+            once, when the comparison made its devices).
     """
 
     runs: list
     max_abs_loss_difference: dict
     files: dict
+    virtual_cpus: bool = False
 
     def to_dict(self):
         """Plain JSON-able record: summary plus each run's result record (with its steady-state samples/s)."""
         return {
             "max_abs_loss_difference": self.max_abs_loss_difference,
             "files": self.files,
-            "virtual_cpus": on_virtual_cpus(),
+            "virtual_cpus": self.virtual_cpus,
             "runs": [{"mode": mode, **result.to_dict(), "steady_samples_per_s": steady_samples_per_s(result)}
                      for mode, result in self.runs],
         }
@@ -110,18 +113,20 @@ def run_comparison(replicas=(1, 2), epochs=3, global_batch_size=64, data="auto",
         out_dir = checks.path("out_dir", out_dir, "name a folder for the results")
         check_creatable_directory(out_dir)
     if backend == "jax":
-        from kerasdist.jax_engine import import_keras_on_jax
+        from kerasdist.jax_engine import import_keras_on_jax, on_cpu
 
         import_keras_on_jax(max(n for _, n, _ in plan))
+        virtual_cpus = on_cpu()
     else:
         use_backend(backend)
         configure_replicas(max(n for _, n, _ in plan))
+        virtual_cpus = on_virtual_cpus()
     mnist = _data_for(plan, data, seed, verbose)
     # One comparison writes to out_dir at a time; the lock goes when this call returns.
     _out_lock = locking.hold(out_dir, "output directory", "--out") if out_dir is not None else None
     runs = _train_runs(plan, dict(epochs=epochs, data=mnist, seed=seed, engine=engine,
                                   learning_rate=learning_rate, backend=backend), warmup_epochs, verbose)
-    comparison = ComparisonResult(runs, _loss_differences(runs), {})
+    comparison = ComparisonResult(runs, _loss_differences(runs), {}, virtual_cpus)
     if out_dir is not None:
         comparison.files = write_comparison(comparison, out_dir)
     return comparison

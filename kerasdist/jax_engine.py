@@ -84,6 +84,13 @@ def import_keras_on_jax(devices=None, check_devices=True):
     return keras
 
 
+def on_cpu():
+    """True when JAX's devices are CPU devices: replicas share the same cores (call after JAX starts)."""
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
 def run_training(options, process=None):
     """Train on JAX up to ``options.epochs`` epochs in all; resume from a checkpoint if there is one.
 

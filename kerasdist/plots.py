@@ -3,7 +3,6 @@
 import matplotlib.pyplot as plt
 import matplotlib.ticker
 
-from kerasdist.devices import on_virtual_cpus
 from kerasdist.result import steady_samples_per_s
 
 CPU_REPLICAS_NOTE = ("virtual CPU replicas share the same cores:\n"
@@ -57,7 +56,7 @@ def plot_convergence(comparison):
     speed_axis.invert_yaxis()
     speed_axis.set(title="Steady-state throughput (after epoch 1), this machine", xlabel="samples/s")
     speed_axis.title.set_fontsize(9)
-    if on_virtual_cpus():
+    if comparison.virtual_cpus:
         speed_axis.text(0.98, 0.02, CPU_REPLICAS_NOTE, transform=speed_axis.transAxes, ha="right",
                         va="bottom", fontsize=8, color="tab:red",
                         bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
