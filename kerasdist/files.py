@@ -42,12 +42,27 @@ def atomic_write_text(path, text, last_good=None):
         StateWriteError: if the storage refuses the write (full, too large,
             read-only, I/O error); the old file is left as it was.
     """
+    atomic_write(path, lambda stream: stream.write(text), "w", last_good)
+
+
+def atomic_write(path, write, mode="wb", last_good=None):
+    """Call ``write(stream)`` on a temporary file beside ``path``, flush it to disk, rename it to ``path``.
+
+    Readers see the old file or the whole new one; a failed write leaves no temporary file.
+
+    Raises:
+        StateWriteError: if the storage is full or too small for the file.
+        OSError: for other refusals of the storage.
+
+    Example:
+        >>> atomic_write("state.npz", lambda stream: numpy.savez(stream, x=x))  # doctest: +SKIP
+    """
     directory = os.path.dirname(os.path.abspath(path))
     temporary = None
     try:
         handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
+        with os.fdopen(handle, mode) as stream:
+            write(stream)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)

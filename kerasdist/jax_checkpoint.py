@@ -12,7 +12,6 @@ under a checkpoint's name. It holds arrays only and is read with
 import json
 import os
 import re
-import tempfile
 import zipfile
 
 import numpy as np
@@ -166,21 +165,11 @@ class JaxCheckpointStore:
         return path
 
     def _write(self, path, arrays):
-        temporary = None
         try:
-            handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".npz")
-            with os.fdopen(handle, "wb") as stream:
-                np.savez(stream, **arrays)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, path)
-            temporary = None
+            files.atomic_write(path, lambda stream: np.savez(stream, **arrays), "wb", self.latest_checkpoint)
         except OSError as error:
             raise files.storage_error(self.directory, error.strerror or str(error), self.latest_checkpoint) \
                 from None
-        finally:
-            if temporary and os.path.exists(temporary):
-                os.remove(temporary)
 
 
 def _read(path):
