@@ -1,4 +1,5 @@
-"""The command line: ``kerasdist devices | train | compare | worker | launch | slurm-script | doctor``.
+"""The command line: ``kerasdist devices | train | compare | worker | launch | slurm-script | doctor |
+course``.
 
 Every subcommand is defined here; the modules it calls never import the CLI.
 """
@@ -92,6 +93,18 @@ def build_parser():
     doctor.add_argument("--probe-timeout-s", type=float, default=60,
                         help="kill a probe after this many seconds (default 60)")
     doctor.add_argument("--json", action="store_true", help="print the report as one JSON object last")
+
+    course = commands.add_parser("course", help="for instructors: a student edition, grading (nbgrader)")
+    editions = course.add_subparsers(dest="course_command", required=True, metavar="ACTION")
+    student = editions.add_parser("student", help="write the lessons without solutions, to hand out")
+    student.add_argument("out", help="a new or empty folder outside the course's source tree")
+    student.add_argument("--lesson", action="append", default=[], metavar="NN",
+                         help="only this lesson, e.g. 01 (repeatable; default: all)")
+    grade = editions.add_parser("grade", help="autograde submitted notebooks into one CSV")
+    grade.add_argument("submissions", help="a folder of <student>/<lesson notebook>.ipynb")
+    grade.add_argument("--csv", default="grades.csv", help="where to write the grades (default grades.csv)")
+    grade.add_argument("--timeout-s", type=_seconds, default=600,
+                       help="a student's lesson that runs longer fails all its questions (default 600)")
     return parser
 
 
@@ -388,6 +401,20 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, _sh
         _show(message, category, filename, lineno, file, line)
 
 
+def run_course(args):
+    from kerasdist import course
+
+    if args.course_command == "student":
+        lessons = [course.lesson_assignment(number) for number in args.lesson]
+        written = course.student_edition(args.out, lessons=lessons)
+        print(f"{len(written)} notebooks in {args.out}: no solutions, no hidden tests; the checks answer "
+              "the students' own code", flush=True)
+        return {"notebooks": [str(path) for path in written]}
+    rows = course.grade(args.submissions, args.csv, timeout_s=args.timeout_s)
+    print(f"{len(rows)} students graded: {args.csv}", flush=True)
+    return {"csv": args.csv, "students": len(rows)}
+
+
 def main(argv=None):
     """Run the command line; return the exit status."""
     parser = build_parser()
@@ -418,10 +445,11 @@ def main(argv=None):
     return 0
 
 
-# launch only starts workers and slurm-script only prints: neither loads TensorFlow (seconds, noise);
-# every other command loads it quietly.
-WITHOUT_TENSORFLOW = {"launch", "slurm-script"}
+# launch only starts workers, slurm-script only prints and course runs nbgrader in other processes: none
+# loads TensorFlow (seconds, noise); every other command loads it quietly.
+WITHOUT_TENSORFLOW = {"launch", "slurm-script", "course"}
 COMMANDS = {
     "devices": run_devices, "train": run_train, "compare": run_compare,
     "worker": run_worker, "launch": run_launch, "slurm-script": run_slurm_script, "doctor": run_doctor,
+    "course": run_course,
 }

@@ -122,8 +122,9 @@ def describe_devices():
     return {
         "physical": physical,
         "logical": logical,
-        # MirroredStrategy() with no arguments takes every GPU, else only the first CPU.
-        "mirrored_devices": gpus or cpus[:1],
+        # MirroredStrategy() with no arguments takes every logical GPU, else every logical CPU (its
+        # all_local_devices()): the virtual CPU devices too.
+        "mirrored_devices": gpus or cpus,
     }
 
 

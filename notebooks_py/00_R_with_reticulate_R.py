@@ -57,6 +57,10 @@
 # about every library folder that holds no packages when it attaches one, so the cell searches only
 # folders that hold packages. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full
 # MNIST when available; the test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help.
 
 # %%
 # Load rpy2's %%R magic: R code in this Python process.
@@ -73,6 +77,7 @@
 #   setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")
 # }
 # suppressPackageStartupMessages(library(kerasdist, lib.loc = libraries))
+# ex <- kd_exercises("00")  # this lesson's checked exercises
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # checkpoint_dir <- file.path("results", "00_R_checkpoints")
 # unlink(checkpoint_dir, recursive = TRUE)  # start afresh each time the notebook runs
@@ -110,8 +115,35 @@
 # kd_devices()
 
 # %% [markdown]
-# The `mirrored` column marks what `MirroredStrategy()` would take with no device list (all GPUs,
-# or only the first CPU); kerasdist passes the replica devices explicitly, so it uses both.
+# The `mirrored` column marks what `MirroredStrategy()` would take with no device list: every GPU,
+# or, on a machine without one, every logical CPU, so both virtual devices here. kerasdist passes
+# the replica devices explicitly, so it takes the ones you asked for either way.
+
+# %% [markdown]
+# ### Exercise q1: a mirrored strategy on n replicas
+#
+# Write a function `mirrored_on(n)` that returns a `MirroredStrategy` whose `n` replicas are the devices `kd_simulate_devices()` made, built with the R package's `kd_strategy(name, replicas = 1, verbose = TRUE)` (its `name` for this strategy is `"mirrored"`; pass `verbose = FALSE` to keep it quiet). The check calls it with `n = 2` and `n = 1` and reads the strategy's replica count and devices in TensorFlow.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `kd_strategy("mirrored", replicas = n)` builds TensorFlow's `MirroredStrategy` on the first `n` replica devices (kerasdist passes them explicitly); without `replicas` it keeps 1 replica, whatever the machine has. The result is the Python strategy object itself, a reticulate object: `mirrored_on(2)$num_replicas_in_sync` is 2, and `mirrored_on(2)$extended$worker_devices` names the two virtual CPUs.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# mirrored_on <- NULL  # a function of (n) that returns a strategy
+# ### BEGIN SOLUTION
+# mirrored_on <- function(n) kd_strategy("mirrored", replicas = n, verbose = FALSE)
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Train and resume
@@ -230,6 +262,36 @@ resumed_history.set_index("epoch").round(4)
 # %% magic_args="-w 1500 -h 480 -r 110" language="R"
 # # Plot the comparison: one device (solid) and two replicas (dashed).
 # kd_plot_convergence(comparison, backend = "base")
+
+# %% [markdown]
+# ### Exercise q2: the gap between two training curves
+#
+# `comparison` holds the training of 1 and of 2 replicas as tidy rows. Write a function `loss_gap(comparison)` that returns, from its rows, the largest |difference| between the 1-replica and the 2-replica loss of the same logged step (of the comparison's one mode, as above): the `batch_loss` metric (each batch's own loss) at level `"step"`, paired by `index`. The check calls it on your `comparison` and on a copy in which one step of the 2-replica run is changed, and compares with the gap of those rows.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Keep the step rows of `batch_loss` (Keras' running mean `loss` smooths the curves and hides a gap), split them by `replicas`, and pair them by step with `merge(..., by = "index")`, which suffixes the two `value` columns `.x` and `.y`; `max(abs(...))` of their difference is the gap, whichever run is lower. On your comparison it is the figure that `attr(comparison, "max_abs_loss_difference")$fixed_global$step` holds, computed by kerasdist in Python; the attributes do not travel with a data frame handed to Python, the rows do.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# loss_gap <- NULL  # a function of (comparison) that returns one number
+# ### BEGIN SOLUTION
+# loss_gap <- function(comparison) {
+#   steps <- comparison[comparison$level == "step" & comparison$metric == "batch_loss", ]
+#   paired <- merge(steps[steps$replicas == 1, ], steps[steps$replicas == 2, ], by = "index")
+#   max(abs(paired$value.x - paired$value.y))
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Performance tips

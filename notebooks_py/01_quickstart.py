@@ -110,6 +110,10 @@
 # kerasdist is imported before TensorFlow: it starts TensorFlow with its C++ start-up lines
 # kept out of the cell outputs. `KERASDIST_DATA` chooses the data: `auto` (the default) takes
 # full MNIST when available; the test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
+# `q1.solution()` help.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -120,6 +124,7 @@ import keras
 import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
+from kerasdist.exercises.lesson01 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # Settings for this lesson: where the digits come from, how many replicas, how long to train.
@@ -208,6 +213,33 @@ for replica, (x, y) in enumerate(zip(local_images, local_labels)):
     axes[replica, 0].set_ylabel(f"replica {replica}", rotation=0, ha="right", va="center")
 figure.suptitle("One global batch, split across the replicas", fontsize=10)
 figure.tight_layout()
+
+# %% [markdown]
+# ### Exercise q1: the per-replica batch
+#
+# Write a function `per_replica_batch(global_batch, num_replicas)` that returns how many examples of one global batch each replica gets. The check calls it for several batches and replica counts.
+#
+# Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The global batch is split evenly: with N replicas each takes global_batch / N examples, a whole number (a batch size is a count). With 64 on 2 replicas that is 32, the `PER_REPLICA_BATCH_SIZE` of this lesson.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+per_replica_batch = None  # a function of (global_batch, num_replicas)
+### BEGIN SOLUTION
+def per_replica_batch(global_batch, num_replicas):
+    return global_batch // num_replicas
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q1.check()
+### BEGIN HIDDEN TESTS
+q1.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Data parallelism from scratch
@@ -319,6 +351,37 @@ print(f"the step moved the weights by up to {moved:.1e}")
 # count of examples; this course drops the last partial batch instead (lesson 3).
 
 # %% [markdown]
+# ### Exercise q2: one replica's gradients
+#
+# Write `local_gradients(model, images, labels, global_batch)`: the gradients one replica computes on its local batch in a synchronous step. The check splits a real global batch of 64 digits in two, adds your two replicas' gradients, and compares the sum with the gradient MirroredStrategy all-reduces on 2 replicas.
+#
+# Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Each replica divides the sum of its per-example losses by the **global** batch, so the all-reduce (a sum over replicas) gives the mean gradient of the whole global batch, which is what one device would compute. Dividing by the local batch makes the sum N times too large.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+local_gradients = None  # a function of (model, images, labels, global_batch)
+### BEGIN SOLUTION
+def local_gradients(model, images, labels, global_batch):
+    with tf.GradientTape() as tape:
+        per_example = keras.losses.sparse_categorical_crossentropy(labels, model(images),
+                                                                   from_logits=True)
+        loss = tf.reduce_sum(per_example) / global_batch
+    return tape.gradient(loss, model.trainable_variables)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q2.check()
+### BEGIN HIDDEN TESTS
+q2.assert_correct()
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Build and compile in the strategy scope
 #
 # Everything that creates variables must be created inside `strategy.scope()`: the layers'
@@ -336,6 +399,37 @@ with strategy.scope():
         metrics=[keras.metrics.SparseCategoricalAccuracy()],
     )
 model.summary()
+
+# %% [markdown]
+# ### Exercise q3: build and compile in the scope
+#
+# Write `build_and_compile(strategy)`: build the lesson's MLP with `build_mlp()` and compile it (Adam, sparse categorical cross-entropy from logits) so that it trains on all of the strategy's replicas. The check gives it a 2-replica MirroredStrategy.
+#
+# Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Variables made under `strategy.scope()` are mirrored: one copy per replica. The model and the optimizer (made by `compile()`) must both be created there; built and compiled outside, the model trains on one device with the default strategy and no error; built inside but compiled outside, `fit()` fails: the optimizer then belongs to the default strategy and the model's variables to this one.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+build_and_compile = None  # a function of (strategy) that returns a compiled model
+### BEGIN SOLUTION
+def build_and_compile(strategy):
+    with strategy.scope():
+        model = build_mlp()
+        model.compile(optimizer=keras.optimizers.Adam(),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q3.check()
+### BEGIN HIDDEN TESTS
+q3.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Train and evaluate

@@ -115,6 +115,10 @@
 # C++ start-up lines kept out of the cell outputs. R then attaches keras3 and friends; reticulate
 # uses this very Python process, so R and Python share one TensorFlow. `KERASDIST_DATA` chooses the
 # data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -132,6 +136,8 @@ import keras  # noqa: F401
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
+# library(kerasdist)  # the course's R package: this lesson's checked exercises
+# ex <- kd_exercises("01")
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # num_replicas <- 2L
 # epochs <- 3L
@@ -224,6 +230,32 @@ import keras  # noqa: F401
 #         at = 1 - (replica - 0.5) / length(local_images))
 # }
 # mtext("One global batch, split across the replicas", outer = TRUE, line = 0.5)
+
+# %% [markdown]
+# ### Exercise q1: the per-replica batch
+#
+# Write a function `per_replica_batch(global_batch, num_replicas)` that returns how many examples of one global batch each replica gets. The check calls it for several batches and replica counts.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The global batch is split evenly: with N replicas each takes global_batch / N examples, a whole number (a batch size is a count). With 64 on 2 replicas that is 32, the `per_replica_batch_size` of this lesson.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# per_replica_batch <- NULL  # a function of (global_batch, num_replicas)
+# ### BEGIN SOLUTION
+# per_replica_batch <- function(global_batch, num_replicas) global_batch %/% num_replicas
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Data parallelism from scratch
@@ -347,6 +379,38 @@ import keras  # noqa: F401
 # (lesson 3).
 
 # %% [markdown]
+# ### Exercise q2: one replica's gradients
+#
+# Write `local_gradients(model, images, labels, global_batch)`: the gradients one replica computes on its local batch in a synchronous step. The check splits a real global batch of 64 digits in two, adds your two replicas' gradients, and compares the sum with the gradient MirroredStrategy all-reduces on 2 replicas.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Each replica divides the sum of its per-example losses by the **global** batch, so the all-reduce (a sum over replicas) gives the mean gradient of the whole global batch, which is what one device would compute. Dividing by the local batch makes the sum N times too large.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# local_gradients <- NULL  # a function of (model, images, labels, global_batch)
+# ### BEGIN SOLUTION
+# local_gradients <- function(model, images, labels, global_batch) {
+#   with(tf$GradientTape() %as% tape, {
+#     per_example <- loss_sparse_categorical_crossentropy(labels, model(images), from_logits = TRUE)
+#     loss <- tf$reduce_sum(per_example) / global_batch
+#   })
+#   tape$gradient(loss, model$trainable_variables)
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Build and compile in the strategy scope
 #
 # Everything that creates variables must be created inside the strategy's scope: the layers'
@@ -365,6 +429,39 @@ import keras  # noqa: F401
 #   )
 # })
 # summary(model)
+
+# %% [markdown]
+# ### Exercise q3: build and compile in the scope
+#
+# Write `build_and_compile(strategy)`: build the lesson's MLP with `build_mlp()` and compile it (Adam, sparse categorical cross-entropy from logits) so that it trains on all of the strategy's replicas. The check gives it a 2-replica MirroredStrategy.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Variables made under `with(strategy$scope(), ...)` are mirrored: one copy per replica. The model and the optimizer (made by `compile()`) must both be created there; built and compiled outside, the model trains on one device with the default strategy and no error; built inside but compiled outside, `fit()` fails: the optimizer then belongs to the default strategy and the model's variables to this one.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# build_and_compile <- NULL  # a function of (strategy) that returns a compiled model
+# ### BEGIN SOLUTION
+# build_and_compile <- function(strategy) {
+#   with(strategy$scope(), {
+#     model <- build_mlp()
+#     model |> compile(optimizer = optimizer_adam(),
+#                      loss = loss_sparse_categorical_crossentropy(from_logits = TRUE))
+#   })
+#   model
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q3)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q3)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Train and evaluate

@@ -57,6 +57,10 @@
 
 # %% [markdown]
 # ## Setup
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
+# `q1.solution()` help.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -75,6 +79,7 @@ import keras
 import matplotlib.pyplot as plt
 import pandas as pd
 import tensorflow as tf
+from kerasdist.exercises.lesson02 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # Settings: data source, replicas, batch and epochs, checkpoint interval, and an empty folder for this lesson.
@@ -287,6 +292,38 @@ for name, path in (("by ctime", by_ctime), ("by epoch", by_epoch)):
 # atomically after the data files are complete, and skips a checkpoint that fails to load.
 
 # %% [markdown]
+# ### Exercise q1: make or restore
+#
+# Write `make_or_restore(directory, strategy)`, the start of a training script that survives crashes. With no `ckpt-NN.keras` file in `directory` it builds a new model with `build_model()` and returns `(model, 0)`; otherwise it loads the latest checkpoint and returns `(model, epochs_done)`, ready for `fit(initial_epoch=epochs_done)`. The check trains your model until a simulated crash in epoch 3, copies `ckpt-01.keras` aside and back (as a restore from a backup would), calls your function again and resumes.
+#
+# Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Pick the checkpoint by the epoch number in its name (`checkpoint_epoch()`), never by file time: copying `ckpt-01.keras` back made it the newest file. Load it with `load_model()` inside the strategy's scope, so that its variables are mirrored again and the optimizer state (Adam's step count and moments) comes back with the weights; the epoch in its name is the number of epochs done.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+make_or_restore = None  # a function of (directory, strategy): (model, epochs_done)
+### BEGIN SOLUTION
+def make_or_restore(directory, strategy):
+    checkpoints = list(Path(directory).glob("ckpt-*.keras"))
+    with strategy.scope():
+        if not checkpoints:
+            return build_model(), 0
+        latest = max(checkpoints, key=checkpoint_epoch)
+        return keras.models.load_model(str(latest)), checkpoint_epoch(latest)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q1.check()
+### BEGIN HIDDEN TESTS
+q1.assert_correct()
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Save every N batches with ModelCheckpoint
 #
 # When an epoch takes hours, a checkpoint per epoch is too rare. `ModelCheckpoint(save_freq=N)`, with
@@ -330,6 +367,38 @@ print(f"{batch_files[-1].name} holds optimizer step {int(at_batch.optimizer.iter
       f"= {newest_epoch - 1} epoch(s) x {STEPS_PER_EPOCH} batches + {newest_batch} batches")
 print(f"fit(initial_epoch={newest_epoch - 1}) would start epoch {newest_epoch} at batch 1: "
       f"its first {newest_batch} batches would be trained a second time")
+
+# %% [markdown]
+# ### Exercise q2: which batches ModelCheckpoint saves
+#
+# Write `batch_checkpoint_names(steps_per_epoch, epochs, save_freq)`: the names of the files that `ModelCheckpoint("ckpt-e{epoch:02d}-b{batch:03d}.keras", save_freq=save_freq)` leaves after `epochs` epochs of `steps_per_epoch` batches, such as `"ckpt-e02-b001.keras"`, as a list. The check trains a small model on real digits with a real `ModelCheckpoint` and compares your names with the files it wrote.
+#
+# Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The callback counts batches across epochs: it saves after the global batches N, 2N, 3N, ... of the whole run. Global batch g (from 1) lies in epoch (g - 1) div steps_per_epoch + 1, at batch (g - 1) mod steps_per_epoch + 1 of that epoch. With 5 batches per epoch and `save_freq` 3, the files are `ckpt-e01-b003`, `ckpt-e02-b001`, `ckpt-e02-b004`, `ckpt-e03-b002` and `ckpt-e03-b005`.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+batch_checkpoint_names = None  # a function of (steps_per_epoch, epochs, save_freq)
+### BEGIN SOLUTION
+def batch_checkpoint_names(steps_per_epoch, epochs, save_freq):
+    names = []
+    for step in range(save_freq, steps_per_epoch * epochs + 1, save_freq):
+        epoch = (step - 1) // steps_per_epoch + 1
+        batch = (step - 1) % steps_per_epoch + 1
+        names.append(f"ckpt-e{epoch:02d}-b{batch:03d}.keras")
+    return names
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q2.check()
+### BEGIN HIDDEN TESTS
+q2.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Kill a training process with SIGKILL
@@ -471,6 +540,36 @@ axis.set(title="Per-step loss, one continuous log across a SIGKILL (thin line: e
 axis.grid(alpha=0.3)
 axis.legend()
 figure.tight_layout()
+
+# %% [markdown]
+# ### Exercise q3: an epoch that resumes at the next batch
+#
+# Write `resume_dataset(images, labels, epoch, batches_done, batch_size)`: the batches of epoch `epoch` that remain after its first `batches_done`, as kerasdist rebuilds them after a restart. Every epoch has its own shuffled order, which a new process must rebuild exactly; batch with `drop_remainder=True`. The check builds whole and resumed epochs from 200 real digits and compares their batches.
+#
+# Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Seed the shuffle with the epoch: the order then depends on the epoch alone, is the same in every process that builds it, and differs from one epoch to the next. Skip after batching, so that `batches_done` counts batches, not examples: the resumed epoch continues with the next batch of the same order.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+resume_dataset = None  # function of (images, labels, epoch, batches_done, batch_size)
+### BEGIN SOLUTION
+def resume_dataset(images, labels, epoch, batches_done, batch_size):
+    return (tf.data.Dataset.from_tensor_slices((images, labels))
+            .shuffle(len(labels), seed=epoch)
+            .batch(batch_size, drop_remainder=True)
+            .skip(batches_done))
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q3.check()
+### BEGIN HIDDEN TESTS
+q3.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Keras BackupAndRestore replays the epoch

@@ -57,6 +57,10 @@
 
 # %% [markdown]
 # ## Setup
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -74,6 +78,8 @@ import keras  # noqa: F401
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
+# library(kerasdist)  # the course's R package: this lesson's checked exercises
+# ex <- kd_exercises("02")
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # num_replicas <- 2L
 # global_batch_size <- 64L
@@ -292,6 +298,42 @@ import keras  # noqa: F401
 # and skips a checkpoint that fails to load.
 
 # %% [markdown]
+# ### Exercise q1: make or restore
+#
+# Write `make_or_restore(directory, strategy)`, the start of a training script that survives crashes. With no `ckpt-NN.keras` file in `directory` it builds a new model with `build_model()` and returns `list(model, 0L)`; otherwise it loads the latest checkpoint and returns `list(model, epochs_done)` (keras3's `fit()` then takes `initial_epoch = epochs_done + 1`). The check trains your model until a simulated crash in epoch 3, copies `ckpt-01.keras` aside and back (as a restore from a backup would), calls your function again and resumes.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Pick the checkpoint by the epoch number in its name (`checkpoint_epoch()`), never by file time: copying `ckpt-01.keras` back made it the newest file. Load it with `load_model()` inside the strategy's scope, so that its variables are mirrored again and the optimizer state (Adam's step count and moments) comes back with the weights; the epoch in its name is the number of epochs done.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# make_or_restore <- NULL  # a function of (directory, strategy): list(model, epochs_done)
+# ### BEGIN SOLUTION
+# make_or_restore <- function(directory, strategy) {
+#   checkpoints <- list.files(directory, pattern = "^ckpt-[0-9]+\\.keras$",
+#                             full.names = TRUE)
+#   if (length(checkpoints) == 0) {
+#     with(strategy$scope(), model <- build_model())
+#     return(list(model, 0L))
+#   }
+#   latest <- checkpoints[which.max(checkpoint_epoch(checkpoints))]
+#   with(strategy$scope(), model <- load_model(latest))
+#   list(model, checkpoint_epoch(latest))
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Save every N batches with ModelCheckpoint
 #
 # When an epoch takes hours, a checkpoint per epoch is too rare. `callback_model_checkpoint(save_freq
@@ -336,6 +378,36 @@ import keras  # noqa: F401
 # cat(sprintf(paste("fit(initial_epoch = %d) would start epoch %d at batch 1:",
 #                   "its first %d batches would be trained a second time\n"),
 #             newest_epoch, newest_epoch, newest_batch))
+
+# %% [markdown]
+# ### Exercise q2: which batches ModelCheckpoint saves
+#
+# Write `batch_checkpoint_names(steps_per_epoch, epochs, save_freq)`: the names of the files that `callback_model_checkpoint("ckpt-e{epoch:02d}-b{batch:03d}.keras", save_freq = save_freq)` leaves after `epochs` epochs of `steps_per_epoch` batches, such as `"ckpt-e02-b001.keras"`, as a character vector. The check trains a small model on real digits with a real checkpoint callback and compares your names with the files it wrote.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The callback counts batches across epochs: it saves after the global batches N, 2N, 3N, ... of the whole run. Global batch g (from 1) lies in epoch (g - 1) div steps_per_epoch + 1, at batch (g - 1) mod steps_per_epoch + 1 of that epoch. With 5 batches per epoch and `save_freq` 3, the files are `ckpt-e01-b003`, `ckpt-e02-b001`, `ckpt-e02-b004`, `ckpt-e03-b002` and `ckpt-e03-b005`.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# batch_checkpoint_names <- NULL  # a function of (steps_per_epoch, epochs, save_freq)
+# ### BEGIN SOLUTION
+# batch_checkpoint_names <- function(steps_per_epoch, epochs, save_freq) {
+#   step <- seq(save_freq, steps_per_epoch * epochs, by = save_freq)
+#   sprintf("ckpt-e%02d-b%03d.keras", (step - 1) %/% steps_per_epoch + 1,
+#           (step - 1) %% steps_per_epoch + 1)
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Kill a training process with SIGKILL
@@ -488,6 +560,37 @@ import keras  # noqa: F401
 #        col = c(adjustcolor("firebrick", alpha.f = 0.35), "steelblue", "gray40"),
 #        legend = c("killed run (its steps after the checkpoint are lost)", "final metrics log",
 #                   sprintf("resumed after step %d", resumed_from)))
+
+# %% [markdown]
+# ### Exercise q3: an epoch that resumes at the next batch
+#
+# Write `resume_dataset(images, labels, epoch, batches_done, batch_size)`: the batches of epoch `epoch` that remain after its first `batches_done`, as kerasdist rebuilds them after a restart. Every epoch has its own shuffled order, which a new process must rebuild exactly; batch with `drop_remainder = TRUE`. The check builds whole and resumed epochs from 200 real digits and compares their batches.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Seed the shuffle with the epoch: the order then depends on the epoch alone, is the same in every process that builds it, and differs from one epoch to the next. Skip after batching, so that `batches_done` counts batches, not examples: the resumed epoch continues with the next batch of the same order.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# resume_dataset <- NULL  # function of (images, labels, epoch, batches_done, batch_size)
+# ### BEGIN SOLUTION
+# resume_dataset <- function(images, labels, epoch, batches_done, batch_size) {
+#   tensor_slices_dataset(list(images, labels)) |>
+#     dataset_shuffle(buffer_size = nrow(images), seed = epoch) |>
+#     dataset_batch(batch_size, drop_remainder = TRUE) |>
+#     dataset_skip(batches_done)
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q3)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q3)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Keras BackupAndRestore replays the epoch

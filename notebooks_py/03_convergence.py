@@ -78,6 +78,10 @@
 # `tf.data`'s order, so that the same program on the same machine repeats its numbers (its
 # docstring, `tensorflow/python/framework/config.py`). It does not make 1 device and 2 replicas add
 # their gradients in the same order: the gap between them, measured below, stays.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
+# `q1.solution()` help.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -90,6 +94,7 @@ import numpy as np
 import tensorflow as tf
 from IPython.display import Markdown, display
 from kerasdist import compare, model, plots
+from kerasdist.exercises.lesson03 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -545,6 +550,37 @@ print(f"dropout: |loss difference| {dropout_gap[0]:.1e} at step 1, up to {dropou
 # noise correlated across the replicas, but not on one device's path.
 
 # %% [markdown]
+# ### Exercise q1: stay on one device's path
+#
+# Write `normalized_mlp()`: the lesson's MLP (784 inputs, `dense_1` and `dense_2` of 256 ReLU units, 10 logits) with a BatchNormalization layer after `dense_1`, built so that training on 2 replicas stays on one device's path. The check builds it in a 2-replica `MirroredStrategy` scope and once more on one device with the same weights, and compares their training-mode outputs on 64 real digits (32 per replica).
+#
+# Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `BatchNormalization(synchronized=True)` all-reduces the sums behind the batch mean and variance, so each replica normalises its 32 digits with the statistics of all 64, as one device does. Plain BatchNormalization uses each replica's own 32 digits, and its outputs differ from the first step.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+normalized_mlp = None  # a function of () that returns an uncompiled model
+### BEGIN SOLUTION
+def normalized_mlp():
+    inputs = keras.Input(shape=(784,), name="digits")
+    hidden = keras.layers.Dense(256, activation="relu", name="dense_1")(inputs)
+    hidden = keras.layers.BatchNormalization(synchronized=True, name="batch_norm")(hidden)
+    hidden = keras.layers.Dense(256, activation="relu", name="dense_2")(hidden)
+    return keras.Model(inputs, keras.layers.Dense(10, name="logits")(hidden))
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q1.check()
+### BEGIN HIDDEN TESTS
+q1.assert_correct()
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Fixed per-replica batch: the global batch grows
 #
 # Now keep 64 samples **per replica**: 2 replicas make a global batch of 128, so an epoch has half
@@ -762,6 +798,35 @@ figure.savefig("results/figures/03_epoch1_samples_seen.png", dpi=100, bbox_inche
 # accuracy.
 
 # %% [markdown]
+# ### Exercise q2: a warm-up schedule
+#
+# Write `warmup_schedule(base_rate, k, warmup_steps, total_steps)`: a Keras learning-rate schedule for a global batch k times larger that starts at `base_rate`, ramps linearly to k x `base_rate` over `warmup_steps` steps, then holds that rate up to `total_steps`, as in the recipe above. The check puts your schedule into an Adam optimizer and reads the optimizer's rate at several steps, for two settings.
+#
+# Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `CosineDecay` with `initial_learning_rate=base_rate`, `warmup_target=k * base_rate` and `warmup_steps` ramps by the same amount at each step; after the ramp it decays towards `alpha` x the target over `decay_steps`, so `alpha=1.0` holds the rate. The default `alpha=0.0` would take it down to 0.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+warmup_schedule = None  # a function of (base_rate, k, warmup_steps, total_steps)
+### BEGIN SOLUTION
+def warmup_schedule(base_rate, k, warmup_steps, total_steps):
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=base_rate, warmup_target=k * base_rate,
+        warmup_steps=warmup_steps, decay_steps=total_steps, alpha=1.0)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q2.check()
+### BEGIN HIDDEN TESTS
+q2.assert_correct()
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Gradient accumulation: a large batch without more devices
 #
 # A global batch of 128 does not need two devices. A Keras 3 optimizer built with
@@ -825,6 +890,34 @@ print(f"max |loss difference| per update: {update_gap.max():.1e}; max |weight di
 # They do: every update averages the gradients of 4 x 32 = 128 examples, the same examples in the same
 # order as one batch of 128, so only the order of the additions differs.
 # </details>
+
+# %% [markdown]
+# ### Exercise q3: accumulate to a large batch
+#
+# Write `accumulating_optimizer(large_batch, batch_size, learning_rate)`: an Adam optimizer that, trained with batches of `batch_size`, makes the same updates as plain Adam with `learning_rate` and batches of `large_batch`. The check trains the course's MLP on 512 real digits in steps of 64 with your optimizer and, from the same weights, with batch 256 and plain Adam, and compares the number of updates and the final weights.
+#
+# Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `gradient_accumulation_steps=large_batch // batch_size` adds up the gradients of that many steps and updates with their average, the mean gradient over the large batch. The learning rate stays as it is: the average already is the large batch's gradient, and Adam counts updates, not steps.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+accumulating_optimizer = None  # a function of (large_batch, batch_size, learning_rate)
+### BEGIN SOLUTION
+def accumulating_optimizer(large_batch, batch_size, learning_rate):
+    return keras.optimizers.Adam(learning_rate,
+                                 gradient_accumulation_steps=large_batch // batch_size)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q3.check()
+### BEGIN HIDDEN TESTS
+q3.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Performance tips

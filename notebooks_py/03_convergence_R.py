@@ -82,6 +82,10 @@
 # `tf.data`'s order, so that the same program on the same machine repeats its numbers (its
 # docstring, `tensorflow/python/framework/config.py`). It does not make 1 device and 2 replicas add
 # their gradients in the same order: the gap between them, measured below, stays.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -99,6 +103,8 @@ import keras  # noqa: F401
 # library(keras3)
 # library(tfdatasets, exclude = "shape")
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
+# library(kerasdist)  # the course's R package: this lesson's checked exercises
+# ex <- kd_exercises("03")
 # epochs <- 3L
 # batch_size <- 64L
 
@@ -596,6 +602,40 @@ import keras  # noqa: F401
 # noise correlated across the replicas, but not on one device's path.
 
 # %% [markdown]
+# ### Exercise q1: stay on one device's path
+#
+# Write `normalized_mlp()`: the lesson's MLP (784 inputs, `dense_1` and `dense_2` of 256 ReLU units, 10 logits) with a batch normalization layer after `dense_1`, built so that training on 2 replicas stays on one device's path. The check builds it in a 2-replica `MirroredStrategy` scope and once more on one device with the same weights, and compares their training-mode outputs on 64 real digits (32 per replica).
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `layer_batch_normalization(synchronized = TRUE)` all-reduces the sums behind the batch mean and variance, so each replica normalises its 32 digits with the statistics of all 64, as one device does. Plain BatchNormalization uses each replica's own 32 digits, and its outputs differ from the first step.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# normalized_mlp <- NULL  # a function of () that returns an uncompiled model
+# ### BEGIN SOLUTION
+# normalized_mlp <- function() {
+#   inputs <- keras_input(shape = 784, name = "digits")
+#   logits <- inputs |>
+#     layer_dense(units = 256, activation = "relu", name = "dense_1") |>
+#     layer_batch_normalization(synchronized = TRUE, name = "batch_norm") |>
+#     layer_dense(units = 256, activation = "relu", name = "dense_2") |>
+#     layer_dense(units = 10, name = "logits")
+#   keras_model(inputs, logits)
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Fixed per-replica batch: the global batch grows
 #
 # Now keep 64 samples **per replica**: 2 replicas make a global batch of 128, so an epoch has half
@@ -797,6 +837,36 @@ import keras  # noqa: F401
 # accuracy.
 
 # %% [markdown]
+# ### Exercise q2: a warm-up schedule
+#
+# Write `warmup_schedule(base_rate, k, warmup_steps, total_steps)`: a Keras learning-rate schedule for a global batch k times larger that starts at `base_rate`, ramps linearly to k x `base_rate` over `warmup_steps` steps, then holds that rate up to `total_steps`, as in the recipe above. The check puts your schedule into an Adam optimizer and reads the optimizer's rate at several steps, for two settings.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `learning_rate_schedule_cosine_decay()` with `initial_learning_rate = base_rate`, `warmup_target = k * base_rate` and `warmup_steps` ramps by the same amount at each step; after the ramp it decays towards `alpha` x the target over `decay_steps`, so `alpha = 1` holds the rate. The default `alpha = 0` would take it down to 0.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# warmup_schedule <- NULL  # a function of (base_rate, k, warmup_steps, total_steps)
+# ### BEGIN SOLUTION
+# warmup_schedule <- function(base_rate, k, warmup_steps, total_steps) {
+#   learning_rate_schedule_cosine_decay(
+#     initial_learning_rate = base_rate, warmup_target = k * base_rate,
+#     warmup_steps = warmup_steps, decay_steps = total_steps, alpha = 1)
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Gradient accumulation: a large batch without more devices
 #
 # A global batch of 128 does not need two devices. A Keras 3 optimizer built with
@@ -864,6 +934,35 @@ import keras  # noqa: F401
 # They do: every update averages the gradients of 4 x 32 = 128 examples, the same examples in the same
 # order as one batch of 128, so only the order of the additions differs.
 # </details>
+
+# %% [markdown]
+# ### Exercise q3: accumulate to a large batch
+#
+# Write `accumulating_optimizer(large_batch, batch_size, learning_rate)`: an Adam optimizer that, trained with batches of `batch_size`, makes the same updates as plain Adam with `learning_rate` and batches of `large_batch`. The check trains the course's MLP on 512 real digits in steps of 64 with your optimizer and, from the same weights, with batch 256 and plain Adam, and compares the number of updates and the final weights.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `gradient_accumulation_steps = large_batch %/% batch_size` adds up the gradients of that many steps and updates with their average, the mean gradient over the large batch. The learning rate stays as it is: the average already is the large batch's gradient, and Adam counts updates, not steps.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# accumulating_optimizer <- NULL  # a function of (large_batch, batch_size, learning_rate)
+# ### BEGIN SOLUTION
+# accumulating_optimizer <- function(large_batch, batch_size, learning_rate) {
+#   optimizer_adam(learning_rate = learning_rate,
+#                  gradient_accumulation_steps = large_batch %/% batch_size)
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q3)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q3)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Performance tips

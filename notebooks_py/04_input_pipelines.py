@@ -62,6 +62,10 @@
 # kerasdist is imported before TensorFlow, and the replicas are made before TensorFlow uses its
 # devices. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full MNIST when available;
 # the test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
+# `q1.solution()` help.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -74,6 +78,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from kerasdist import plots
+from kerasdist.exercises.lesson04 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # Settings for this lesson: where the digits come from, how many replicas, the global batch.
@@ -138,6 +143,34 @@ shares = [int(part.shape[0]) for part in strategy.experimental_local_results(fir
 assert shares == [GLOBAL_BATCH_SIZE // NUM_REPLICAS] * NUM_REPLICAS, shares
 assert int(batched.cardinality()) == len(mnist.y_train) // GLOBAL_BATCH_SIZE == steps_per_epoch
 print(f"each replica gets {shares[0]} examples per step; {int(batched.cardinality())} steps per epoch")
+
+# %% [markdown]
+# ### Exercise q1: global batches for the strategy
+#
+# Write a function `distribute_batches(strategy, dataset, global_batch)` that batches a dataset of single examples by the global batch, dropping the remainder so that every step holds a whole global batch, and returns it split between the strategy's replicas. The check calls it with 2 replicas on 200 real digits and a global batch of 64, and reads the shares of every step.
+#
+# Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Batch by the global batch (64), not the per-replica one, and drop the remainder: `dataset.batch(global_batch, drop_remainder=True)`. Then `strategy.experimental_distribute_dataset(...)` cuts each global batch into 2 shares of 32, one per replica. Without `drop_remainder` the last step of 200 examples would hold 8, 4 per replica.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+distribute_batches = None  # a function of (strategy, dataset, global_batch)
+### BEGIN SOLUTION
+def distribute_batches(strategy, dataset, global_batch):
+    batches = dataset.batch(global_batch, drop_remainder=True)
+    return strategy.experimental_distribute_dataset(batches)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q1.check()
+### BEGIN HIDDEN TESTS
+q1.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## A pipeline with a slow source
@@ -360,7 +393,9 @@ for series, seconds in (("alone", alone), ("with a training step", with_step)):
 #   as long as reading is slower than training: after that the step time sets the pace, and the
 #   "alone" bars show the head room left for a faster accelerator.
 # - **+ cache** reads storage only in the first epoch; later epochs come from memory, so alone it
-#   needs no reads at all, and with a training step the step time sets the pace again.
+#   needs no reads at all, and with a training step the step time sets the pace again. `cache()`
+#   replays what reached it, in that order: a shuffle placed before it is frozen into the cache, so
+#   shuffle after the cache.
 #
 # How many reads does the parallel map keep in flight? A `map` runs each call of its function on
 # tf.data's thread pool, which by default has one thread per schedulable CPU core; a read that
@@ -425,6 +460,36 @@ print(f"with the real model, {faster!r} took {1 - trained[faster] / trained[slow
       f"per epoch than {slower!r}: x{trained[slower] / trained[faster]:.2f}, "
       f"{'within' if verdict(trained[slower] / trained[faster]) == 'no change' else 'beyond'} "
       f"the {NO_CHANGE_WITHIN:.0%} read as noise")
+
+# %% [markdown]
+# ### Exercise q2: cache, then shuffle
+#
+# Write a function `epoch_pipeline(records, global_batch, seed)` for records that are slow to read (a small dataset of `(image, label)` examples, which fits in a shuffle buffer): read them only in the first epoch, reshuffle every epoch from `seed`, batch by the global batch with the remainder dropped, and prepare the next batch while the model trains. The check reads two epochs, counts the reads, and compares the orders.
+#
+# Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `records.cache().shuffle(buffer_size, seed=seed).batch(global_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)`. `cache()` comes first: after one epoch read to the end, later epochs come from memory. The shuffle comes after it, so that each epoch is drawn anew (a shuffle before the cache would be cached too, and every epoch would repeat the first order). A seeded shuffle gives the same sequence of epoch orders every time the pipeline is built; `prefetch` goes last.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+epoch_pipeline = None  # a function of (records, global_batch, seed)
+### BEGIN SOLUTION
+def epoch_pipeline(records, global_batch, seed):
+    return (records.cache()
+            .shuffle(1000, seed=seed)
+            .batch(global_batch, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE))
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q2.check()
+### BEGIN HIDDEN TESTS
+q2.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## What changes with more replicas
@@ -692,6 +757,37 @@ for index in range(NUM_WORKERS):
                                   num_replicas=NUM_WORKERS)
     assert all(np.array_equal(ours, theirs) for ours, theirs in zip(worker_share(index, 0), rewritten))
 print(f"TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as worker_share, for all {NUM_WORKERS} workers")
+
+# %% [markdown]
+# ### Exercise q3: the same order on every worker
+#
+# Write a function `worker_dataset(keys, global_batch, seed)` that every worker of a cluster would call to build its copy of the pipeline: shuffle the keys (few enough for one shuffle buffer), batch them by the global batch with the remainder dropped, and ask for `DATA` sharding. The check builds two workers' copies, the second after one more random op, as in the cell above, shards them with TensorFlow's own rewrite, and checks that every key reaches exactly one worker.
+#
+# Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Under `DATA` sharding each worker keeps its slices of every global batch by position, so all copies must make the same order: `keys.shuffle(buffer_size, seed=seed).batch(global_batch, drop_remainder=True)`, then `with_options()` with `options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA`. An unseeded shuffle takes its seed from the program's random state, which one extra random op changes: some keys then reach both workers and as many neither.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+worker_dataset = None  # a function of (keys, global_batch, seed)
+### BEGIN SOLUTION
+def worker_dataset(keys, global_batch, seed):
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return (keys.shuffle(1000, seed=seed)
+            .batch(global_batch, drop_remainder=True)
+            .with_options(options))
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q3.check()
+### BEGIN HIDDEN TESTS
+q3.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Performance tips

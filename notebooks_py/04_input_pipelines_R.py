@@ -65,6 +65,10 @@
 # C++ start-up lines kept out of the cell outputs. R then attaches keras3 and friends; reticulate
 # uses this very Python process, so R and Python share one TensorFlow. `KERASDIST_DATA` chooses
 # the data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -83,6 +87,8 @@ import keras  # noqa: F401
 # library(tfdatasets, exclude = "shape")
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
 # library(reticulate)
+# library(kerasdist)  # the course's R package: this lesson's checked exercises
+# ex <- kd_exercises("04")
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # num_replicas <- 2L
 # global_batch_size <- 64L
@@ -152,6 +158,35 @@ import keras  # noqa: F401
 # stopifnot(identical(shares, rep(global_batch_size %/% num_replicas, num_replicas)),
 #           batches == nrow(x_train) %/% global_batch_size, batches == steps_per_epoch)
 # cat(sprintf("each replica gets %d examples per step; %d steps per epoch\n", shares[1], batches))
+
+# %% [markdown]
+# ### Exercise q1: global batches for the strategy
+#
+# Write a function `distribute_batches(strategy, dataset, global_batch)` that batches a dataset of single examples by the global batch, dropping the remainder so that every step holds a whole global batch, and returns it split between the strategy's replicas. The check calls it with 2 replicas on 200 real digits and a global batch of 64, and reads the shares of every step.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Batch by the global batch (64), not the per-replica one, and drop the remainder: `dataset_batch(dataset, global_batch, drop_remainder = TRUE)`. Then `strategy$experimental_distribute_dataset()` cuts each global batch into 2 shares of 32, one per replica. Without `drop_remainder` the last step of 200 examples would hold 8, 4 per replica.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# distribute_batches <- NULL  # a function of (strategy, dataset, global_batch)
+# ### BEGIN SOLUTION
+# distribute_batches <- function(strategy, dataset, global_batch) {
+#   batches <- dataset_batch(dataset, global_batch, drop_remainder = TRUE)
+#   strategy$experimental_distribute_dataset(batches)
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## A pipeline with a slow source
@@ -403,6 +438,8 @@ import keras  # noqa: F401
 #   "alone" bars show the head room left for a faster accelerator.
 # - **+ cache** reads storage only in the first epoch; later epochs come from memory, so alone it
 #   needs no reads at all, and with a training step the step time sets the pace again.
+#   `dataset_cache()` replays what reached it, in that order: a shuffle placed before it is frozen
+#   into the cache, so shuffle after the cache.
 #
 # How many reads does the parallel map keep in flight? A map runs each call of its function on
 # tf.data's thread pool, which by default has one thread per schedulable CPU core; a read that
@@ -467,6 +504,38 @@ import keras  # noqa: F401
 # cat(sprintf("with the real model, '%s' took %.0f%% less time per epoch than '%s': x%.2f, %s the %.0f%% read as noise\n",
 #             ranked[1], (1 - 1 / factor) * 1e2, ranked[2], factor,
 #             if (verdict(factor) == "no change") "within" else "beyond", no_change_within * 1e2))
+
+# %% [markdown]
+# ### Exercise q2: cache, then shuffle
+#
+# Write a function `epoch_pipeline(records, global_batch, seed)` for records that are slow to read (a small dataset of `(image, label)` examples, which fits in a shuffle buffer): read them only in the first epoch, reshuffle every epoch from `seed`, batch by the global batch with the remainder dropped, and prepare the next batch while the model trains. The check reads two epochs, counts the reads, and compares the orders.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `records |> dataset_cache() |> dataset_shuffle(buffer_size, seed = seed) |> dataset_batch(global_batch, drop_remainder = TRUE) |> dataset_prefetch()`. `dataset_cache()` comes first: after one epoch read to the end, later epochs come from memory. The shuffle comes after it, so that each epoch is drawn anew (a shuffle before the cache would be cached too, and every epoch would repeat the first order). A seeded shuffle gives the same sequence of epoch orders every time the pipeline is built; `dataset_prefetch()` goes last.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# epoch_pipeline <- NULL  # a function of (records, global_batch, seed)
+# ### BEGIN SOLUTION
+# epoch_pipeline <- function(records, global_batch, seed) {
+#   records |>
+#     dataset_cache() |>
+#     dataset_shuffle(1000, seed = seed) |>
+#     dataset_batch(global_batch, drop_remainder = TRUE) |>
+#     dataset_prefetch()
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## What changes with more replicas
@@ -754,6 +823,41 @@ import keras  # noqa: F401
 # }
 # cat(sprintf("TensorFlow's auto-shard rewrite (policy AUTO) kept the same slices as worker_share, for all %d workers\n",
 #             num_workers))
+
+# %% [markdown]
+# ### Exercise q3: the same order on every worker
+#
+# Write a function `worker_dataset(keys, global_batch, seed)` that every worker of a cluster would call to build its copy of the pipeline: shuffle the keys (few enough for one shuffle buffer), batch them by the global batch with the remainder dropped, and ask for `DATA` sharding. The check builds two workers' copies, the second after one more random op, as in the cell above, shards them with TensorFlow's own rewrite, and checks that every key reaches exactly one worker.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Under `DATA` sharding each worker keeps its slices of every global batch by position, so all copies must make the same order: `keys |> dataset_shuffle(buffer_size, seed = seed) |> dataset_batch(global_batch, drop_remainder = TRUE)`, then `dataset_options()` with `auto_shard_policy` set to `AutoShardPolicy$DATA` (kept a Python object, `convert = FALSE`, as above). An unseeded shuffle takes its seed from the program's random state, which one extra random op changes: some keys then reach both workers and as many neither.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# worker_dataset <- NULL  # a function of (keys, global_batch, seed)
+# ### BEGIN SOLUTION
+# worker_dataset <- function(keys, global_batch, seed) {
+#   options <- tf$data$Options()
+#   distribute <- options$experimental_distribute
+#   distribute$auto_shard_policy <-
+#     import("tensorflow", convert = FALSE)$data$experimental$AutoShardPolicy$DATA
+#   keys |>
+#     dataset_shuffle(1000, seed = seed) |>
+#     dataset_batch(global_batch, drop_remainder = TRUE) |>
+#     dataset_options(options)
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q3)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q3)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Performance tips

@@ -57,6 +57,10 @@
 # still imports kerasdist first, for its `cluster` helpers. `KERASDIST_DATA` chooses the data for
 # the workers: `auto` (the default) takes full MNIST when available; the test suite sets it to
 # `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
+# `q1.solution()` help.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -75,6 +79,7 @@ import kerasdist.cluster.slurm
 import keras
 import matplotlib.pyplot as plt
 import tensorflow as tf
+from kerasdist.exercises.lesson05 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # Settings for this lesson: the workers' data, a folder for their script and outputs, and the longest wait.
@@ -153,6 +158,33 @@ for text in mistakes:
         print(f"- {error}")
 
 # %% [markdown]
+# ### Exercise q1: a TF_CONFIG
+#
+# Write a function `make_tf_config(cluster, task_type, index)` that returns the `TF_CONFIG` text of one task, without `kerasdist.cluster`'s helpers: `cluster` maps each role to its list of `host:port`, `task_type` and `index` say which task this process is. The check gives your text to TensorFlow's own `TFConfigClusterResolver`, for a worker, a chief and an evaluator, and compares what it reads with what you were given.
+#
+# Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})`: the same `cluster` for every task, and the task's own type and index under `"task"`. `TF_CONFIG` is an environment variable, so it must be text, not a dict.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+make_tf_config = None  # a function of (cluster, task_type, index) that returns text
+### BEGIN SOLUTION
+def make_tf_config(cluster, task_type, index):
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q1.check()
+### BEGIN HIDDEN TESTS
+q1.assert_correct()
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Roles: chief, worker, evaluator
 #
 # | role | trains? | what else it does |
@@ -186,6 +218,35 @@ print(f"{evaluator.name}: chief={evaluator.is_chief}, trains: {trains}")
 print("training cluster:", evaluator.training_cluster())
 print("TensorFlow's multi_worker_util.is_chief for the evaluator:",
       multi_worker_util.is_chief(cluster_with_evaluator, "evaluator", 0))
+
+# %% [markdown]
+# ### Exercise q2: who keeps the logs
+#
+# Write a function `keeps_logs(cluster, task_type, index)` that says whether the task keeps the checkpoints and TensorBoard logs, as kerasdist's `is_chief` means it (write the rule yourself, without `kerasdist.cluster`). The check asks it about every task of four clusters (with and without a chief, with and without an evaluator) and compares with TensorFlow's own `multi_worker_util.is_chief`, less the evaluator.
+#
+# Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# With a `"chief"` role, the chief alone keeps them; without one, worker 0 does; an evaluator never does, although TensorFlow's helper calls it the chief of its own cluster. `if "chief" in cluster: return task_type == "chief"`, else `return task_type == "worker" and index == 0`.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+keeps_logs = None  # a function of (cluster, task_type, index) that returns True or False
+### BEGIN SOLUTION
+def keeps_logs(cluster, task_type, index):
+    if "chief" in cluster:
+        return task_type == "chief"
+    return task_type == "worker" and index == 0
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q2.check()
+### BEGIN HIDDEN TESTS
+q2.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Why Keras 3 fit() fails here
@@ -662,6 +723,34 @@ print(script)
 # The accelerators a resolver finds on this machine: what each worker here would use.
 accelerators = tf.distribute.cluster_resolver.TFConfigClusterResolver().num_accelerators()
 print("accelerators per worker here:", accelerators or "none (each worker trains one replica on its CPU)")
+
+# %% [markdown]
+# ### Exercise q3: a resolver without TF_CONFIG
+#
+# Write a function `make_resolver(cluster, task_type, index)` that returns a cluster resolver for that task without any `TF_CONFIG` (for `MultiWorkerMirroredStrategy(cluster_resolver = ...)`): TensorFlow's `SimpleClusterResolver` holds a cluster you give it, as a `ClusterSpec` made from `cluster`, with the task's type and id. The check asks your resolver for its cluster, task type and task id, and compares them with what `TFConfigClusterResolver` reads from the same task's `TF_CONFIG`.
+#
+# Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster), task_type=task_type, task_id=index)` holds the cluster and the task itself. Without `task_type` and `task_id` it knows the cluster but not which task this process is.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+make_resolver = None  # a function of (cluster, task_type, index)
+### BEGIN SOLUTION
+def make_resolver(cluster, task_type, index):
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster), task_type=task_type, task_id=index)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q3.check()
+### BEGIN HIDDEN TESTS
+q3.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Performance tips

@@ -61,6 +61,10 @@
 # kerasdist's `cluster` helpers through reticulate, and Python's `json` module to write and read
 # JSON. `KERASDIST_DATA` chooses the data for the workers: `auto` (the default) takes full MNIST
 # when available; the test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -79,6 +83,8 @@ import keras  # noqa: F401
 # library(tfdatasets, exclude = "shape")
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
 # library(reticulate)
+# library(kerasdist)  # the course's R package: this lesson's checked exercises
+# ex <- kd_exercises("05")
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # num_workers <- 2L
 # work_dir <- file.path("results", "05_multi_worker_R")
@@ -156,6 +162,35 @@ import keras  # noqa: F401
 #   tryCatch(cluster_tools$parse_tf_config(text), error = function(error) cat("-", python_message(error), "\n"))
 
 # %% [markdown]
+# ### Exercise q1: a TF_CONFIG
+#
+# Write a function `make_tf_config(cluster, task_type, index)` that returns the `TF_CONFIG` text of one task, without `kerasdist.cluster`'s helpers: `cluster` maps each role to its list of `host:port`, `task_type` and `index` say which task this process is. The check gives your text to TensorFlow's own `TFConfigClusterResolver`, for a worker, a chief and an evaluator, and compares what it reads with what you were given. In R, `cluster` arrives as a named list of character vectors: a role with one task is a single string, which must still become a JSON list.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `json$dumps(list(cluster = lapply(cluster, as.list), task = list(type = task_type, index = index)))`: the same `cluster` for every task, and the task's own type and index under `"task"`. A role with one task arrives in R as a single string, which would become a JSON string: `as.list()` keeps it a list, as TensorFlow requires.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# make_tf_config <- NULL  # a function of (cluster, task_type, index) that returns text
+# ### BEGIN SOLUTION
+# make_tf_config <- function(cluster, task_type, index) {
+#   json$dumps(list(cluster = lapply(cluster, as.list),
+#                   task = list(type = task_type, index = index)))
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
 # ## Roles: chief, worker, evaluator
 #
 # | role | trains? | what else it does |
@@ -187,6 +222,35 @@ import keras  # noqa: F401
 # cat("training cluster:", json$dumps(evaluator$training_cluster()), "\n")
 # cat("TensorFlow's multi_worker_util.is_chief for the evaluator:",
 #     multi_worker_util$is_chief(cluster_with_evaluator, "evaluator", 0L), "\n")
+
+# %% [markdown]
+# ### Exercise q2: who keeps the logs
+#
+# Write a function `keeps_logs(cluster, task_type, index)` that says whether the task keeps the checkpoints and TensorBoard logs, as kerasdist's `is_chief` means it (write the rule yourself, without `kerasdist.cluster`). The check asks it about every task of four clusters (with and without a chief, with and without an evaluator) and compares with TensorFlow's own `multi_worker_util.is_chief`, less the evaluator.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# With a `"chief"` role, the chief alone keeps them; without one, worker 0 does; an evaluator never does, although TensorFlow's helper calls it the chief of its own cluster. `if ("chief" %in% names(cluster)) return(task_type == "chief")`, else `task_type == "worker" && index == 0`.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# keeps_logs <- NULL  # a function of (cluster, task_type, index) that returns TRUE or FALSE
+# ### BEGIN SOLUTION
+# keeps_logs <- function(cluster, task_type, index) {
+#   if ("chief" %in% names(cluster)) return(task_type == "chief")
+#   task_type == "worker" && index == 0
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Why Keras 3 fit() fails here
@@ -716,6 +780,35 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 # accelerators <- tf$distribute$cluster_resolver$TFConfigClusterResolver()$num_accelerators()
 # cat("accelerators per worker here:", if (length(accelerators)) json$dumps(accelerators) else
 #   "none (each worker trains one replica on its CPU)", "\n")
+
+# %% [markdown]
+# ### Exercise q3: a resolver without TF_CONFIG
+#
+# Write a function `make_resolver(cluster, task_type, index)` that returns a cluster resolver for that task without any `TF_CONFIG` (for `MultiWorkerMirroredStrategy(cluster_resolver = ...)`): TensorFlow's `SimpleClusterResolver` holds a cluster you give it, as a `ClusterSpec` made from `cluster`, with the task's type and id. The check asks your resolver for its cluster, task type and task id, and compares them with what `TFConfigClusterResolver` reads from the same task's `TF_CONFIG`.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `tf$distribute$cluster_resolver$SimpleClusterResolver(tf$train$ClusterSpec(lapply(cluster, as.list)), task_type = task_type, task_id = index)` holds the cluster and the task itself (`as.list()` keeps a role with one task a list, which `ClusterSpec` requires). Without `task_type` and `task_id` it knows the cluster but not which task this process is.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# make_resolver <- NULL  # a function of (cluster, task_type, index)
+# ### BEGIN SOLUTION
+# make_resolver <- function(cluster, task_type, index) {
+#   tf$distribute$cluster_resolver$SimpleClusterResolver(
+#     tf$train$ClusterSpec(lapply(cluster, as.list)), task_type = task_type, task_id = index)
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q3)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q3)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Performance tips

@@ -68,6 +68,10 @@
 # kerasdist is imported before TensorFlow, and the devices are made before TensorFlow uses them.
 # `KERASDIST_DATA` chooses the data: `auto` (the default) takes full MNIST when available; the
 # test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
+# `q1.solution()` help.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -88,6 +92,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from kerasdist import plots
+from kerasdist.exercises.lesson06 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # Settings for this lesson: where the digits come from, how many devices, the global batch.
@@ -257,6 +262,34 @@ for path in glob.glob(os.path.join(keras_source, "**", "*.py"), recursive=True):
         text = source_file.read()
     named += [path] if "ParameterServerStrategy" in text or "ClusterCoordinator" in text else []
 print(f"Keras 3's source: {len(named)} files name ParameterServerStrategy or ClusterCoordinator")
+
+# %% [markdown]
+# ### Exercise q1: a MirroredStrategy that sums on one device
+#
+# Write a function `make_mirrored(devices)` that returns a `MirroredStrategy` with one replica per device in `devices`, summing the gradients with `ReductionToOneDevice`, as kerasdist's `mirrored` does on CPUs. The check calls it with the lesson's two devices and looks at what the strategy sums with.
+#
+# Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `MirroredStrategy` takes the devices to mirror on (one replica each) and, as `cross_device_ops`, the object that sums the replicas' gradients. Without it TensorFlow chooses a `CollectiveAllReduce` (RING here, NCCL on GPUs); `ReductionToOneDevice()` copies the gradients to one device, adds them there and copies the sum back. Both give the same sums.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+make_mirrored = None  # a function of (devices) that returns a MirroredStrategy
+### BEGIN SOLUTION
+def make_mirrored(devices):
+    return tf.distribute.MirroredStrategy(
+        devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q1.check()
+### BEGIN HIDDEN TESTS
+q1.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Switching strategy by changing only the scope
@@ -482,6 +515,35 @@ for name, load in loads.items():
 print("every load reproduces the model trained under MirroredStrategy")
 
 # %% [markdown]
+# ### Exercise q2: load a saved model under a strategy
+#
+# Write a function `load_under(path, strategy)` that loads the `.keras` file at `path` so that the model's variables are mirrored by `strategy`, and returns the model. The check saves a model, calls your function with a `MirroredStrategy` on 2 devices, and compares the weights.
+#
+# Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The file holds one value per variable; the scope that is current while Keras loads it decides what kind of variables the model gets. Inside `strategy.scope()` they are `MirroredVariable`s, one copy per replica, filled from that one value; without a scope they are plain variables on one device.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+load_under = None  # a function of (path, strategy) that returns the loaded model
+### BEGIN SOLUTION
+def load_under(path, strategy):
+    with strategy.scope():
+        model = keras.saving.load_model(path)
+    return model
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q2.check()
+### BEGIN HIDDEN TESTS
+q2.assert_correct()
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## A custom training loop
 #
 # `fit()` hides the training loop. TensorFlow's tutorial *Custom training with
@@ -692,6 +754,41 @@ engine_weight_difference = max(float(np.max(np.abs(a - b)))
 print(f"DistributedSteps, {steps} steps in one call: max |per-step cross-entropy difference| "
       f"{engine_loss_difference:.1e}, max |weight difference| {engine_weight_difference:.1e}")
 assert engine_loss_difference < 1e-5 and engine_weight_difference < 1e-5
+
+# %% [markdown]
+# ### Exercise q3: a replica step that matches fit()
+#
+# Write `make_replica_step(model, optimizer, loss_object, global_batch_size)`: it returns the function that one replica runs on its share of a batch, `step_on_replica(images, labels)`, which computes the loss with `tf.nn.compute_average_loss` and the scaled L2 penalty, applies the gradients, and returns the loss. The check runs it with `strategy.run` on 2 replicas for 3 steps and compares the summed losses and the weights with `fit()` on the same batches.
+#
+# Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Each replica sums its per-example losses and divides by the **global** batch (`compute_average_loss`), and adds the L2 penalty divided by the number of replicas (`scale_regularization_loss`); the replicas' losses and gradients then add up to those of the mean loss over the global batch, which is what `fit()` computes. Dividing by the replica's own 32 examples doubles the cross-entropy, and an unscaled penalty counts twice.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+make_replica_step = None  # a function that returns the replica step
+### BEGIN SOLUTION
+def make_replica_step(model, optimizer, loss_object, global_batch_size):
+    def step_on_replica(images, labels):
+        with tf.GradientTape() as tape:
+            per_example = loss_object(labels, model(images, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+            loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+    return step_on_replica
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q3.check()
+### BEGIN HIDDEN TESTS
+q3.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Model parallelism by device placement

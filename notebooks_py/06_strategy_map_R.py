@@ -73,6 +73,10 @@
 # with its C++ start-up lines kept out of the cell outputs. R then attaches keras3 and friends; reticulate
 # uses this very Python process, so R and Python share one TensorFlow. `KERASDIST_DATA` chooses
 # the data: `auto` (the default) takes full MNIST when available; the test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -91,6 +95,8 @@ import keras  # noqa: F401
 # library(tfdatasets, exclude = "shape")
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
 # library(reticulate)
+# library(kerasdist)  # the course's R package: this lesson's checked exercises
+# ex <- kd_exercises("06")
 # data_source <- Sys.getenv("KERASDIST_DATA", "auto")
 # num_replicas <- 2L
 # global_batch_size <- 64L
@@ -266,6 +272,35 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 # named <- Filter(function(path) any(grepl("ParameterServerStrategy|ClusterCoordinator", readLines(path, warn = FALSE))),
 #                 sources)
 # cat(sprintf("Keras 3's source: %d files name ParameterServerStrategy or ClusterCoordinator\n", length(named)))
+
+# %% [markdown]
+# ### Exercise q1: a MirroredStrategy that sums on one device
+#
+# Write a function `make_mirrored(devices)` that returns a `MirroredStrategy` with one replica per device in `devices`, summing the gradients with `ReductionToOneDevice`, as kerasdist's `mirrored` does on CPUs. The check calls it with the lesson's two devices and looks at what the strategy sums with.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `MirroredStrategy` takes the devices to mirror on (one replica each) and, as `cross_device_ops`, the object that sums the replicas' gradients. Without it TensorFlow chooses a `CollectiveAllReduce` (RING here, NCCL on GPUs); `ReductionToOneDevice()` copies the gradients to one device, adds them there and copies the sum back. Both give the same sums.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# make_mirrored <- NULL  # a function of (devices) that returns a MirroredStrategy
+# ### BEGIN SOLUTION
+# make_mirrored <- function(devices) {
+#   tf$distribute$MirroredStrategy(devices = as.list(devices),
+#                                  cross_device_ops = tf$distribute$ReductionToOneDevice())
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Switching strategy by changing only the scope
@@ -516,6 +551,35 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 # cat("every load reproduces the model trained under MirroredStrategy\n")
 
 # %% [markdown]
+# ### Exercise q2: load a saved model under a strategy
+#
+# Write a function `load_under(path, strategy)` that loads the `.keras` file at `path` so that the model's variables are mirrored by `strategy`, and returns the model. The check saves a model, calls your function with a `MirroredStrategy` on 2 devices, and compares the weights.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The file holds one value per variable; the scope that is current while Keras loads it decides what kind of variables the model gets. Inside `with(strategy$scope(), ...)` they are `MirroredVariable`s, one copy per replica, filled from that one value; without a scope they are plain variables on one device.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# load_under <- NULL  # a function of (path, strategy) that returns the loaded model
+# ### BEGIN SOLUTION
+# load_under <- function(path, strategy) {
+#   with(strategy$scope(), model <- load_model(path))
+#   model
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
 # ## A custom training loop
 #
 # `fit()` hides the training loop. TensorFlow's tutorial *Custom training with
@@ -744,6 +808,46 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 # cat(sprintf("DistributedSteps, %d steps in one call: max |per-step cross-entropy difference| %.1e, max |weight difference| %.1e\n",
 #             steps, engine_loss_difference, engine_weight_difference))
 # stopifnot(engine_loss_difference < 1e-5, engine_weight_difference < 1e-5)
+
+# %% [markdown]
+# ### Exercise q3: a replica step that matches fit()
+#
+# Write `make_replica_step(model, optimizer, loss_object, global_batch_size)` **in Python**, with `py_run_string()` as the lesson does (`strategy$run()` calls the replica step on threads where R code cannot run): it returns the function that one replica runs on its share of a batch, `step_on_replica(images, labels)`, which computes the loss with `tf.nn.compute_average_loss` and the scaled L2 penalty, applies the gradients, and returns the loss. Then name it in R: `make_replica_step <- py$make_replica_step`. The check runs it with `strategy.run` on 2 replicas for 3 steps and compares the summed losses and the weights with `fit()` on the same batches.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# Each replica sums its per-example losses and divides by the **global** batch (`compute_average_loss`), and adds the L2 penalty divided by the number of replicas (`scale_regularization_loss`); the replicas' losses and gradients then add up to those of the mean loss over the global batch, which is what `fit()` computes. Dividing by the replica's own 32 examples doubles the cross-entropy, and an unscaled penalty counts twice.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# make_replica_step <- NULL  # a Python function that returns the replica step
+# ### BEGIN SOLUTION
+# py_run_string("
+# import tensorflow as tf
+#
+# def make_replica_step(model, optimizer, loss_object, global_batch_size):
+#     def step_on_replica(images, labels):
+#         with tf.GradientTape() as tape:
+#             per_example = loss_object(labels, model(images, training=True))
+#             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+#             loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+#         gradients = tape.gradient(loss, model.trainable_variables)
+#         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+#         return loss
+#     return step_on_replica
+# ")
+# make_replica_step <- py$make_replica_step
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q3)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q3)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Model parallelism by device placement

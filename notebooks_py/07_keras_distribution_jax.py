@@ -76,6 +76,10 @@
 # kerasdist's JAX engine (`kerasdist launch --backend jax`). kerasdist's data loader needs no
 # backend and runs here. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full MNIST
 # when available; the test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
+# `q1.solution()` help.
 
 # %%
 # Choose the backend and the number of CPU devices first, before Keras or JAX is imported.
@@ -97,6 +101,8 @@ import jax
 import keras
 import matplotlib.pyplot as plt
 import numpy as np
+
+from kerasdist.exercises.lesson07 import q1, q2, q3  # this lesson's checked exercises
 
 print("Keras backend:", keras.config.backend())
 
@@ -362,6 +368,33 @@ figure.tight_layout()
 # whole batch.
 
 # %% [markdown]
+# ### Exercise q1: fit()'s batch size under DataParallel
+#
+# Write a function `fit_batch_size(distribution, per_device_batch)` that returns the `batch_size` to pass to `fit()` under a `DataParallel` distribution so that every device gets `per_device_batch` digits in each step. The check calls it with `DataParallel` over 2 devices and over 1, then places a batch of that size with the distribution's own data layout (`distribution.get_data_layout`) and counts the rows JAX gives each device.
+#
+# Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# In one process, `fit(batch_size=...)` is the global batch (with several processes, each passes its own share): `DataParallel` splits it along its mesh's `batch` axis, so every device gets batch_size / (the size of that axis). To give each device `per_device_batch`, multiply by the size of the axis, `distribution.device_mesh.shape[0]` (the mesh of a `DataParallel` has that one axis). With 2 devices and 32 per device that is 64, this lesson's `GLOBAL_BATCH_SIZE`; over 1 device it stays 32, which is why the number of devices JAX has is the wrong factor.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+fit_batch_size = None  # a function of (distribution, per_device_batch)
+### BEGIN SOLUTION
+def fit_batch_size(distribution, per_device_batch):
+    return per_device_batch * distribution.device_mesh.shape[0]
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q1.check()
+### BEGIN HIDDEN TESTS
+q1.assert_correct()
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## ModelParallel: a DeviceMesh and a LayoutMap
 #
 # `ModelParallel` splits weights, not (only) data. A `DeviceMesh` names the axes of the devices;
@@ -427,6 +460,37 @@ print(f"max |weight difference| after one epoch: ModelParallel vs one device "
 for variable in sharded.optimizer.variables:
     if "dense_1" in variable.path:
         print(f"{variable.path:30} {str(tuple(variable.shape)):11} {variable.value.sharding.spec}")
+
+# %% [markdown]
+# ### Exercise q2: a LayoutMap that splits columns, then rows
+#
+# Megatron-LM splits an MLP's two layers in complementary ways: the first by columns (each device computes half of the hidden units), the second by **rows** (each device multiplies only its own half of those units, and one all-reduce sums the two partial outputs). Write `megatron_layout_map(mesh)` that returns a `LayoutMap` on `mesh` (a 1 x 2 mesh with axes `batch` and `model`, like `mesh` above) that splits `dense_1`'s kernel by columns and its bias with them, splits `dense_2`'s kernel by rows, and leaves every other weight (`dense_2`'s bias, the `logits` layer) copied. The check builds the course's MLP under `ModelParallel` with your map and reads the piece of every weight that each JAX device holds.
+#
+# Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The keys are regular expressions that must match a weight's whole path (Keras uses `re.fullmatch`), so `"dense_1.*kernel"` names one layer (the lesson's `"dense.*kernel"` matches both). `(None, "model")` splits a kernel's second dimension, its columns (outputs); `("model", None)` its first, its rows (inputs). dense_2's rows are exactly the hidden units that dense_1's column split left on each device, so each device multiplies its half without gathering them first; the two partial outputs are summed, and dense_2's bias is added once to that sum, so it stays copied. Each device holds (784, 128) of dense_1's kernel and (128, 256) of dense_2's.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+megatron_layout_map = None  # a function of (mesh) that returns a LayoutMap
+### BEGIN SOLUTION
+def megatron_layout_map(mesh):
+    layout_map = keras.distribution.LayoutMap(mesh)
+    layout_map["dense_1.*kernel"] = (None, "model")  # columns: its 256 outputs
+    layout_map["dense_1.*bias"] = ("model",)
+    layout_map["dense_2.*kernel"] = ("model", None)  # rows: its 256 inputs
+    return layout_map
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q2.check()
+### BEGIN HIDDEN TESTS
+q2.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Beyond one machine: several processes, kerasdist's JAX engine, Slurm
@@ -539,6 +603,35 @@ print(f"max |weight difference| after one epoch: two processes vs one device "
 script = subprocess.run([sys.executable, "-m", "kerasdist", "slurm-script", "--backend", "jax", "--requeue",
                          "--save-every-steps", "50"], capture_output=True, text=True, timeout=WAIT_S)
 print(script.stdout or script.stderr)
+
+# %% [markdown]
+# ### Exercise q3: each process's share of every global batch
+#
+# In kerasdist's JAX engine each process passes `fit()` only its own rows of every global batch, and Keras assembles the global batch from the processes' pieces. Write `process_rows(order, process_id, num_processes, global_batch)`: given the epoch's order of example indices (a NumPy integer array) (a whole number of global batches), return the indices that process `process_id` (counted from 0, as JAX counts processes) feeds, in the order it feeds them. The check compares them, for both processes and two batch sizes, with the rows JAX places on that process's device when `DataParallel` splits each global batch along its `batch` axis.
+#
+# Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# A `DataParallel` mesh splits each global batch into `num_processes` consecutive blocks, block p to device p; with one device per process, process p feeds block p of **every** global batch, batch after batch: `order.reshape(-1, global_batch)[:, p * share:(p + 1) * share].ravel()` with `share = global_batch // num_processes`, the engine's `my_rows` above. A contiguous half of the epoch would give process 1 rows of other batches than process 0 in the same step, and every other index (`order[p::2]`) mixes the two blocks of every batch.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+process_rows = None  # a function of (order, process_id, num_processes, global_batch)
+### BEGIN SOLUTION
+def process_rows(order, process_id, num_processes, global_batch):
+    share = global_batch // num_processes
+    batches = order.reshape(-1, global_batch)  # one global batch per row
+    return batches[:, process_id * share:(process_id + 1) * share].ravel()
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q3.check()
+### BEGIN HIDDEN TESTS
+q3.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Checkpoint and resume on JAX

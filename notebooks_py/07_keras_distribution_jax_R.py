@@ -80,6 +80,10 @@
 # (`kerasdist launch --backend jax`). kerasdist's data loader needs no backend and runs in this
 # session. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full MNIST when
 # available; the test suite sets it to `sample`.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help.
 
 # %%
 # Load the %%R magic; nothing else on the Python side, so Keras is not loaded yet.
@@ -110,6 +114,8 @@
 # workdir <- tempfile("lesson07-")
 # dir.create(workdir)
 # np <- reticulate::import("numpy", convert = FALSE)
+# library(kerasdist)  # the course's R package: this lesson's checked exercises
+# ex <- kd_exercises("07")
 
 # %% [markdown]
 # **Predict, then run.** The cell below sets `KERAS_BACKEND` to `tensorflow` in this running
@@ -358,6 +364,34 @@
 # additions than one device's sum over the whole batch.
 
 # %% [markdown]
+# ### Exercise q1: fit()'s batch size under DataParallel
+#
+# Write a function `fit_batch_size(distribution, per_device_batch)` that returns the `batch_size` to pass to `fit()` under a `DataParallel` distribution so that every device gets `per_device_batch` digits in each step (`distribution$device_mesh$shape` is an R list: take its `[[1]]`). The check calls it with `DataParallel` over 2 devices and over 1, then places a batch of that size with the distribution's own data layout (`distribution$get_data_layout()`) and counts the rows JAX gives each device.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# In one process, `fit(batch_size = ...)` is the global batch (with several processes, each passes its own share): `DataParallel` splits it along its mesh's `batch` axis, so every device gets batch_size / (the size of that axis). To give each device `per_device_batch`, multiply by the size of the axis, `distribution$device_mesh$shape[[1]]` (the mesh of a `DataParallel` has that one axis). With 2 devices and 32 per device that is 64, this lesson's `global_batch_size`; over 1 device it stays 32, which is why the number of devices JAX has is the wrong factor.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# fit_batch_size <- NULL  # a function of (distribution, per_device_batch)
+# ### BEGIN SOLUTION
+# fit_batch_size <- function(distribution, per_device_batch) {
+#   per_device_batch * distribution$device_mesh$shape[[1]]
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
 # ## ModelParallel: a DeviceMesh and a LayoutMap
 #
 # `ModelParallel` splits weights. A `DeviceMesh` names the axes of the devices; here a 1 x 2 mesh
@@ -423,6 +457,38 @@
 #   if (grepl("dense_1", variable$path))
 #     cat(sprintf("%-30s %-11s %s\n", variable$path, sprintf("(%s)", paste(unlist(variable$shape), collapse = ", ")),
 #                 reticulate::py_str(variable$value$sharding$spec)))
+
+# %% [markdown]
+# ### Exercise q2: a LayoutMap that splits columns, then rows
+#
+# Megatron-LM splits an MLP's two layers in complementary ways: the first by columns (each device computes half of the hidden units), the second by **rows** (each device multiplies only its own half of those units, and one all-reduce sums the two partial outputs). Write `megatron_layout_map(mesh)` that returns a `keras$distribution$LayoutMap` on `mesh` (a 1 x 2 mesh with axes `batch` and `model`, like `mesh` above) that splits `dense_1`'s kernel by columns and its bias with them, splits `dense_2`'s kernel by rows, and leaves every other weight (`dense_2`'s bias, the `logits` layer) copied. The check builds the course's MLP under `ModelParallel` with your map and reads the piece of every weight that each JAX device holds.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The keys are regular expressions that must match a weight's whole path (Keras uses `re.fullmatch`), so `"dense_1.*kernel"` names one layer (the lesson's `"dense.*kernel"` matches both). `reticulate::tuple(NULL, "model")` splits a kernel's second dimension, its columns (outputs); `reticulate::tuple("model", NULL)` its first, its rows (inputs). dense_2's rows are exactly the hidden units that dense_1's column split left on each device, so each device multiplies its half without gathering them first; the two partial outputs are summed, and dense_2's bias is added once to that sum, so it stays copied. Each device holds (784, 128) of dense_1's kernel and (128, 256) of dense_2's.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# megatron_layout_map <- NULL  # a function of (mesh) that returns a LayoutMap
+# ### BEGIN SOLUTION
+# megatron_layout_map <- function(mesh) {
+#   layout_map <- keras$distribution$LayoutMap(mesh)
+#   reticulate::py_set_item(layout_map, "dense_1.*kernel", reticulate::tuple(NULL, "model"))
+#   reticulate::py_set_item(layout_map, "dense_1.*bias", reticulate::tuple("model"))
+#   reticulate::py_set_item(layout_map, "dense_2.*kernel", reticulate::tuple("model", NULL))
+#   layout_map
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Beyond one machine: several processes, kerasdist's JAX engine, Slurm
@@ -536,6 +602,36 @@
 # script <- processx::run(python, c("-m", "kerasdist", "slurm-script", "--backend", "jax", "--requeue",
 #                                   "--save-every-steps", 50), timeout = wait_s, error_on_status = FALSE)
 # cat(if (script$status == 0) script$stdout else script$stderr)
+
+# %% [markdown]
+# ### Exercise q3: each process's share of every global batch
+#
+# In kerasdist's JAX engine each process passes `fit()` only its own rows of every global batch, and Keras assembles the global batch from the processes' pieces. Write `process_rows(order, process_id, num_processes, global_batch)`: given the epoch's order of example indices (it reaches R as a numeric 1-d array of whole numbers; R's `matrix()` fills column by column, so `matrix(order, nrow = global_batch)` holds one global batch per column) (a whole number of global batches), return the indices that process `process_id` (counted from 0, as JAX counts processes) feeds, in the order it feeds them. The check compares them, for both processes and two batch sizes, with the rows JAX places on that process's device when `DataParallel` splits each global batch along its `batch` axis.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# A `DataParallel` mesh splits each global batch into `num_processes` consecutive blocks, block p to device p; with one device per process, process p feeds block p of **every** global batch, batch after batch. `matrix(order, nrow = global_batch)` puts one global batch per column; its rows `process_id * share + seq_len(share)` (with `share <- global_batch %/% num_processes`) are block p, and `as.vector()` reads them column after column, batch after batch: the engine's `my_rows` above. A contiguous half of the epoch would give process 1 rows of other batches than process 0 in the same step, and every other index mixes the two blocks of every batch.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# process_rows <- NULL  # a function of (order, process_id, num_processes, global_batch)
+# ### BEGIN SOLUTION
+# process_rows <- function(order, process_id, num_processes, global_batch) {
+#   share <- global_batch %/% num_processes
+#   batches <- matrix(order, nrow = global_batch)  # one global batch per column
+#   as.vector(batches[process_id * share + seq_len(share), ])
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q3)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q3)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Checkpoint and resume on JAX

@@ -52,6 +52,10 @@
 
 # %% [markdown]
 # ## Setup
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
+# `q1.solution()` help.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -70,6 +74,7 @@ from kerasdist import plots
 from kerasdist import speed_ladder
 from kerasdist.speed import (ADAM_BYTES_PER_WEIGHT, Timing, gemm_flops_per_s, memory_bytes_per_s, step_kernels,
                              time_calls)
+from kerasdist.exercises.lesson08 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -186,6 +191,34 @@ plt.show()
 # bars with that in mind, and rerun the cell before trusting a small difference. The accuracies differ
 # by the initial weights and the data order each rung draws, and by rounding (XLA and other kernels
 # sum in other orders): none of these settings changes what is computed.
+
+# %% [markdown]
+# ### Exercise q1: read your ladder
+#
+# From your own ladder, set `fastest_rung` to the name of the rung that trained fastest and `times_the_guide` to how many times the guide's `fit` speed it reached (its samples/s divided by the guide's). The check recomputes both from your `runs`, the numbers this run measured, not from any fixed figure.
+#
+# Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `speed` maps each rung to its steady-state samples/s, so the fastest rung is the one with the largest value, and its ratio to `"fit (guide)"` says how much work around the arithmetic the other settings removed. Which rung wins depends on the machine; the reasons are in the rest of the lesson.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+fastest_rung = None     # the name of the fastest rung in your ladder
+times_the_guide = None  # how many times the guide's fit() speed it reached
+### BEGIN SOLUTION
+fastest_rung = max(speed, key=speed.get)
+times_the_guide = speed[fastest_rung] / speed["fit (guide)"]
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q1.check()
+### BEGIN HIDDEN TESTS
+q1.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Mixed precision
@@ -437,6 +470,34 @@ plt.show()
 # ReLU ops, into few kernels; the XLA bar shows what that saves.
 
 # %% [markdown]
+# ### Exercise q2: the host's overhead in your timings
+#
+# From your own timings, set `overhead_ms` to the host's overhead per step when one step runs per call (in milliseconds, from the medians), and `largest_part` to the name of the largest part of `parts`. The check recomputes both from your `timings`.
+#
+# Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The same whole step was timed at 50 steps per call and at one step per call; the difference per step is what the host does around each call (Python, `tf.function` dispatch, one executor run). At 50 steps per call each step carries a fiftieth of it, which is why `steps_per_execution` and the loop engine win on the ladder whenever that overhead is a large part of a step.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+overhead_ms = None   # the host's overhead per step at one step per call, in ms
+largest_part = None  # the name of the largest part of a step at one step per call
+### BEGIN SOLUTION
+overhead_ms = median["whole step, 1 per call"] - median["whole step"]
+largest_part = max(parts, key=parts.get)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q2.check()
+### BEGIN HIDDEN TESTS
+q2.assert_correct()
+### END HIDDEN TESTS
+
+# %% [markdown]
 # ## The machine's limit: a roofline at the model's shapes
 #
 # A Dense layer with an `n_in x n_out` kernel multiplies each sample by its kernel: `2 n_in n_out`
@@ -572,6 +633,33 @@ for shape in ((BATCH_SIZE, 784, 256), (1024, 1024, 1024)):
 # weight is cast to bfloat16 each step and every gradient back, and element-wise ops convert on the
 # way. Where the products gain little, those casts can make the bfloat16 rungs slower than float32,
 # as the mixed-precision table above shows on some CPUs.
+
+# %% [markdown]
+# ### Exercise q3: the roofline's step time
+#
+# Write `attainable_step_s(kernels, flop_rate, bandwidth)`: the roofline's time of one step, in seconds, for a list of kernels like `step_kernels(mlp, BATCH_SIZE)` (each with its `flops` and `bytes`), a FLOP rate (FLOP/s) and a memory bandwidth (bytes/s). The check calls it with this MLP's kernels at several rates and bandwidths.
+#
+# Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# A kernel cannot be faster than its arithmetic at the machine's rate, nor than moving its bytes at the memory's bandwidth: it takes at least `max(flops / flop_rate, bytes / bandwidth)`, the slower of the two. A step runs its kernels one after the other, so their times add up.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+attainable_step_s = None  # a function of (kernels, flop_rate, bandwidth), in seconds
+### BEGIN SOLUTION
+def attainable_step_s(kernels, flop_rate, bandwidth):
+    return sum(max(k["flops"] / flop_rate, k["bytes"] / bandwidth) for k in kernels)
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# NBVAL_CHECK_OUTPUT
+q3.check()
+### BEGIN HIDDEN TESTS
+q3.assert_correct()
+### END HIDDEN TESTS
 
 # %% [markdown]
 # ## What carries over to GPUs

@@ -61,6 +61,10 @@
 # The Python side loads rpy2's `%%R` magic and imports kerasdist (which keeps TensorFlow's start-up
 # lines quiet) and Keras; R then attaches keras3 and friends, and reticulate uses this very Python
 # process, so R and kerasdist's Python helpers share one Keras and one TensorFlow.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -83,6 +87,8 @@ import keras  # noqa: F401
 # kd_data <- import("kerasdist.data")
 # kd_speed <- import("kerasdist.speed")
 # speed_ladder <- import("kerasdist.speed_ladder")
+# library(kerasdist)  # the course's R package: this lesson's checked exercises
+# ex <- kd_exercises("08")
 # # KERASDIST_SPEED_DATA can name another source: the test suite runs the lesson on a small stand-in.
 # data_source <- Sys.getenv("KERASDIST_SPEED_DATA", "fashion")
 # epochs <- 3L                                   # every rung trains this many epochs; the first includes tracing
@@ -253,6 +259,34 @@ import keras  # noqa: F401
 # bars with that in mind, and rerun the cell before trusting a small difference. The accuracies differ
 # by the initial weights and the data order each rung draws, and by rounding (XLA and other kernels
 # sum in other orders): none of these settings changes what is computed.
+
+# %% [markdown]
+# ### Exercise q1: read your ladder
+#
+# From your own ladder, set `fastest_rung` to the name of the rung that trained fastest and `times_the_guide` to how many times the guide's `fit()` speed it reached (its samples/s divided by the guide's). The check recomputes both from your `runs`, the numbers this run measured, not from any fixed figure.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# `speed` maps each rung to its steady-state samples/s, so the fastest rung is the one with the largest value, and its ratio to `"fit (guide)"` says how much work around the arithmetic the other settings removed. Which rung wins depends on the machine; the reasons are in the rest of the lesson.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# fastest_rung <- NULL     # the name of the fastest rung in your ladder
+# times_the_guide <- NULL  # how many times the guide's fit() speed it reached
+# ### BEGIN SOLUTION
+# fastest_rung <- names(which.max(speed))
+# times_the_guide <- speed[[fastest_rung]] / speed[["fit (guide)"]]
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## Mixed precision
@@ -537,6 +571,34 @@ import keras  # noqa: F401
 # ReLU ops, into few kernels; the XLA bar shows what that saves.
 
 # %% [markdown]
+# ### Exercise q2: the host's overhead in your timings
+#
+# From your own timings, set `overhead_ms` to the host's overhead per step when one step runs per call (in milliseconds, from the medians in `median_ms`), and `largest_part` to the name of the largest part of `parts`. The check recomputes both from your `timings`.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# The same whole step was timed at 50 steps per call and at one step per call; the difference per step is what the host does around each call (R calling through reticulate, `tf.function` dispatch, one executor run). At 50 steps per call each step carries a fiftieth of it, which is why `steps_per_execution` and the loop engine win on the ladder whenever that overhead is a large part of a step.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# overhead_ms <- NULL   # the host's overhead per step at one step per call, in ms
+# largest_part <- NULL  # the name of the largest part of a step at one step per call
+# ### BEGIN SOLUTION
+# overhead_ms <- median_ms[["whole step, 1 per call"]] - median_ms[["whole step"]]
+# largest_part <- names(which.max(parts))
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
 # ## The machine's limit: a roofline at the model's shapes
 #
 # A Dense layer with an `n_in x n_out` kernel multiplies each sample by its kernel: `2 n_in n_out`
@@ -699,6 +761,34 @@ import keras  # noqa: F401
 # weight is cast to bfloat16 each step and every gradient back, and element-wise ops convert on the
 # way. Where the products gain little, those casts can make the bfloat16 rungs slower than float32,
 # as the mixed-precision table above shows on some CPUs.
+
+# %% [markdown]
+# ### Exercise q3: the roofline's step time
+#
+# Write `attainable_step_s(kernels, flop_rate, bandwidth)`: the roofline's time of one step, in seconds, for a list of kernels like `kd_speed$step_kernels(mlp, batch_size)` (each with its `flops` and `bytes`), a FLOP rate (FLOP/s) and a memory bandwidth (bytes/s). The check calls it with this MLP's kernels at several rates and bandwidths.
+#
+# Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
+#
+# <details><summary>Solution</summary>
+#
+# A kernel cannot be faster than its arithmetic at the machine's rate, nor than moving its bytes at the memory's bandwidth: it takes at least `max(flops / flop_rate, bytes / bandwidth)`, the slower of the two. A step runs its kernels one after the other, so their times add up.
+#
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# attainable_step_s <- NULL  # a function of (kernels, flop_rate, bandwidth), in seconds
+# ### BEGIN SOLUTION
+# attainable_step_s <- function(kernels, flop_rate, bandwidth) {
+#   sum(vapply(kernels, function(k) max(k$flops / flop_rate, k$bytes / bandwidth), numeric(1)))
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q3)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q3)
+# ### END HIDDEN TESTS
 
 # %% [markdown]
 # ## What carries over to GPUs

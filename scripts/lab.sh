@@ -16,6 +16,12 @@ case "${KERASDIST_KERNEL:-env}" in
 esac
 [ -x .venv/bin/jupyter-lab ] || { echo "kerasdist: error: JupyterLab is not in .venv; run make lab" >&2; exit 2; }
 .venv/bin/python -m ipykernel install "$where" --name kerasdist --display-name "Python (kerasdist)" >/dev/null
+# nbgrader (kerasdist course: the instructor's editions) adds its own JupyterLab tools; a student reading the
+# lessons needs none of them, and its formgrader would complain that notebooks/ is not an nbgrader course.
+.venv/bin/jupyter server extension disable --sys-prefix nbgrader.server_extensions.formgrader \
+    nbgrader.server_extensions.course_list nbgrader.server_extensions.assignment_list \
+    nbgrader.server_extensions.validate_assignment >/dev/null 2>&1
+.venv/bin/jupyter labextension disable --level=sys_prefix @jupyter/nbgrader >/dev/null 2>&1
 echo "Kernel \"Python (kerasdist)\" registered (${where#--}); starting JupyterLab on notebooks/ ..."
 root=()
 [ "$(id -u)" = 0 ] && root=(--allow-root)  # Jupyter refuses root without it (containers, CI)

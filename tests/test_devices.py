@@ -27,4 +27,13 @@ def test_describe_devices_lists_the_virtual_cpus():
     info = devices.describe_devices()
     logical_cpus = [d for d in info["logical"] if d["type"] == "CPU"]
     assert len(logical_cpus) >= 2
-    assert info["mirrored_devices"]
+    # What MirroredStrategy() itself takes with no device list: here, with no GPU, every virtual CPU.
+    import tensorflow as tf
+
+    taken = tf.distribute.MirroredStrategy().extended.worker_devices
+    def kind_and_index(name):
+        spec = tf.DeviceSpec.from_string(name)
+        return spec.device_type, spec.device_index
+
+    assert [kind_and_index(d) for d in info["mirrored_devices"]] == [kind_and_index(d) for d in taken]
+    assert len(taken) == len(logical_cpus)

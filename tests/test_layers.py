@@ -24,6 +24,8 @@ LAYERS = {
     "cluster": ["cluster", "cluster.config", "cluster.ports", "cluster.peers", "cluster.watchdog_process",
                 "cluster.watchdog", "cluster.launcher", "cluster.roles", "cluster.slurm"],
     "doctor": ["doctor", "doctor.checks", "doctor.probes", "doctor.probe_host", "doctor.report"],
+    "exercises": ["exercises", "exercises.core", "exercises.fixtures", "exercises.selftest", "exercises.__main__",
+                  *(f"exercises.lesson{n:02d}" for n in range(10)), "course", "course_preprocessors"],
     "interfaces": ["cli", "__main__"],
 }
 LEVEL = {name: level for level, names in enumerate(LAYERS.values()) for name in names}

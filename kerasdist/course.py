@@ -1,0 +1,266 @@
+"""The instructor's side of the checked exercises, done by nbgrader: a student edition and a grader.
+
+The lessons are nbgrader source notebooks: each checked exercise is an answer cell (the solution
+between ``### BEGIN SOLUTION`` and ``### END SOLUTION``) and a check cell (``q1.check()``, or
+``kd_check(ex$q1)`` in an R twin, with a hidden test). One lesson is one nbgrader assignment,
+``lesson01`` ..., holding both twins.
+
+- ``student_edition(out)`` writes every lesson without solutions (answer regions become
+  ``# YOUR CODE HERE``, a stub valid in Python and in an ``%%R`` cell), without hidden tests and
+  without the collapsed "Solution" blocks, with the exercise cells' outputs cleared.
+- ``grade(submissions, csv_path)`` autogrades ``SUBMISSIONS/<student>/<lesson notebook>.ipynb``: one
+  process per student and lesson, killed when it runs past ``timeout_s`` (the student then fails
+  every question of that lesson, the others are still graded), and one CSV, a row per student and a
+  column per question.
+
+    kerasdist course student ~/course-student
+    kerasdist course grade submissions/ --csv grades.csv --timeout-s 600
+
+Example:
+    >>> assignment_of("01_quickstart_R.ipynb")
+    'lesson01'
+"""
+
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kerasdist.errors import KerasdistError
+
+SOURCE = Path(__file__).resolve().parent.parent / "notebooks"
+# A stub that is a comment in Python and in R, so an answer cell of an R twin (%%R) still runs.
+CODE_STUB = "# YOUR CODE HERE"
+DEFAULT_TIMEOUT_S = 600.0
+_CONFIG = """\
+c = get_config()  # noqa: F821
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.db_url = "sqlite:///" + {db!r}
+c.ClearSolutions.code_stub = {{"python": {stub!r}}}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+from nbgrader.converters import GenerateAssignment
+from kerasdist.course_preprocessors import ClearExerciseOutputs, RemoveSolutionBlocks
+from nbgrader.preprocessors import ClearOutput
+c.GenerateAssignment.preprocessors = [RemoveSolutionBlocks] + [
+    ClearExerciseOutputs if p is ClearOutput else p
+    for p in GenerateAssignment.class_traits()["preprocessors"].default()]
+c.Execute.kernel_name = "python3"
+c.Execute.timeout = {timeout!r}
+c.Execute.interrupt_on_timeout = True
+"""
+
+
+def assignment_of(notebook):
+    """The nbgrader assignment a lesson notebook belongs to: ``lesson`` and its two digits."""
+    match = re.match(r"(\d\d)_", Path(notebook).name)
+    if not match:
+        raise KerasdistError(f"a lesson notebook's name starts with two digits, e.g. 01_quickstart.ipynb. "
+                             f"Received: {Path(notebook).name}")
+    return f"lesson{match.group(1)}"
+
+
+def lesson_assignment(number):
+    """The assignment of a lesson given as ``"01"`` or ``"1"``.
+
+    Example:
+        >>> lesson_assignment("7")
+        'lesson07'
+    """
+    text = str(number).strip()
+    if not text.isdigit() or int(text) > 99:
+        raise KerasdistError(f"a lesson is its number, e.g. 01. Received: {number!r}")
+    return f"lesson{int(text):02d}"
+
+
+def _course_directory(root, source, lessons, timeout_s):
+    """An nbgrader course in ``root``: its config, and the lessons as source assignments."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "nbgrader_config.py").write_text(_CONFIG.format(
+        root=str(root), db=str(root / "gradebook.db"), stub=CODE_STUB, timeout=float(timeout_s)))
+    for notebook in sorted(source.glob("[0-9][0-9]_*.ipynb")):
+        assignment = assignment_of(notebook)
+        if lessons and assignment not in lessons:
+            continue
+        folder = root / "source" / assignment
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(notebook, folder / notebook.name)
+        if (source / "figures").is_dir() and not (folder / "figures").exists():
+            shutil.copytree(source / "figures", folder / "figures")
+    return sorted(p.name for p in (root / "source").iterdir()) if (root / "source").is_dir() else []
+
+
+def _nbgrader(root, *args, timeout_s=None):
+    """Run one nbgrader command in the course ``root``; its own process group, killed at ``timeout_s``."""
+    command = [sys.executable, "-m", "nbgrader", *args]
+    # nbgrader runs alembic (its database migrations) by name: this Python's scripts come first on PATH.
+    scripts = str(Path(sys.executable).parent)
+    env = dict(os.environ, PATH=os.pathsep.join([scripts, os.environ.get("PATH", "")]))
+    process = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True, env=env)
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # nbgrader and the kernel it started
+        process.communicate()
+        return None, f"timed out after {timeout_s:g} s"
+    return process.returncode, output
+
+
+def _outside(path, source):
+    path = Path(path).expanduser().resolve()
+    tree = source.resolve().parent
+    if path == tree or tree in path.parents:
+        raise KerasdistError(f"the student edition goes outside the course's source tree. Received: {path}; "
+                             "choose a folder elsewhere, e.g. ~/kerasdist-student")
+    return path
+
+
+def student_edition(out, source=SOURCE, lessons=(), verbose=True):
+    """Write the student edition of the lessons (all, or ``lessons`` like ``["lesson01"]``) into ``out``.
+
+    Returns the notebooks written. ``out`` must be outside the source tree and not hold notebooks.
+
+    Example:
+        >>> student_edition("/tmp/kerasdist-student", lessons=["lesson01"])  # doctest: +SKIP
+        [PosixPath('/tmp/kerasdist-student/01_quickstart.ipynb'), ...]
+    """
+    out = _outside(out, Path(source))
+    if out.is_dir() and any(out.glob("*.ipynb")):
+        raise KerasdistError(f"{out} already holds notebooks; give an empty or new folder")
+    with tempfile.TemporaryDirectory(prefix="kerasdist-course-") as work:
+        root = Path(work)
+        assignments = _course_directory(root, Path(source), set(lessons), DEFAULT_TIMEOUT_S)
+        if not assignments:
+            raise KerasdistError(f"no lesson notebooks in {source} for {sorted(lessons) or 'all lessons'}")
+        written = []
+        out.mkdir(parents=True, exist_ok=True)
+        for assignment in assignments:
+            release = _release(root, assignment)
+            for notebook in sorted(release.glob("*.ipynb")):
+                shutil.copy2(notebook, out / notebook.name)
+                written.append(out / notebook.name)
+                if verbose:
+                    print(f"student edition: {out / notebook.name}", flush=True)
+            if (release / "figures").is_dir():
+                shutil.copytree(release / "figures", out / "figures", dirs_exist_ok=True)
+    return written
+
+
+def _release(root, assignment):
+    """nbgrader's student edition of one lesson in ``root/release/<assignment>``, its folder returned."""
+    code, output = _nbgrader(root, "generate_assignment", assignment, "--force")
+    if code != 0:
+        raise KerasdistError(f"nbgrader could not make the student edition of {assignment}: "
+                             f"{_last_error(output)}")
+    release = root / "release" / assignment
+    for notebook in release.glob("*.ipynb"):
+        if "BEGIN SOLUTION" in notebook.read_text():  # nbgrader ignored the course's configuration
+            raise KerasdistError(f"nbgrader left solutions in {notebook.name}: {_last_error(output)}")
+    return release
+
+
+def _last_error(output):
+    lines = [line for line in (output or "").splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line]
+    return (errors or lines or ["no output"])[-1].strip()[:300]
+
+
+def _submissions(folder):
+    """{student: [notebook path, ...]} from ``folder/<student>/*.ipynb``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise KerasdistError(f"submissions must be a folder of <student>/<lesson notebook>.ipynb. "
+                             f"Received: {folder}")
+    found = {student.name: sorted(student.glob("[0-9][0-9]_*.ipynb"))
+             for student in sorted(folder.iterdir()) if student.is_dir()}
+    found = {student: notebooks for student, notebooks in found.items() if notebooks}
+    if not found:
+        raise KerasdistError(f"no submissions in {folder}: expected {folder}/<student>/01_quickstart.ipynb")
+    return found
+
+
+def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, verbose=True):
+    """Autograde every student's lesson notebooks; write one CSV (a row per student, a column per question).
+
+    Each student's lesson is executed by ``nbgrader autograde`` in its own process, bounded by
+    ``timeout_s``; one that runs past it scores 0 on that lesson's questions and its status says so.
+    A question of a notebook the student did not hand in (the other twin, another lesson) is left
+    empty and not counted in ``max_score``. Returns the rows written.
+
+    Example:
+        >>> grade("submissions", "grades.csv", timeout_s=300)  # doctest: +SKIP
+    """
+    from nbgrader.api import Gradebook, MissingEntry
+
+    found = _submissions(submissions)
+    lessons = {assignment_of(nb) for notebooks in found.values() for nb in notebooks}
+    with tempfile.TemporaryDirectory(prefix="kerasdist-grading-") as work:
+        root = Path(work)
+        _course_directory(root, Path(source), lessons, timeout_s)
+        for assignment in sorted(lessons):
+            _release(root, assignment)  # records the lesson's questions in the gradebook
+        status = {}
+        for student, notebooks in found.items():
+            for assignment in sorted({assignment_of(nb) for nb in notebooks}):
+                folder = root / "submitted" / student / assignment
+                folder.mkdir(parents=True, exist_ok=True)
+                for notebook in notebooks:
+                    if assignment_of(notebook) == assignment:
+                        shutil.copy2(notebook, folder / notebook.name)
+                code, output = _nbgrader(root, "autograde", assignment, "--student", student, "--force",
+                                         "--create", timeout_s=timeout_s)
+                status[student, assignment] = "graded" if code == 0 else (
+                    output if code is None else f"error: {_last_error(output)}")
+                if verbose:
+                    print(f"{student} {assignment}: {status[student, assignment]}", flush=True)
+        questions, scores = [], {}
+        with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+            for assignment in sorted(lessons):
+                for notebook in gradebook.find_assignment(assignment).notebooks:
+                    for cell in sorted(notebook.grade_cells, key=lambda c: _question_order(c.name)):
+                        questions.append((assignment, notebook.name, cell.name, cell.max_score))
+                for student in found:
+                    for notebook in gradebook.find_assignment(assignment).notebooks:
+                        try:
+                            submitted = gradebook.find_submission_notebook(notebook.name, assignment, student)
+                        except MissingEntry:
+                            continue
+                        for result in submitted.grades:
+                            scores[student, notebook.name, result.name] = result.score
+        return _write_csv(csv_path, found, questions, scores, status)
+
+
+def _question_order(name):
+    digits = re.sub(r"\D", "", name)
+    return (int(digits) if digits else 0, name)
+
+
+def _write_csv(csv_path, found, questions, scores, status):
+    columns = [f"{notebook}:{question}" for _, notebook, question, _ in questions]
+    rows = []
+    for student, notebooks in found.items():
+        row = {"student": student}
+        submitted = {path.stem for path in notebooks}
+        score = max_score = 0.0
+        for (assignment, notebook, question, points), column in zip(questions, columns):
+            if notebook not in submitted:  # the other twin of a lesson, or a lesson not handed in
+                row[column] = ""
+                continue
+            graded = status.get((student, assignment)) == "graded"
+            row[column] = scores.get((student, notebook, question), 0.0) if graded else 0.0
+            score, max_score = score + row[column], max_score + points
+        row["score"], row["max_score"] = score, max_score
+        row["status"] = "; ".join(f"{a}: {s}" for (name, a), s in sorted(status.items()) if name == student)
+        rows.append(row)
+    csv_path = Path(csv_path)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["student", *columns, "score", "max_score", "status"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows

@@ -1,0 +1,43 @@
+# Checked exercises from R: the Python checks, given R objects, answering in R's terms.
+
+test_that("an exercise checks the R student's own function and says what is wrong in R's terms", {
+  skip_if_no_kerasdist()
+  ex <- kd_exercises("01")
+  expect_true(all(c("q1", "q2", "q3") %in% names(ex)))
+  expect_s3_class(ex$q1, "kd_exercise")
+
+  per_replica_batch <- function(global_batch, num_replicas) global_batch %/% num_replicas
+  expect_output(verdict <- kd_check(ex$q1), "Correct")
+  expect_equal(verdict$status, "Correct")
+
+  per_replica_batch <- function(global_batch, num_replicas) global_batch / num_replicas
+  wrong <- kd_verdict(ex$q1)
+  expect_equal(wrong$status, "Incorrect")
+  expect_match(wrong$message, "divide with %/% so a batch size stays whole", fixed = TRUE)
+  expect_error(kd_assert_correct(ex$q1), "q1: Incorrect: per_replica_batch(64, 2) returned 32", fixed = TRUE)
+
+  per_replica_batch <- NULL
+  expect_equal(kd_verdict(ex$q1)$message, "define per_replica_batch (it is still NULL), then run the check again.")
+  rm(per_replica_batch)
+  expect_match(kd_verdict(ex$q1)$message, "it is not defined yet", fixed = TRUE)
+})
+
+test_that("hints come in order and the solution is R code", {
+  skip_if_no_kerasdist()
+  ex <- kd_exercises(1)
+  expect_output(kd_hint(ex$q1), "(hint 2 of 2: kd_hint(ex$q1, 2))", fixed = TRUE)
+  expect_output(kd_hint(ex$q1, 2), "%/%", fixed = TRUE)
+  expect_output(kd_solution(ex$q1), "per_replica_batch <- function(global_batch, num_replicas)", fixed = TRUE)
+})
+
+test_that("bad arguments get one clear line", {
+  skip_if_no_kerasdist()
+  expect_error(kd_exercises("first"), "lesson must be a lesson number such as \"01\"", fixed = TRUE)
+  expect_error(kd_hint(kd_exercises("01")$q1, 7), "number must be a hint from 1 to 2. Received: 7", fixed = TRUE)
+  expect_error(kd_check("q1"), "exercise must be one of kd_exercises(lesson)", fixed = TRUE)
+})
+
+test_that("a lesson without exercises is one clear line", {
+  skip_if_no_kerasdist()
+  expect_error(kd_exercises("42"), "lesson 42 has no checked exercises", fixed = TRUE)
+})

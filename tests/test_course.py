@@ -1,0 +1,127 @@
+"""The instructor's editions (nbgrader): the student edition, and grading submitted notebooks into a CSV."""
+
+import csv
+import re
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from helpers import run_cli
+from kerasdist import course
+from kerasdist.exercises import exercises_of
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    out = tmp_path_factory.mktemp("edition") / "student"
+    run = run_cli("course", "student", str(out))
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+def instructor_lines_outside_answers(path):
+    """The lines of a lesson that are not in an answer cell or a collapsed solution."""
+    notebook = nbformat.read(path, as_version=4)
+    text = [course_free(cell) for cell in notebook.cells
+            if not cell.metadata.get("nbgrader", {}).get("solution")]
+    return set(line.strip() for cell in text for line in cell.splitlines())
+
+
+def course_free(cell):
+    from kerasdist.course_preprocessors import SOLUTION_BLOCK
+
+    return SOLUTION_BLOCK.sub("", cell.source) if cell.cell_type == "markdown" else cell.source
+
+
+@pytest.mark.slow
+def test_student_edition_holds_no_solution_and_no_hidden_test(student):
+    notebooks = sorted(student.glob("*.ipynb"))
+    assert [p.name for p in notebooks] == sorted(p.name for p in course.SOURCE.glob("[0-9][0-9]_*.ipynb"))
+    assert (student / "figures").is_dir()
+    for path in notebooks:
+        text = path.read_text()
+        for marker in ("BEGIN SOLUTION", "HIDDEN TESTS", "assert_correct", "<summary>Solution"):
+            assert marker not in text, f"{path.name}: {marker}"
+        notebook = nbformat.read(path, as_version=4)
+        shown = set(line.strip() for cell in notebook.cells for line in cell.source.splitlines())
+        language = "r" if path.stem.endswith("_R") else "python"
+        elsewhere = instructor_lines_outside_answers(course.SOURCE / path.name)
+        for exercise in exercises_of(path.name[:2]):
+            if language not in exercise.solutions:
+                continue
+            # Every line of the solution that the lesson does not show elsewhere is gone.
+            telling = [line.strip() for line in exercise.solutions[language].splitlines()
+                       if len(line.strip()) > 15 and line.strip() not in elsewhere]
+            assert telling, f"{exercise.name}: its solution repeats the lesson"
+            for line in telling:
+                assert line not in shown, f"{path.name} {exercise.name}: {line}"
+        exercise_cells = [c for c in notebook.cells if c.cell_type == "code" and "nbgrader" in c.metadata]
+        assert exercise_cells and all(not c.outputs for c in exercise_cells)
+        assert any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"), "lesson outputs kept"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("lessons")
+def test_student_edition_runs_to_its_first_exercise_which_says_not_attempted(student, tmp_path):
+    notebook = nbformat.read(student / "01_quickstart.ipynb", as_version=4)
+    first_check = next(i for i, c in enumerate(notebook.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+    notebook.cells = notebook.cells[:first_check + 1]
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(student)}}).execute()
+    printed = "".join(o.get("text", "") for o in notebook.cells[-1].outputs)
+    assert "Not attempted\x1b[0m: define per_replica_batch (it is still None)" in printed
+
+
+def answered(notebook, answers):
+    """The notebook with each answer cell's stub replaced by ``answers[grade_id]``."""
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if grade_id.endswith("_answer") and grade_id in answers:
+            cell.source = cell.source.replace(course.CODE_STUB, answers[grade_id])
+    return notebook
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("lessons")
+def test_grading_three_submissions_one_correct_one_partly_wrong_one_hanging(student, tmp_path):
+    q1, q2, q3 = exercises_of("01")[:3]
+    solutions = {f"{q.name}_answer": q.solutions["python"] for q in (q1, q2, q3)}
+    submissions = {
+        "alice": solutions,
+        "bob": dict(solutions, q2_answer=q2.wrong[0].code["python"]),
+        "carol": dict(solutions, q1_answer="while True:\n    pass"),
+    }
+    for name, answers in submissions.items():
+        folder = tmp_path / "submitted" / name
+        folder.mkdir(parents=True)
+        notebook = answered(nbformat.read(student / "01_quickstart.ipynb", as_version=4), answers)
+        nbformat.write(notebook, folder / "01_quickstart.ipynb")
+    grades = tmp_path / "grades.csv"
+    bound = 240
+    started = time.monotonic()
+    run = run_cli("course", "grade", str(tmp_path / "submitted"), "--csv", str(grades), "--timeout-s", str(bound),
+                  timeout=5 * bound)
+    elapsed = time.monotonic() - started
+    assert run.returncode == 0, run.stderr
+    rows = {row["student"]: row for row in csv.DictReader(open(grades))}
+    columns = ["01_quickstart:q1", "01_quickstart:q2", "01_quickstart:q3"]
+    assert [float(rows["alice"][c]) for c in columns] == [1.0, 1.0, 1.0]
+    assert [float(rows["bob"][c]) for c in columns] == [1.0, 0.0, 1.0]
+    assert [float(rows["carol"][c]) for c in columns] == [0.0, 0.0, 0.0]
+    assert rows["alice"]["status"] == "lesson01: graded" and rows["bob"]["status"] == "lesson01: graded"
+    assert re.fullmatch(rf"lesson01: timed out after {bound} s", rows["carol"]["status"])
+    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 3.0  # one twin handed in
+    assert rows["alice"]["01_quickstart_R:q1"] == ""
+    assert elapsed < 3 * bound + 120  # carol's run was stopped at its bound, not left to loop
+
+
+def test_course_commands_refuse_bad_input_in_one_line(tmp_path):
+    inside = run_cli("course", "student", str(course.SOURCE / "student"))
+    assert inside.returncode == 2
+    assert inside.stderr.startswith("kerasdist: error: the student edition goes outside the course's source tree")
+    empty = run_cli("course", "grade", str(tmp_path))
+    assert empty.returncode == 2 and "no submissions in" in empty.stderr and "Traceback" not in empty.stderr
+    lesson = run_cli("course", "student", str(tmp_path / "s"), "--lesson", "one")
+    assert lesson.returncode == 2 and "a lesson is its number, e.g. 01. Received: 'one'" in lesson.stderr

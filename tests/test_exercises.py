@@ -1,0 +1,112 @@
+"""The checked exercises: each lesson has them, the lessons hold their code, and every check can fail.
+
+The self-test runs each exercise, in Python and (through rpy2 and the R package's kd_verdict()) in R,
+with its solution (Correct), its untouched starter (Not attempted) and its typical wrong answers
+(Incorrect, with the expected message), in a process of its own with the lesson's backend and devices.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from kerasdist.exercises import Language, exercises_of
+from kerasdist.exercises.core import CORRECT, NOT_ATTEMPTED
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+LESSONS = sorted({p.name[:2] for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")})
+MINIMUM = {"00": 2}  # every other lesson has at least 3
+
+
+def lesson_notebooks(lesson):
+    """(language, notebook) of a lesson's Python lesson and R twin."""
+    for path in sorted(NOTEBOOKS.glob(f"{lesson}_*.ipynb")):
+        yield ("r" if path.stem.endswith("_R") else "python"), path
+
+
+def answer_cells(notebook):
+    """{grade_id: (starter, solution)} of the nbgrader answer cells; the %%R line dropped."""
+    found = {}
+    for cell in notebook.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("solution"):
+            text = cell.source.removeprefix("%%R\n")
+            starter, _, rest = text.partition("\n### BEGIN SOLUTION\n")
+            solution, _, after = rest.partition("\n### END SOLUTION")
+            assert not after.strip(), f"{meta['grade_id']}: code after the solution region"
+            found[meta["grade_id"]] = (starter, solution)
+    return found
+
+
+def check_cells(notebook):
+    return {cell.metadata["nbgrader"]["grade_id"]: cell for cell in notebook.cells
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade")}
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_lesson_has_its_checked_exercises(lesson):
+    exercises = exercises_of(lesson)
+    assert len(exercises) >= MINIMUM.get(lesson, 3)
+    for exercise in exercises:
+        assert exercise.wrong, f"{exercise.name}: no typical wrong answer to show the check can fail"
+        assert len(exercise.hints) >= 2, f"{exercise.name}: graded hints, at least 2"
+        for language in exercise.solutions:
+            assert all(language in wrong.code for wrong in exercise.wrong)
+            assert exercise.hint_text(len(exercise.hints), language)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_lessons_hold_each_exercise_with_its_solution_and_a_correct_check(lesson):
+    for language, path in lesson_notebooks(lesson):
+        notebook = nbformat.read(path, as_version=4)
+        answers, checks = answer_cells(notebook), check_cells(notebook)
+        expected = [q for q in exercises_of(lesson) if language in q.solutions]
+        assert sorted(checks) == sorted(q.name for q in expected), path.name
+        for exercise in expected:
+            starter, solution = answers[f"{exercise.name}_answer"]
+            assert starter == exercise.starters[language], f"{path.name} {exercise.name}: starter"
+            assert solution == exercise.solutions[language], f"{path.name} {exercise.name}: solution"
+            check = checks[exercise.name]
+            call = f"kd_check(ex${exercise.name})" if language == "r" else f"{exercise.name}.check()"
+            assert call in check.source and "BEGIN HIDDEN TESTS" in check.source
+            printed = "".join(output.get("text", "") for output in check.get("outputs", []))
+            assert f"{CORRECT}\x1b[0m: " in printed, f"{path.name} {exercise.name}: committed without Correct"
+
+
+def test_verdicts_speak_the_students_language():
+    q1 = exercises_of("01")[0]
+    assert str(q1.verdict({}, "python")).startswith(f"{NOT_ATTEMPTED}: define per_replica_batch (it is not")
+    assert "(it is still NULL)" in q1.verdict({"per_replica_batch": None}, "r").message
+    assert "divide with %/%" in q1.verdict({"per_replica_batch": lambda g, n: g / n}, "r").message
+    assert "divide with //" in q1.verdict({"per_replica_batch": lambda g, n: g / n}, "python").message
+    assert Language.of("r").value([1.0, 2.5]) == "c(1, 2.5)"
+    raising = q1.verdict({"per_replica_batch": lambda g, n: 1 // 0})
+    assert raising.message == "per_replica_batch raised ZeroDivisionError: integer division or modulo by zero"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("lessons")
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_each_exercise_passes_its_solution_and_fails_its_starter_and_wrong_answers(lesson):
+    environment = dict(os.environ, R_LIBS=os.pathsep.join(
+        [str(REPO / ".Rlib")] + ([os.environ["R_LIBS"]] if os.environ.get("R_LIBS") else [])))
+    run = subprocess.run([sys.executable, "-m", "kerasdist.exercises", "selftest", lesson],
+                         capture_output=True, text=True, timeout=900, env=environment, cwd=REPO)
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert rows, run.stderr[-3000:]
+    ran = [row for row in rows if row["status"] != "skipped"]
+    for row in rows:
+        if row["status"] == "skipped":  # only R without keras3 (CI): the Python rows still ran
+            assert row["message"] == "the R package keras3 is not installed", row
+            continue
+        assert row["status"] == row["expected"], row
+        assert row["expected_message"] in row["message"], row
+    python_rows = [row for row in ran if row["language"] == "python"]
+    if any("python" in q.solutions for q in exercises_of(lesson)):
+        assert {row["case"] for row in python_rows} >= {"solution", "starter", "wrong 1"}
+    assert run.returncode == 0, run.stderr[-3000:]
