@@ -1,12 +1,13 @@
 """The checked exercises: each lesson has them, the lessons hold their code, and every check can fail.
 
-The self-test runs each exercise, in Python and (through rpy2 and the R package's kd_verdict()) in R,
+The self-test runs each exercise, in Python and (in Rscript, through the R package's kd_verdict()) in R,
 with its solution (Correct), its untouched starter (Not attempted) and its typical wrong answers
 (Incorrect, with the expected message), in a process of its own with the lesson's backend and devices.
 """
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from kerasdist.exercises import Language, exercises_of
 from kerasdist.exercises.core import CORRECT, NOT_ATTEMPTED
+from kerasdist.exercises.selftest import run_lesson
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -89,14 +91,29 @@ def test_verdicts_speak_the_students_language():
     assert raising.message == "per_replica_batch raised ZeroDivisionError: integer division or modulo by zero"
 
 
+def with_r_package(environment):
+    """``environment`` with the project's R library (make setup installs the R package there) on R_LIBS."""
+    return dict(environment, R_LIBS=os.pathsep.join(
+        [str(REPO / ".Rlib")] + ([environment["R_LIBS"]] if environment.get("R_LIBS") else [])))
+
+
+def test_the_r_session_is_bounded_and_each_case_it_did_not_reach_is_an_error(monkeypatch):
+    if not shutil.which("Rscript"):
+        pytest.skip("R is not installed")
+    monkeypatch.setenv("R_LIBS", with_r_package(os.environ)["R_LIBS"])
+    rows = list(run_lesson("00", languages=("r",), timeout_s=1))
+    assert [row["case"] for row in rows] == ["solution", "starter", "wrong 1", "wrong 2"] + [
+        "solution", "starter", "wrong 1", "wrong 2", "wrong 3"]
+    assert {row["status"] for row in rows} == {"error"}
+    assert rows[0]["message"].startswith("timed out after 1 s before this case: ")
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("lessons")
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_each_exercise_passes_its_solution_and_fails_its_starter_and_wrong_answers(lesson):
-    environment = dict(os.environ, R_LIBS=os.pathsep.join(
-        [str(REPO / ".Rlib")] + ([os.environ["R_LIBS"]] if os.environ.get("R_LIBS") else [])))
     run = subprocess.run([sys.executable, "-m", "kerasdist.exercises", "selftest", lesson],
-                         capture_output=True, text=True, timeout=900, env=environment, cwd=REPO)
+                         capture_output=True, text=True, timeout=1500, env=with_r_package(os.environ), cwd=REPO)
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert rows, run.stderr[-3000:]
     ran = [row for row in rows if row["status"] != "skipped"]

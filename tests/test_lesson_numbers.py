@@ -34,10 +34,12 @@ from test_notebooks import NOTEBOOKS, all_notebooks, ids, is_keras3_twin, load, 
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)((?:\.\d+)*)(?:[eE][-+]?\d+)?(?!\w)")
 # A timing as lessons print it: a number with a unit of time or throughput ("1.14 s/epoch", "47 ms per
 # training step", "818 samples/s", "in 6.5 s"; rates measured on the machine, "16.0 GFLOP/s"), a list of them ("default 9309, mirrored 3816 samples/s")
-# or a speed-up ("x1.4 faster", "30% less time").
+# or a speed-up ("x1.4 faster", "30% less time"); and what lesson 8 derives from measured rates: a share of
+# the peak ("MFU 19.7%", "( 67% of peak)"), the ridge point ("16.1 FLOP/byte"), a spread ("spread 12.0 to 13.2").
 TIME_UNIT = r"(?:s/epoch|samples/s|ms/step|ms|s|seconds?|GFLOP/s|GB/s)(?![\w/])"
 NAMED = r"[A-Za-z_]\w* [\d.,]+"
-TIMING = re.compile(rf"(?:{NAMED}, )+{NAMED} ?{TIME_UNIT}|[\d.,]+ ?{TIME_UNIT}|\bx[\d.]+ faster|\d+% less time")
+TIMING = re.compile(rf"(?:{NAMED}, )+{NAMED} ?{TIME_UNIT}|[\d.,]+ ?{TIME_UNIT}|\bx[\d.]+ faster|\d+% less time"
+                    r"|MFU +[\d.]+%|\( *\d+% of peak\)|[\d.]+ FLOP/byte|spread [\d.]+ to [\d.]+")
 RUN_TIMEOUT_S = 600
 
 LESSONS_RUN_HERE = [p for p in all_notebooks() if not is_keras3_twin(p)]
@@ -150,7 +152,8 @@ def test_numbers_are_read_as_a_reader_reads_them():
     assert numbers("replicas 1,2 and 1.0, 2s - 32ms/step") == set()
     timings = {"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stdout", "text": (
         "test accuracy 0.908, 818 samples/s\nread  alone  0.54 s/epoch, 47 ms per step; in 6.5 s\n"
-        "steady state: default 9309, mirrored 3,816 samples/s\n'+ cache', x1.4 faster; 30% less time, 52 steps")}]}
-    assert numbers(printed_text(timings)) == {"0.908", "52"}
+        "steady state: default 9309, mirrored 3,816 samples/s\n'+ cache', x1.4 faster; 30% less time, 52 steps\n"
+        "ridge point: 16.1 FLOP/byte; ( 67% of peak), MFU 19.7%, (triad, spread 12.0 to 13.2); 89% accuracy")}]}
+    assert numbers(printed_text(timings)) == {"0.908", "52", "89"}
     assert typed_numbers({"cell_type": "code", "source": "plt.plot(x * 1000, alpha=0.3, lw=1.25) # 52"}) == {"1.25", "52"}
     assert typed_numbers({"cell_type": "markdown", "source": "loss 0.3"}) == {"0.3"}

@@ -1,20 +1,28 @@
 """Every exercise of a lesson run with its solution, its untouched starter and its typical wrong answers.
 
 The expected verdicts: the solution is Correct, the starter Not attempted, each wrong answer
-Incorrect with its message. R answers run through rpy2 in this process and are checked by the R
-package's ``kd_verdict()``, the route an R twin's ``kd_check()`` takes. What cannot run here (R
-without keras3, JAX without the JAX backend) is a row with the reason.
+Incorrect with its message. Python answers run in this process; R answers in an R session (Rscript)
+that hosts Python through reticulate, checked by the R package's ``kd_verdict()``, which an R twin's
+``kd_check()`` calls. What cannot run here (R without keras3) is a row with the reason.
 
     python -m kerasdist.exercises selftest 01 --language both
 
 Example:
-    >>> rows = run_lesson("01", languages=("python",), only=("q1",))  # doctest: +SKIP
+    >>> rows = list(run_lesson("01", languages=("python",), only=("q1",)))  # doctest: +SKIP
     >>> [(row["case"], row["status"]) for row in rows][:3]  # doctest: +SKIP
     [('solution', 'Correct'), ('starter', 'Not attempted'), ('wrong 1', 'Incorrect')]
 """
 
 import argparse
+import importlib
 import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
 
 from kerasdist.exercises.core import CORRECT, INCORRECT, NOT_ATTEMPTED, exercises_of
 
@@ -37,55 +45,131 @@ def _python_verdict(exercise, code):
     return exercise.verdict({name: namespace[name] for name in exercise.answers if name in namespace})
 
 
-def _r_session():
-    """rpy2's R with the kerasdist R package attached, or the reason it cannot run."""
-    try:
-        import rpy2.robjects as ro
-    except ImportError:
-        return None, "rpy2 is not installed"
-    # rpy2 hooks a warning about an old reticulate bug onto its loading: drop it, as the R twins do.
-    ro.r('setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")')
-    ro.r('suppressPackageStartupMessages(library(kerasdist))')
-    has_keras3 = bool(ro.r('isTRUE(requireNamespace("keras3", quietly = TRUE))')[0])
-    return (ro, has_keras3), None
+# The R cases run in an R session of their own that hosts Python through reticulate, as an R user's
+# session does; each case prints one line of JSON. (Inside rpy2, Debian 12's reticulate 1.28 calls
+# Python from an R function that Python called without holding the GIL, which aborts the process.)
+R_RUNNER = """
+suppressPackageStartupMessages(library(kerasdist))
+selftest <- reticulate::import("kerasdist.exercises.selftest")
+arguments <- commandArgs(TRUE)  # lesson, replicas, exercises (comma-separated, or "" for all)
+selftest$prepare_process(arguments[[1]], as.integer(arguments[[2]]))
+has_keras3 <- requireNamespace("keras3", quietly = TRUE)
+cases <- selftest$r_cases(arguments[[1]], arguments[[3]])
+for (case in cases) {
+  verdict <- if (case$needs_keras3 && !has_keras3) {
+    list(status = "skipped", message = "the R package keras3 is not installed")
+  } else {
+    tryCatch({
+      env <- new.env(parent = globalenv())
+      for (part in c(case$context, case$code)) eval(parse(text = part), env)
+      kd_verdict(kd_exercises(case$lesson)[[case$exercise]], envir = env)[c("status", "message")]
+    }, error = function(e) list(status = "error", message = conditionMessage(e)))
+  }
+  cat(selftest$json_line(case$index, verdict$status, verdict$message), "\n", sep = "")
+}
+"""
 
 
-def _r_verdict(session, exercise, code):
-    ro, _ = session
-    ro.globalenv[".kd_selftest_code"] = ro.StrVector([exercise.context.get("r", ""), code])
-    verdict = ro.r(f"""local({{
-        env <- new.env(parent = globalenv())
-        for (part in .kd_selftest_code) eval(parse(text = part), env)
-        kd_verdict(kd_exercises("{exercise.lesson}")${exercise.name}, envir = env)
-    }})""")
-    return dict(zip(verdict.names, [str(v[0]) for v in verdict]))
+def prepare_process(lesson, replicas):
+    """Choose the lesson's Keras backend and make ``replicas`` devices, before Keras is imported."""
+    lesson_module = importlib.import_module(f"kerasdist.exercises.lesson{lesson}")
+    backend = getattr(lesson_module, "BACKEND", "tensorflow")
+    from kerasdist import startup
+
+    startup.use_backend(backend)
+    if backend == "tensorflow":
+        from kerasdist.devices import configure_replicas
+
+        configure_replicas(replicas)
+    else:
+        from kerasdist.jax_engine import import_keras_on_jax
+
+        import_keras_on_jax(replicas)
 
 
-def run_lesson(lesson, languages=("python", "r"), only=()):
-    """Run every exercise of ``lesson`` (or those named in ``only``); one dict per case and language."""
-    rows = []
-    session, r_problem = (None, None)
-    if "r" in languages:
-        session, r_problem = _r_session()
+def r_cases(lesson, only=""):
+    """The R cases of a lesson's exercises (those named in ``only``, comma-separated, or all), numbered."""
+    found = []
     for exercise in exercises_of(lesson):
-        if only and exercise.name not in only:
-            continue
-        for language in [language for language in languages if language in exercise.solutions]:
-            reason = r_problem if language == "r" else None
-            if language == "r" and session and "keras3" in exercise.needs and not session[1]:
-                reason = "the R package keras3 is not installed"
-            for case, code, expected, part in cases(exercise, language):
-                row = {"lesson": lesson, "exercise": exercise.name, "language": language, "case": case,
-                       "expected": expected, "expected_message": part}
-                if reason:
-                    rows.append(dict(row, status=SKIPPED, message=reason))
-                    continue
-                if language == "python":
-                    verdict = _python_verdict(exercise, code)
-                    rows.append(dict(row, status=verdict.status, message=verdict.message))
-                else:
-                    rows.append(dict(row, **_r_verdict(session, exercise, code)))
-    return rows
+        if "r" in exercise.solutions and (not only or exercise.name in only.split(",")):
+            for case, code, expected, part in cases(exercise, "r"):
+                found.append({"index": len(found), "lesson": lesson, "exercise": exercise.name, "case": case,
+                              "expected": expected, "expected_message": part, "code": code,
+                              "context": exercise.context.get("r", ""),
+                              "needs_keras3": "keras3" in exercise.needs})
+    return found
+
+
+def json_line(index, status, message):
+    return json.dumps({"index": index, "status": status, "message": message})
+
+
+def _r_rows(lesson, only, replicas, timeout_s):
+    """Run the R cases in Rscript; yields their rows as they come, and an error row for each case left."""
+    wanted = r_cases(lesson, ",".join(only))
+    if not wanted:
+        return
+    if not shutil.which("Rscript"):
+        problem = (SKIPPED, "R is not installed")
+    else:
+        environment = dict(os.environ, RETICULATE_PYTHON=sys.executable)
+        child = subprocess.Popen(["Rscript", "-e", R_RUNNER, lesson, str(replicas), ",".join(only)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+        lines = queue.Queue()
+        threading.Thread(target=_pass_lines, args=(child.stdout, lines), daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        done = 0
+        line = ""
+        while line is not None and done < len(wanted):
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line and line.startswith("{"):
+                row = json.loads(line)
+                yield _row(wanted[row["index"]], row["status"], row["message"])
+                done += 1
+        if done == len(wanted):
+            child.wait(timeout=60)
+            return
+        child.kill()
+        stderr = [text for text in child.communicate()[1].splitlines() if text.strip()]
+        ended = line is None  # the session closed its output: it stopped (or crashed) before the end
+        reason = f"R ended with exit code {child.returncode}" if ended else f"timed out after {timeout_s} s"
+        problem = ("error", f"{reason} before this case: {stderr[-1] if stderr else 'nothing on stderr'}")
+        wanted = wanted[done:]
+    for case in wanted:
+        yield _row(case, *problem)
+
+
+def _pass_lines(stream, lines):
+    """Put each line of ``stream`` on the queue ``lines``, then None at its end."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _row(case, status, message):
+    keys = ("lesson", "exercise", "case", "expected", "expected_message")
+    return dict({key: case[key] for key in keys}, language="r", status=status, message=message)
+
+
+def run_lesson(lesson, languages=("python", "r"), only=(), replicas=2, timeout_s=1200):
+    """Run every exercise of ``lesson`` (or those named in ``only``); yields one dict per case and language.
+
+    The Python cases run in this process, which ``prepare_process`` has set up; the R cases in Rscript.
+    """
+    if "python" in languages:
+        for exercise in exercises_of(lesson):
+            if (only and exercise.name not in only) or "python" not in exercise.solutions:
+                continue
+            for case, code, expected, part in cases(exercise, "python"):
+                verdict = _python_verdict(exercise, code)
+                yield {"lesson": lesson, "exercise": exercise.name, "language": "python", "case": case,
+                       "expected": expected, "expected_message": part, "status": verdict.status,
+                       "message": verdict.message}
+    if "r" in languages:
+        yield from _r_rows(lesson, only, replicas, timeout_s)
 
 
 def main(argv=None):
@@ -96,23 +180,13 @@ def main(argv=None):
     selftest.add_argument("lesson", help='two digits, e.g. "01"')
     selftest.add_argument("--language", choices=("python", "r", "both"), default="both")
     selftest.add_argument("--replicas", type=int, default=2, help="virtual devices to make first")
+    selftest.add_argument("--timeout-s", type=int, default=1200, help="bound on the R session's cases")
     args = parser.parse_args(argv)
-    lesson_module = __import__(f"kerasdist.exercises.lesson{args.lesson}", fromlist=["BACKEND"])
-    backend = getattr(lesson_module, "BACKEND", "tensorflow")
-    from kerasdist import startup
-
-    startup.use_backend(backend)
-    if backend == "tensorflow":
-        from kerasdist.devices import configure_replicas
-
-        configure_replicas(args.replicas)
-    else:
-        from kerasdist.jax_engine import import_keras_on_jax
-
-        import_keras_on_jax(args.replicas)
+    if args.language != "r":
+        prepare_process(args.lesson, args.replicas)
     languages = ("python", "r") if args.language == "both" else (args.language,)
     failed = 0
-    for row in run_lesson(args.lesson, languages):
+    for row in run_lesson(args.lesson, languages, replicas=args.replicas, timeout_s=args.timeout_s):
         good = row["status"] == SKIPPED or (row["status"] == row["expected"]
                                             and row["expected_message"] in row["message"])
         failed += not good

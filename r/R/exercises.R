@@ -73,8 +73,7 @@ kd_verdict <- function(exercise, envir = parent.frame()) {
   present <- names[vapply(names, exists, logical(1), envir = envir)]
   answers <- lapply(stats::setNames(present, present), function(name) {
     value <- get(name, envir = envir)
-    # A function's arguments reach R converted (numbers, arrays), its result goes back to Python.
-    if (is.null(value)) reticulate::py_none() else if (is.function(value)) reticulate::r_to_py(value, convert = TRUE) else value
+    if (is.null(value)) reticulate::py_none() else if (is.function(value)) python_callable(value) else value
   })
   verdict <- kd_call(exercise$verdict(reticulate::dict(answers), language = "r"))
   list(status = r_value(verdict$status), message = r_value(verdict$message), coloured = r_value(verdict$coloured()))
@@ -128,6 +127,16 @@ as_exercise <- function(exercise) {
                      deparse_short(exercise)))
   }
   exercise$python
+}
+
+# The student's R function as a Python callable: its arguments reach it as R values (numbers, arrays,
+# data frames; a Keras model stays itself), its result goes back to Python. The arguments are converted
+# here because older reticulate (1.28, Debian 12's) hands an R function the Python objects themselves.
+python_callable <- function(f) {
+  reticulate::r_to_py(function(...) {
+    arguments <- lapply(list(...), function(x) if (inherits(x, "python.builtin.object")) reticulate::py_to_r(x) else x)
+    do.call(f, arguments)
+  }, convert = TRUE)
 }
 
 # An attribute of a Python object as an R value: reticulate converts it already, or (objects made

@@ -41,3 +41,17 @@ test_that("a lesson without exercises is one clear line", {
   skip_if_no_kerasdist()
   expect_error(kd_exercises("42"), "lesson 42 has no checked exercises", fixed = TRUE)
 })
+
+test_that("an R answer that Python's check calls gets R values: a data frame, not a pandas object", {
+  skip_if_no_kerasdist()
+  pandas <- reticulate::import("pandas", convert = FALSE)
+  frame <- pandas$DataFrame(reticulate::dict(index = list(0L, 1L), value = list(0.5, 0.25)))
+  received <- NULL
+  answer <- kerasdist:::python_callable(function(comparison) {
+    received <<- comparison
+    max(comparison$value)
+  })
+  call <- reticulate::py_eval("lambda function, argument: function(argument)", convert = FALSE)
+  expect_equal(reticulate::py_to_r(reticulate::py_call(call, answer, frame)), 0.5)
+  expect_s3_class(received, "data.frame")
+})
