@@ -23,7 +23,7 @@
 # - why "the newest file by ctime" is the wrong way to find the latest checkpoint;
 # - what `ModelCheckpoint(save_freq=N)` saves every N batches, and why `fit()` cannot continue from it;
 # - mid-epoch backups: kerasdist resumes at the next batch, Keras `BackupAndRestore` replays the
-#   epoch; and (exercise 6) how to build mid-epoch resume for `fit()` yourself.
+#   epoch; and (end-of-lesson exercise 6) how to build mid-epoch resume for `fit()` yourself.
 #
 # **What you need**: lesson 1, the project's virtualenv as the kernel, and about a minute and a half
 # on a 2-core CPU. The lesson writes into `results/02_checkpoints/` next to this notebook and
@@ -294,7 +294,7 @@ for name, path in (("by ctime", by_ctime), ("by epoch", by_epoch)):
 # %% [markdown]
 # ### Exercise q1: make or restore
 #
-# Write `make_or_restore(directory, strategy)`, the start of a training script that survives crashes. With no `ckpt-NN.keras` file in `directory` it builds a new model with `build_model()` and returns `(model, 0)`; otherwise it loads the latest checkpoint and returns `(model, epochs_done)`, ready for `fit(initial_epoch=epochs_done)`. The check trains your model until a simulated crash in epoch 3, copies `ckpt-01.keras` aside and back (as a restore from a backup would), calls your function again and resumes.
+# Write `make_or_restore(directory, strategy)`, the start of a training script that survives crashes. `directory` is a path as a string (`Path(directory).glob("ckpt-*.keras")` lists its checkpoints; `checkpoint_epoch()` takes such a `Path`), and the model, new or loaded, is made inside `strategy.scope()`. With no `ckpt-NN.keras` file in `directory` it builds a new model with `build_model()` and returns `(model, 0)`; otherwise it loads the latest checkpoint and returns `(model, epochs_done)`, ready for `fit(initial_epoch=epochs_done)`. The check trains your model until a simulated crash in epoch 3, copies `ckpt-01.keras` aside and back (as a restore from a backup would), calls your function again and resumes.
 #
 # Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
 #
@@ -544,7 +544,7 @@ figure.tight_layout()
 # %% [markdown]
 # ### Exercise q3: an epoch that resumes at the next batch
 #
-# Write `resume_dataset(images, labels, epoch, batches_done, batch_size)`: the batches of epoch `epoch` that remain after its first `batches_done`, as kerasdist rebuilds them after a restart. Every epoch has its own shuffled order, which a new process must rebuild exactly; batch with `drop_remainder=True`. The check builds whole and resumed epochs from 200 real digits and compares their batches.
+# Write `resume_dataset(images, labels, epoch, batches_done, batch_size)`: a `tf.data.Dataset` of the `(images, labels)` batches of epoch `epoch` that remain after its first `batches_done`, as kerasdist rebuilds them after a restart. Every epoch has its own shuffled order, which a new process must rebuild exactly; batch with `drop_remainder=True`. The check builds whole and resumed epochs from 200 real digits and compares their batches.
 #
 # Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
 #
@@ -706,7 +706,7 @@ print(f"{'BackupAndRestore':17}{f'epoch 2, batch {backup_batches} (global batch 
 #   The state includes the pipeline's buffers (the `experimental_symbolic_checkpoint` option in
 #   `tensorflow/python/data/ops/options.py` stores positions instead), so a large shuffle buffer makes
 #   a large checkpoint. `fit()` creates its own iterator, so with `fit()` rebuild each epoch's order
-#   from (seed, epoch) and skip the batches done (exercise 6).
+#   from (seed, epoch) and skip the batches done (end-of-lesson exercise 6).
 # - **Several workers**: all of them must restore the same checkpoint, and under
 #   `MultiWorkerMirroredStrategy` **every** worker must take part in every save: saving reads
 #   variables, and a sync-on-read variable is saved as its all-reduced value, a collective that waits

@@ -29,7 +29,7 @@
 # - what `callback_model_checkpoint(save_freq = N)` saves every N batches, and why `fit()` cannot
 #   continue from it;
 # - mid-epoch backups: kerasdist resumes at the next batch, `callback_backup_and_restore()` replays
-#   the epoch; and (exercise 6) how to build mid-epoch resume for `fit()` yourself.
+#   the epoch; and (end-of-lesson exercise 6) how to build mid-epoch resume for `fit()` yourself.
 #
 # **What you need**: lesson 1, R with keras3, tfdatasets and tensorflow
 # (`install.packages(c("keras3", "tfdatasets"))`), rpy2 in the kernel's Python environment, and
@@ -300,7 +300,7 @@ import keras  # noqa: F401
 # %% [markdown]
 # ### Exercise q1: make or restore
 #
-# Write `make_or_restore(directory, strategy)`, the start of a training script that survives crashes. With no `ckpt-NN.keras` file in `directory` it builds a new model with `build_model()` and returns `list(model, 0L)`; otherwise it loads the latest checkpoint and returns `list(model, epochs_done)` (keras3's `fit()` then takes `initial_epoch = epochs_done + 1`). The check trains your model until a simulated crash in epoch 3, copies `ckpt-01.keras` aside and back (as a restore from a backup would), calls your function again and resumes.
+# Write `make_or_restore(directory, strategy)`, the start of a training script that survives crashes. `directory` is a path as a character string (`list.files()` lists its checkpoints), and the model, new or loaded, is made inside `with(strategy$scope(), ...)`. With no `ckpt-NN.keras` file in `directory` it builds a new model with `build_model()` and returns `list(model, 0L)`; otherwise it loads the latest checkpoint and returns `list(model, epochs_done)` (keras3's `fit()` then takes `initial_epoch = epochs_done + 1`). The check trains your model until a simulated crash in epoch 3, copies `ckpt-01.keras` aside and back (as a restore from a backup would), calls your function again and resumes.
 #
 # Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
 #
@@ -564,7 +564,7 @@ import keras  # noqa: F401
 # %% [markdown]
 # ### Exercise q3: an epoch that resumes at the next batch
 #
-# Write `resume_dataset(images, labels, epoch, batches_done, batch_size)`: the batches of epoch `epoch` that remain after its first `batches_done`, as kerasdist rebuilds them after a restart. Every epoch has its own shuffled order, which a new process must rebuild exactly; batch with `drop_remainder = TRUE`. The check builds whole and resumed epochs from 200 real digits and compares their batches.
+# Write `resume_dataset(images, labels, epoch, batches_done, batch_size)`: a dataset (tfdatasets) of the `list(images, labels)` batches of epoch `epoch` that remain after its first `batches_done`, as kerasdist rebuilds them after a restart. Every epoch has its own shuffled order, which a new process must rebuild exactly; batch with `drop_remainder = TRUE`. The check builds whole and resumed epochs from 200 real digits and compares their batches.
 #
 # Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
 #
@@ -733,7 +733,7 @@ import keras  # noqa: F401
 #   `experimental_symbolic_checkpoint` option in `tensorflow/python/data/ops/options.py` stores
 #   positions instead), so a large shuffle buffer makes a large checkpoint. `fit()` creates its own
 #   iterator, so with `fit()` rebuild each epoch's order from (seed, epoch) and skip the batches done
-#   (exercise 6).
+#   (end-of-lesson exercise 6).
 # - **Several workers**: all of them must restore the same checkpoint, and under
 #   `MultiWorkerMirroredStrategy` **every** worker must take part in every save: saving reads
 #   variables, and a sync-on-read variable is saved as its all-reduced value, a collective that waits

@@ -63,7 +63,7 @@
 # What is left is the order of floating-point additions. The guide's MLP meets all five. Here we
 # build conditions 1 and 2 with care and measure what is left; then we break condition 2 with an
 # uneven batch, conditions 3 and 4 with BatchNormalization and dropout (and repair 3 with
-# `layer_batch_normalization(synchronized = TRUE)`), over whole runs; exercise 4 breaks condition 5.
+# `layer_batch_normalization(synchronized = TRUE)`), over whole runs; end-of-lesson exercise 4 breaks condition 5.
 #
 # There are two ways to use more replicas, and they answer different questions:
 #
@@ -150,7 +150,7 @@ import keras  # noqa: F401
 # }
 #
 # # Each epoch is shuffled with its own seed and the epochs are chained, so epoch k has the same
-# # order in every run, and in a run resumed at epoch k (see "Fixed global batch" and exercise 1).
+# # order in every run, and in a run resumed at epoch k (see "Fixed global batch" and end-of-lesson exercise 1).
 # train_batches <- function(global_batch_size, run_epochs = epochs, seed = 0L) {
 #   examples <- list(np_array(x_train, dtype = "float32"), np_array(y_train, dtype = "int32")) |>
 #     tensor_slices_dataset()
@@ -241,7 +241,7 @@ import keras  # noqa: F401
 # (`dataset_shuffle(seed = 0L)`, which reshuffles every epoch) also repeats its sequence of epoch
 # orders in every run that builds it afresh, because its random stream restarts with the dataset;
 # one dataset object iterated by two runs continues its stream instead, and a resumed run starts it
-# again at epoch 1 (exercise 1). The global batch is 64 in both runs: one on the default strategy
+# again at epoch 1 (end-of-lesson exercise 1). The global batch is 64 in both runs: one on the default strategy
 # (one device), one on the `MirroredStrategy` with two replicas of 32 samples each.
 #
 # The loss plotted is each step's **own batch loss**. What Keras reports after a batch is the
@@ -410,10 +410,11 @@ import keras  # noqa: F401
 # layers are ready long before the backward pass ends; PyTorch's DistributedDataParallel, for one,
 # all-reduces them in buckets while the pass goes on, so the step tends to max(compute,
 # communication) instead of their sum. **Less communication**: bfloat16 gradients halve the bytes,
-# and gradient accumulation (the last section) all-reduces once per k steps (between updates, the
-# TensorFlow backend adds each replica's gradient into that replica's own accumulator:
-# `_backend_increment_gradient_accumulators`). Measure on your own GPUs before you trust any of
-# these parameters.
+# and gradient accumulation (the last section) would all-reduce once per k steps. Not yet in Keras 3
+# on TensorFlow: its optimizer applies the accumulated update, all-reduce included, inside a
+# conditional, and `fit()` under `MirroredStrategy` fails there ("`merge_call` called while defining
+# a new graph", keras-team/keras#20582, open), so on this stack accumulation runs on one device only.
+# Measure on your own GPUs before you trust any of these parameters.
 
 # %% [markdown]
 # ## Why an uneven last batch would make them part
@@ -812,7 +813,7 @@ import keras  # noqa: F401
 # of the epoch. The run without warm-up keeps pace from the first samples, and its epoch-1 mean is
 # with the 1-device run's: at k = 2 with Adam the warm-up costs a little progress and buys no
 # stability that was missing. Goyal et al. introduced it for SGD on a deep network with k up to 256;
-# exercise 3 tries a larger k here.
+# end-of-lesson exercise 3 tries a larger k here.
 #
 # **Exercise.** Build a schedule with `learning_rate_schedule_cosine_decay()` that warms up from 0 to
 # 2e-3 over 10 steps, then decays along the cosine to 1e-4 over the next 100 steps. Which `alpha` and
@@ -839,7 +840,7 @@ import keras  # noqa: F401
 # %% [markdown]
 # ### Exercise q2: a warm-up schedule
 #
-# Write `warmup_schedule(base_rate, k, warmup_steps, total_steps)`: a Keras learning-rate schedule for a global batch k times larger that starts at `base_rate`, ramps linearly to k x `base_rate` over `warmup_steps` steps, then holds that rate up to `total_steps`, as in the recipe above. The check puts your schedule into an Adam optimizer and reads the optimizer's rate at several steps, for two settings.
+# Write `warmup_schedule(base_rate, k, warmup_steps, total_steps)`: a Keras learning-rate schedule for a global batch k times larger that starts at `base_rate`, ramps linearly to k x `base_rate` over `warmup_steps` steps, then holds that rate up to `total_steps`, as in the recipe above (with `alpha = 1` the schedule holds its rate after the warm-up, so its `decay_steps` changes nothing). The check puts your schedule into an Adam optimizer and reads the optimizer's rate at several steps, for two settings.
 #
 # Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
 #
@@ -912,8 +913,10 @@ import keras  # noqa: F401
 
 # %% [markdown]
 # Accumulating k steps of b examples gives the global batch k x b without more devices: the same
-# updates, k times slower per update on the same hardware. It combines with replicas (global batch
-# = replicas x per-replica batch x k) and it is a larger global batch in every respect, so the linear
+# updates, k times slower per update on the same hardware. In principle it combines with replicas
+# (global batch = replicas x per-replica batch x k), but Keras 3 on TensorFlow cannot do that yet:
+# under `MirroredStrategy` its accumulating optimizer fails in `fit()` (keras-team/keras#20582, the
+# paragraph on communication above). It is a larger global batch in every respect, so the linear
 # scaling rule applies to k as it does to replicas: fewer updates per epoch, and a learning rate to
 # scale by k with a warm-up. One trap: Keras' learning-rate schedules count *steps*, not updates
 # (`_get_current_learning_rate` passes the optimizer's step counter; the optimizer's docstring says

@@ -658,7 +658,7 @@ for label, on in (("TF's choice", tf_choice), ("ReductionToOneDevice", strategy)
 #   `TFRecordDataset` at its source, as with an in-memory array) fall back to `DATA`;
 # - `FILE`: each worker reads only its own files: the rewrite shards the list of files, before
 #   anything is read. You need at least as many files as workers; with fewer, `FILE` fails, and so
-#   does `AUTO`, which falls back to `DATA` only when there are no files at all (exercise 5);
+#   does `AUTO`, which falls back to `DATA` only when there are no files at all (end-of-lesson exercise 5);
 # - `DATA`: every worker runs the whole pipeline and keeps its share by position. Each global batch
 #   is first cut into per-replica slices, one per replica of the cluster
 #   (`tensorflow/python/distribute/input_lib.py`), and then a `shard(number of workers, worker
@@ -812,7 +812,7 @@ q3.assert_correct()
 # - **Batch by the global batch** and drop the remainder, so every replica gets an equal share; if
 #   you must keep the last batch, divide each replica's summed loss by the global count of examples.
 # - **Shard early.** With files, shard the file list, before reading, so that each worker reads only
-#   its own (what `FILE` does; exercise 5). With `distribute_datasets_from_function`, shard by
+#   its own (what `FILE` does; end-of-lesson exercise 5). With `distribute_datasets_from_function`, shard by
 #   `input_context.input_pipeline_id` first, then shuffle and batch by the per-replica batch size.
 # - **Keras `steps_per_execution`** runs many steps per call and helps small models a lot. Under
 #   `MirroredStrategy` with TF's own all-reduce choice it fails in Keras 3.15 ("You must feed a value

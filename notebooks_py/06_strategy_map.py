@@ -383,7 +383,7 @@ print("all four strategies trained the same weights, to within 1e-3")
 # - **Variables.** Without a distributed scope, variables are plain `ResourceVariable`s.
 #   `MirroredStrategy` makes a `MirroredVariable`: one copy per device, kept equal by applying the
 #   same all-reduced update everywhere (here summed with kerasdist's `ReductionToOneDevice`;
-#   exercise 1 trains under TensorFlow's default collective all-reduce). `CentralStorageStrategy` makes an `AggregatingVariable`: a
+#   end-of-lesson exercise 1 trains under TensorFlow's default collective all-reduce). `CentralStorageStrategy` makes an `AggregatingVariable`: a
 #   single copy on the CPU that both replicas read and update.
 # - **Same training.** The weights after one epoch agree to float rounding (`max |Δw|` is the
 #   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
@@ -758,7 +758,7 @@ assert engine_loss_difference < 1e-5 and engine_weight_difference < 1e-5
 # %% [markdown]
 # ### Exercise q3: a replica step that matches fit()
 #
-# Write `make_replica_step(model, optimizer, loss_object, global_batch_size)`: it returns the function that one replica runs on its share of a batch, `step_on_replica(images, labels)`, which computes the loss with `tf.nn.compute_average_loss` and the scaled L2 penalty, applies the gradients, and returns the loss. The check runs it with `strategy.run` on 2 replicas for 3 steps and compares the summed losses and the weights with `fit()` on the same batches.
+# Write `make_replica_step(model, optimizer, loss_object, global_batch_size)`: it returns the function that one replica runs on its share of a batch, `step_on_replica(images, labels)`, which computes the loss with `tf.nn.compute_average_loss` (`loss_object` returns per-example losses) plus the L2 penalty of `model.losses` scaled with `tf.nn.scale_regularization_loss`, applies the gradients, and returns that total loss as one scalar. Use only its arguments: no metric or variable of the lesson (the check runs it under a strategy of its own). The check runs it with `strategy.run` on 2 replicas for 3 steps and compares the summed losses and the weights with `fit()` on the same batches.
 #
 # Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
 #

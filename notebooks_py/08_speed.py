@@ -195,7 +195,7 @@ plt.show()
 # %% [markdown]
 # ### Exercise q1: read your ladder
 #
-# From your own ladder, set `fastest_rung` to the name of the rung that trained fastest and `times_the_guide` to how many times the guide's `fit` speed it reached (its samples/s divided by the guide's). The check recomputes both from your `runs`, the numbers this run measured, not from any fixed figure.
+# From your own ladder, set `fastest_rung` to the name of the rung that trained fastest (among the ladder's rungs, the names of `runs`: the mixed-precision section below adds bfloat16 rungs to `speed`) and `times_the_guide` to how many times the guide's `fit` speed it reached (its samples/s divided by the guide's, computed from `speed`, not typed from the rounded printout). The check recomputes both from your `runs`, the numbers this run measured, not from any fixed figure.
 #
 # Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
 #
@@ -209,7 +209,7 @@ plt.show()
 fastest_rung = None     # the name of the fastest rung in your ladder
 times_the_guide = None  # how many times the guide's fit() speed it reached
 ### BEGIN SOLUTION
-fastest_rung = max(speed, key=speed.get)
+fastest_rung = max(runs, key=speed.get)
 times_the_guide = speed[fastest_rung] / speed["fit (guide)"]
 ### END SOLUTION
 
@@ -637,7 +637,7 @@ for shape in ((BATCH_SIZE, 784, 256), (1024, 1024, 1024)):
 # %% [markdown]
 # ### Exercise q3: the roofline's step time
 #
-# Write `attainable_step_s(kernels, flop_rate, bandwidth)`: the roofline's time of one step, in seconds, for a list of kernels like `step_kernels(mlp, BATCH_SIZE)` (each with its `flops` and `bytes`), a FLOP rate (FLOP/s) and a memory bandwidth (bytes/s). The check calls it with this MLP's kernels at several rates and bandwidths.
+# Write `attainable_step_s(kernels, flop_rate, bandwidth)`: the roofline's time of one step's matrix products, in seconds (Adam's update left out), for a list of kernels like `step_kernels(mlp, BATCH_SIZE)` (each a dict with keys `"flops"` and `"bytes"`), a FLOP rate (FLOP/s) and a memory bandwidth (bytes/s). The check calls it with this MLP's kernels at several rates and bandwidths.
 #
 # Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
 #

@@ -263,7 +263,7 @@ import keras  # noqa: F401
 # %% [markdown]
 # ### Exercise q1: read your ladder
 #
-# From your own ladder, set `fastest_rung` to the name of the rung that trained fastest and `times_the_guide` to how many times the guide's `fit()` speed it reached (its samples/s divided by the guide's). The check recomputes both from your `runs`, the numbers this run measured, not from any fixed figure.
+# From your own ladder, set `fastest_rung` to the name of the rung that trained fastest (among the ladder's rungs, the names of `runs`: the mixed-precision section below adds bfloat16 rungs to `speed`) and `times_the_guide` to how many times the guide's `fit()` speed it reached (its samples/s divided by the guide's, computed from `speed`, not typed from the rounded printout). The check recomputes both from your `runs`, the numbers this run measured, not from any fixed figure.
 #
 # Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
 #
@@ -277,7 +277,7 @@ import keras  # noqa: F401
 # fastest_rung <- NULL     # the name of the fastest rung in your ladder
 # times_the_guide <- NULL  # how many times the guide's fit() speed it reached
 # ### BEGIN SOLUTION
-# fastest_rung <- names(which.max(speed))
+# fastest_rung <- names(which.max(speed[names(runs)]))
 # times_the_guide <- speed[[fastest_rung]] / speed[["fit (guide)"]]
 # ### END SOLUTION
 
@@ -765,7 +765,7 @@ import keras  # noqa: F401
 # %% [markdown]
 # ### Exercise q3: the roofline's step time
 #
-# Write `attainable_step_s(kernels, flop_rate, bandwidth)`: the roofline's time of one step, in seconds, for a list of kernels like `kd_speed$step_kernels(mlp, batch_size)` (each with its `flops` and `bytes`), a FLOP rate (FLOP/s) and a memory bandwidth (bytes/s). The check calls it with this MLP's kernels at several rates and bandwidths.
+# Write `attainable_step_s(kernels, flop_rate, bandwidth)`: the roofline's time of one step's matrix products, in seconds (Adam's update left out), for a list of kernels like `kd_speed$step_kernels(mlp, batch_size)` (each a named list with `flops` and `bytes`), a FLOP rate (FLOP/s) and a memory bandwidth (bytes/s). The check calls it with this MLP's kernels at several rates and bandwidths.
 #
 # Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
 #

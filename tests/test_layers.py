@@ -20,7 +20,7 @@ LAYERS = {
     "data and model": ["data", "model"],
     "training": ["options", "engines", "divergence", "callbacks", "checkpoint", "metrics_log", "loop", "train",
                  "jax_checkpoint", "jax_engine", "backends"],
-    "experiments": ["compare", "comparison_files", "plots", "speed", "speed_ladder", "same_batches"],
+    "experiments": ["compare", "comparison_files", "plots", "speed", "speed_ladder", "same_batches", "sync_cost"],
     "cluster": ["cluster", "cluster.config", "cluster.ports", "cluster.peers", "cluster.watchdog_process",
                 "cluster.watchdog", "cluster.launcher", "cluster.roles", "cluster.slurm"],
     "doctor": ["doctor", "doctor.checks", "doctor.probes", "doctor.probe_host", "doctor.report"],

@@ -354,6 +354,21 @@ def test_fit_with_steps_per_execution_fails_under_the_default_all_reduce_only(st
     _fit_two_steps_per_call(tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice()))
 
 
+def test_gradient_accumulation_fails_in_fit_under_mirrored_strategy(strategy):
+    """Lesson 03: Keras applies the accumulated update (its all-reduce included) inside a cond, which
+    MirroredStrategy refuses (keras-team/keras#20582, open); on one device it trains."""
+    def fit_accumulating(scope_of):
+        with scope_of.scope():
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+            model.compile(optimizer=keras.optimizers.Adam(1e-3, gradient_accumulation_steps=2), loss="mse")
+        model.fit(np.ones((16, 4), "float32"), np.ones((16, 3), "float32"), batch_size=4, epochs=1, verbose=0)
+        return int(model.optimizer.iterations.numpy())
+
+    with pytest.raises(RuntimeError, match="merge_call"):
+        fit_accumulating(strategy)
+    assert fit_accumulating(tf.distribute.get_strategy()) == 2  # 4 steps, an update every 2
+
+
 def test_a_checkpoint_can_hold_a_datasets_iterator(tmp_path):
     """Lesson 02: tf.train.Checkpoint(iterator=...) saves and restores the position in a tf.data iterator."""
     iterator = iter(tf.data.Dataset.range(10))

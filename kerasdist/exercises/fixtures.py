@@ -83,5 +83,11 @@ def call_answer(function, name, *args):
     try:
         return function(*args)
     except Exception as error:  # noqa: BLE001  (any error of the student's code is the verdict)
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise Incorrect(f"{name} raised {type(error).__name__}: {first_line[:200]}") from None
+        raise Incorrect(f"{name} raised {type(error).__name__}: {error_line(error)[:200]}") from None
+
+
+def error_line(error):
+    """The line of an error that says what went wrong: its first, or, for an error raised inside a
+    tf.function (whose first line is "in user code:" and whose traceback follows), its last."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+    return lines[-1] if lines[0] == "in user code:" else lines[0]

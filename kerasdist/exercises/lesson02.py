@@ -17,6 +17,7 @@ from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
 from kerasdist.exercises.fixtures import (
     call_answer,
     digits_of_every_class,
+    error_line,
     largest_gap,
     quiet_tensorflow,
     two_replicas,
@@ -92,6 +93,10 @@ def _made_or_restored(function, directory, strategy, language):
         raise Incorrect(f"the model make_or_restore returned is not in the strategy it was given (its "
                         f"variables are on one device): build or load it inside {scope}.")
     if not model.compiled:
+        if any(Path(directory).glob("ckpt-*.keras")):
+            raise Incorrect("the model make_or_restore loaded from the latest checkpoint is not compiled: load "
+                            "the whole model, optimizer included (without "
+                            f"{language.pick('compile=False', 'compile = FALSE')}).")
         raise Incorrect("the model make_or_restore returned is not compiled: build it with build_model(), "
                         "which compiles it.")
     return model, int(done)
@@ -324,8 +329,12 @@ q2 = Exercise(
     "02", "q2", "Which batches ModelCheckpoint saves",
     answers=("batch_checkpoint_names",),
     check_answers=_check_batch_checkpoint_names,
-    hints=("ModelCheckpoint(save_freq=N) saves after every N-th batch of the whole run (global batches N, "
-           "2N, 3N, ...); the name holds the epoch of that batch and its number inside the epoch, both from 1.",
+    hints=({"python": "ModelCheckpoint(save_freq=N) saves after every N-th batch of the whole run (global "
+                      "batches N, 2N, 3N, ...); the name holds the epoch of that batch and its number inside the "
+                      "epoch, both from 1.",
+            "r": "callback_model_checkpoint(save_freq = N) saves after every N-th batch of the whole run (global "
+                 "batches N, 2N, 3N, ...); the name holds the epoch of that batch and its number inside the "
+                 "epoch, both from 1."},
            {"python": "For each global batch g in range(save_freq, steps_per_epoch * epochs + 1, save_freq): "
                       "epoch (g - 1) // steps_per_epoch + 1, batch (g - 1) % steps_per_epoch + 1, formatted "
                       "f\"ckpt-e{epoch:02d}-b{batch:03d}.keras\".",
@@ -383,9 +392,8 @@ def _batches(dataset):
                           np.asarray(element[0], dtype="float64").reshape(len(element[1]), -1).sum(axis=1)])
                 for element in dataset]
     except Exception as error:  # noqa: BLE001 (the student's pipeline's own error is the verdict)
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise Incorrect(f"iterating the dataset resume_dataset returned raised {type(error).__name__}: "
-                        f"{first_line[:200]}") from None
+                        f"{error_line(error)[:200]}") from None
 
 
 def _same(first, second):

@@ -12,6 +12,7 @@ from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
 from kerasdist.exercises.fixtures import (
     call_answer,
     digits_of_every_class,
+    error_line,
     largest_gap,
     mlp,
     quiet_tensorflow,
@@ -160,8 +161,9 @@ def _check_warmup_schedule(answers, language):
                 raise Incorrect(f"with {call}, {rates}: start the warm-up at base_rate.")
             if step > warmup and got < expected:
                 alpha = language.pick("alpha=1.0", "alpha = 1")
+                decay = language.pick("CosineDecay", "learning_rate_schedule_cosine_decay()")
                 raise Incorrect(f"with {call}, {rates}: hold k x base_rate after the warm-up ({alpha}: "
-                                "CosineDecay then does not decay).")
+                                f"{decay} then does not decay).")
             raise Incorrect(f"with {call}, {rates}: ramp linearly from base_rate to k x base_rate over "
                             "warmup_steps steps.")
     return ("the optimizer's rate ramps linearly from base_rate to k x base_rate over the warm-up, then "
@@ -242,13 +244,16 @@ def _accumulating_optimizer_verdict(answers, language):
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise Incorrect(f"accumulating_optimizer({large}, {small}, {rate:g}) returned "
                         f"{type(optimizer).__name__}, not a Keras optimizer: return one.")
+    steps = optimizer.gradient_accumulation_steps
+    if steps is not None and not isinstance(steps, int):
+        raise Incorrect(f"gradient_accumulation_steps is {language.value(steps)}, not a whole number: divide with "
+                        f"{language.pick('//', '%/%')} (large_batch {language.pick('//', '%/%')} batch_size).")
     model = mlp(seed=1)
     model.compile(optimizer=optimizer, loss=loss)
     try:
         model.fit(images, labels, batch_size=small, epochs=1, shuffle=False, verbose=0)
     except Exception as error:  # noqa: BLE001 (training with the student's optimizer fails: that is the verdict)
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise Incorrect(f"training with your optimizer raised {type(error).__name__}: {first_line[:200]}") from None
+        raise Incorrect(f"training with your optimizer raised {type(error).__name__}: {error_line(error)[:200]}") from None
     updates, wanted = int(model.optimizer.iterations.numpy()), int(reference.optimizer.iterations.numpy())
     steps = len(labels) // small
     if updates != wanted:
@@ -257,8 +262,8 @@ def _accumulating_optimizer_verdict(answers, language):
     gap = largest_gap(model.get_weights(), reference.get_weights())
     if gap > 1e-5:
         raise Incorrect(f"your optimizer made {updates} updates, as batch {large} does, but the weights end up to "
-                        f"{gap:.2g} away from batch {large}'s: keep the learning rate as it is, since the update "
-                        "already averages the accumulated gradients.")
+                        f"{gap:.2g} away from batch {large}'s: use plain Adam with learning_rate as it is, since "
+                        "the update already averages the accumulated gradients.")
     return (f"{steps} steps of {small} with your optimizer make the same {wanted} updates and end with the same "
             f"weights as batch {large}, up to float rounding.")
 
@@ -300,7 +305,7 @@ q3 = Exercise(
                           "  optimizer_adam(learning_rate = learning_rate * steps,\n"
                           "                 gradient_accumulation_steps = steps)\n"
                           "}"},
-                    "keep the learning rate as it is"),
+                    "use plain Adam with learning_rate as it is"),
     ),
     context=CONTEXT,
     needs=("keras3",),

@@ -11,7 +11,7 @@ Example:
 import numpy as np
 
 from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import call_answer
+from kerasdist.exercises.fixtures import call_answer, error_line
 
 BACKEND = "jax"  # the self-test loads Keras on JAX for this lesson
 CONTEXT = {"python": "import keras", "r": "library(keras3)"}
@@ -167,9 +167,8 @@ def _check_megatron_layout_map(answers, language):
         with keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch").scope():
             pieces = _pieces(_mlp())
     except Exception as error:  # any error: a layout that cannot be applied is the student's to fix
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise Incorrect(f"building the MLP under your layout map raised {type(error).__name__}: "
-                        f"{first_line[:200]}") from None
+                        f"{error_line(error)[:200]}") from None
     for path, expected in MEGATRON_PIECES.items():
         got = pieces[path]
         if got != [expected]:

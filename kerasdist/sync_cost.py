@@ -1,0 +1,218 @@
+"""What keeping replicas in sync costs: a ring all-reduce by hand, all-reduce timings, their alpha-beta
+fit, the local batch above which computing outlasts communicating, and each device's bytes of state.
+
+The alpha-beta model of a link: sending ``n`` bytes takes ``alpha + n * beta`` seconds (a latency
+and the inverse of a bandwidth). A ring all-reduce over ``N`` devices is a reduce-scatter then an
+all-gather, ``N - 1`` steps each, in which every device sends one chunk of ``n / N`` bytes::
+
+    T_ring(n, N) = 2 (N - 1) alpha + 2 (N - 1) / N * n * beta
+
+A binary tree (reduce to a root, then broadcast) takes ``2 ceil(log2 N)`` steps of ``n`` bytes each.
+Functions that time a transport import TensorFlow; the rest need only NumPy.
+
+Example:
+    >>> import numpy as np
+    >>> summed, steps = ring_allreduce([np.arange(6.0), np.ones(6), np.full(6, 2.0)])
+    >>> summed[0].tolist(), len(steps)
+    ([3.0, 4.0, 5.0, 6.0, 7.0, 8.0], 4)
+    >>> ring_bytes_sent(1_000_000, 4)
+    1500000.0
+"""
+
+import dataclasses
+import math
+import statistics
+import time
+
+import numpy as np
+
+from kerasdist import checks
+
+BYTES_PER_FLOAT32 = 4
+
+
+def ring_allreduce(arrays):
+    """Sum equal-shaped arrays, one per device, the way a ring all-reduce does, and record each step.
+
+    Each array is cut into N chunks. Reduce-scatter: at step s, device i sends chunk (i - s) mod N to
+    device i + 1, which adds it to its own; after N - 1 steps device i holds the full sum of chunk
+    (i + 1) mod N. All-gather: the summed chunks travel round the ring the same way, copied.
+
+    Returns:
+        (the N summed arrays, which are equal; a list of steps, each a dict with ``phase``
+        ("reduce-scatter" or "all-gather"), ``step`` and ``sends``, a list of (from, to, chunk)).
+    """
+    devices = len(arrays)
+    if devices < 1 or any(np.shape(a) != np.shape(arrays[0]) for a in arrays):
+        raise ValueError("ring_allreduce needs one array per device, all of one shape.")
+    shape = np.shape(arrays[0])
+    chunks = [np.array_split(np.asarray(a, dtype="float64").ravel().copy(), devices) for a in arrays]
+    steps = []
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(devices - 1):
+            offset = step if phase == "reduce-scatter" else step - 1
+            sends = [(i, (i + 1) % devices, (i - offset) % devices) for i in range(devices)]
+            outgoing = [chunks[source][chunk].copy() for source, _, chunk in sends]
+            for (_, target, chunk), data in zip(sends, outgoing):
+                chunks[target][chunk] = chunks[target][chunk] + data if phase == "reduce-scatter" else data
+            steps.append({"phase": phase, "step": step + 1, "sends": sends})
+    return [np.concatenate(parts).reshape(shape) for parts in chunks], steps
+
+
+def ring_bytes_sent(nbytes, devices):
+    """Bytes each device sends in a ring all-reduce of ``nbytes``: 2 (N - 1) / N of it."""
+    return 2 * (devices - 1) / devices * nbytes
+
+
+def ring_seconds(nbytes, devices, alpha, beta):
+    """The alpha-beta model's time of a ring all-reduce of ``nbytes`` over ``devices``."""
+    return 2 * (devices - 1) * alpha + ring_bytes_sent(nbytes, devices) * beta
+
+
+def tree_seconds(nbytes, devices, alpha, beta):
+    """The alpha-beta model's time of a binary-tree all-reduce (reduce, then broadcast)."""
+    hops = 2 * math.ceil(math.log2(devices)) if devices > 1 else 0
+    return hops * (alpha + nbytes * beta)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkFit:
+    """A transport's fitted latency ``alpha`` (s) and inverse bandwidth ``beta`` (s/byte)."""
+
+    alpha: float
+    beta: float
+    devices: int
+    relative_rms_error: float
+
+    @property
+    def bandwidth(self):
+        """Bytes per second, 1 / beta."""
+        return math.inf if self.beta == 0 else 1 / self.beta
+
+    def seconds(self, nbytes):
+        """The fitted ring time of an all-reduce of ``nbytes``."""
+        return ring_seconds(nbytes, self.devices, self.alpha, self.beta)
+
+
+def fit_alpha_beta(nbytes, seconds, devices):
+    """Fit a ring all-reduce's alpha and beta to measured times, by least squares on relative errors.
+
+    The model ``t = 2 (N - 1) alpha + 2 (N - 1) / N * n * beta`` is linear in (alpha, beta); each
+    timing is weighted by 1 / t so that the 1 KB and the 64 MB tensors count alike. A negative
+    latency (noise on a fast link) is set to 0 and beta fitted alone.
+
+    Example:
+        >>> sizes = [1e3, 1e5, 1e7]
+        >>> fit = fit_alpha_beta(sizes, [ring_seconds(n, 2, 5e-5, 1e-9) for n in sizes], 2)
+        >>> round(fit.alpha * 1e6, 3), round(fit.bandwidth / 1e9, 3)
+        (50.0, 1.0)
+    """
+    devices = checks.integer("devices", devices, 2, fix="an all-reduce needs 2 devices or more")
+    nbytes, seconds = np.asarray(nbytes, dtype="float64"), np.asarray(seconds, dtype="float64")
+    if nbytes.shape != seconds.shape or nbytes.size < 2 or np.any(seconds <= 0):
+        raise ValueError("fit_alpha_beta needs 2 or more (bytes, seconds) pairs with positive seconds.")
+    latency_terms = np.full_like(nbytes, 2 * (devices - 1))
+    bandwidth_terms = 2 * (devices - 1) / devices * nbytes
+    weights = 1 / seconds
+    design = np.stack([latency_terms, bandwidth_terms], axis=1) * weights[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(design, seconds * weights, rcond=None)
+    if alpha < 0:
+        alpha = 0.0
+        weighted = bandwidth_terms * weights
+        beta = float(np.sum(weighted * seconds * weights) / np.sum(weighted ** 2))
+    beta = max(float(beta), 0.0)
+    predicted = ring_seconds(nbytes, devices, alpha, beta)
+    error = float(np.sqrt(np.mean(((predicted - seconds) / seconds) ** 2)))
+    return LinkFit(float(alpha), beta, devices, error)
+
+
+def time_allreduce(strategy, nbytes, repeats=5):
+    """Median seconds of a sum all-reduce of a float32 tensor of ``nbytes`` on every replica of ``strategy``.
+
+    The all-reduce is the replica context's ``all_reduce``, which goes through the strategy's own
+    cross-device ops (e.g. ``CollectiveAllReduce`` or ``ReductionToOneDevice``), inside one
+    ``tf.function`` traced per size; the first call (tracing, set-up) is not timed.
+
+    Example:
+        >>> import tensorflow as tf  # doctest: +SKIP
+        >>> time_allreduce(tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"]), 1 << 20)  # doctest: +SKIP
+        0.0011
+    """
+    import tensorflow as tf
+
+    elements = max(1, int(nbytes) // BYTES_PER_FLOAT32)
+
+    def replica_sum(scale):
+        context = tf.distribute.get_replica_context()
+        value = tf.fill([elements], scale * tf.cast(context.replica_id_in_sync_group + 1, tf.float32))
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+    # The scale is an argument, so that TensorFlow's graph optimizer cannot fold the sum into a constant.
+    @tf.function
+    def allreduce(scale):
+        return strategy.experimental_local_results(strategy.run(replica_sum, args=(scale,)))[0][0]
+
+    scale = tf.constant(1.0)
+    expected = strategy.num_replicas_in_sync * (strategy.num_replicas_in_sync + 1) / 2
+    summed = float(allreduce(scale))  # the untimed first call also checks the sum
+    if summed != expected:
+        raise RuntimeError(f"the all-reduce summed to {summed}, not {expected}")
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        allreduce(scale).numpy()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def break_even_local_batch(flops_per_sample, flop_rate, gradient_bytes, link):
+    """The local batch at which one step's computing takes as long as its gradient's ring all-reduce.
+
+    Above it, an all-reduce overlapped with the backward pass can hide behind computing; below it,
+    adding replicas buys less and less. ``link`` is a :class:`LinkFit` (its devices and alpha, beta).
+
+    Example:
+        >>> link = LinkFit(alpha=1e-5, beta=1e-10, devices=4, relative_rms_error=0.0)
+        >>> round(break_even_local_batch(1e6, 1e12, 4e6, link))
+        660
+    """
+    return link.seconds(gradient_bytes) * flop_rate / flops_per_sample
+
+
+def predicted_step_seconds(local_batch, flops_per_sample, flop_rate, gradient_bytes, link, overlap=False):
+    """One synchronous step on ``link.devices`` replicas: computing, then (or, overlapped, beside) the
+    gradient's all-reduce."""
+    compute = local_batch * flops_per_sample / flop_rate
+    communicate = link.seconds(gradient_bytes)
+    return max(compute, communicate) if overlap else compute + communicate
+
+
+# Bytes per parameter of the training state, by what it holds (Adam: two moments per parameter).
+STATE_BYTES = {
+    "float32": {"weights": 4, "gradients": 4, "optimizer (Adam's 2 moments)": 8},
+    "mixed_bfloat16": {"weights": 2, "gradients": 2, "optimizer (Adam's 2 moments)": 8,
+                       "float32 master weights": 4},
+}
+
+
+def training_state_bytes(parameters, devices, sharded=False, precision="float32"):
+    """Each device's bytes of training state for a model of ``parameters`` under data parallelism.
+
+    Replicated (plain data parallelism, MirroredStrategy), every device holds the whole state;
+    sharded (ZeRO stage 3, FSDP), each holds 1 / ``devices`` of each part, gathering weights when a
+    layer needs them. Activations are left out (they scale with the batch, not the model).
+
+    Returns:
+        A dict of part -> bytes on one device, with a "total".
+
+    Example:
+        >>> training_state_bytes(1_000_000, 4)["total"]
+        16000000
+        >>> training_state_bytes(1_000_000, 4, sharded=True)["total"]
+        4000000
+    """
+    if precision not in STATE_BYTES:
+        raise ValueError(f"precision must be one of {', '.join(STATE_BYTES)}. Received: {precision!r}")
+    share = devices if sharded else 1
+    parts = {part: -(-parameters * per // share) for part, per in STATE_BYTES[precision].items()}
+    return dict(parts, total=sum(parts.values()))

@@ -1,0 +1,118 @@
+"""What synchronization costs: the hand-written ring equals the strategies' all-reduce, the alpha-beta
+fit recovers known links, and each device's bytes follow the formulas."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasdist.strategy import make_strategy
+from kerasdist.sync_cost import (
+    LinkFit,
+    break_even_local_batch,
+    fit_alpha_beta,
+    predicted_step_seconds,
+    ring_allreduce,
+    ring_bytes_sent,
+    ring_seconds,
+    time_allreduce,
+    training_state_bytes,
+    tree_seconds,
+)
+
+
+@pytest.mark.parametrize("devices", [2, 3, 4, 7])
+def test_the_ring_sums_every_device_and_each_sends_2_n_minus_1_over_n_of_the_tensor(devices):
+    rng = np.random.default_rng(devices)
+    arrays = [rng.normal(size=(5, 6)) for _ in range(devices)]
+    summed, steps = ring_allreduce(arrays)
+    for result in summed:
+        np.testing.assert_allclose(result, np.sum(arrays, axis=0), rtol=1e-12)
+    assert [s["phase"] for s in steps] == ["reduce-scatter"] * (devices - 1) + ["all-gather"] * (devices - 1)
+    chunk_sizes = [len(c) for c in np.array_split(np.zeros(30), devices)]
+    sent = [sum(chunk_sizes[chunk] for step in steps for source, _, chunk in step["sends"] if source == device)
+            for device in range(devices)]
+    # Each device sends every chunk but one in each phase: 2 (N - 1) / N of the tensor on average.
+    assert sum(sent) / devices == pytest.approx(ring_bytes_sent(30, devices))
+    assert all(target == (source + 1) % devices for step in steps for source, target, _ in step["sends"])
+
+
+@pytest.fixture(scope="module")
+def collective():
+    """A plain MirroredStrategy on 2 CPUs; one per process (two would draw the same collective keys)."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def test_the_hand_ring_equals_mirrored_strategys_all_reduce_on_two_replicas(collective):
+    strategy = collective
+    assert type(strategy.extended._cross_device_ops).__name__ == "CollectiveAllReduce"
+    values = [np.arange(10, dtype="float32") * (r + 1) + 0.25 for r in range(2)]
+
+    def replica_sum():
+        context = tf.distribute.get_replica_context()
+        mine = tf.gather(tf.constant(np.stack(values)), context.replica_id_in_sync_group)
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
+
+    by_strategy = strategy.experimental_local_results(strategy.run(tf.function(replica_sum)))
+    by_hand, _ = ring_allreduce(values)
+    for theirs, ours in zip(by_strategy, by_hand):
+        np.testing.assert_allclose(theirs.numpy(), ours, rtol=1e-6)
+
+
+def test_an_all_reduce_is_timed_on_either_cross_device_ops(collective):
+    to_one_device = make_strategy("mirrored", 2, verbose=False)
+    assert type(to_one_device.extended._cross_device_ops).__name__ == "ReductionToOneDevice"
+    for strategy in (collective, to_one_device):
+        small, large = (time_allreduce(strategy, nbytes, repeats=3) for nbytes in (1 << 10, 1 << 24))
+        assert 0 < small < large
+
+
+def test_the_fit_recovers_a_known_link_from_noisy_timings():
+    rng = np.random.default_rng(0)
+    sizes = np.geomspace(1e3, 64e6, 12)
+    for devices, alpha, beta in [(2, 30e-6, 1 / 5e9), (4, 2e-3, 1 / 1.25e8)]:
+        timings = ring_seconds(sizes, devices, alpha, beta) * rng.uniform(0.97, 1.03, sizes.size)
+        fit = fit_alpha_beta(sizes, timings, devices)
+        assert fit.alpha == pytest.approx(alpha, rel=0.06)
+        assert fit.beta == pytest.approx(beta, rel=0.06)
+        assert 0 < fit.relative_rms_error < 0.05
+        assert fit.seconds(1e6) == pytest.approx(ring_seconds(1e6, devices, alpha, beta), rel=0.06)
+
+
+def test_a_latency_that_noise_makes_negative_is_zero():
+    sizes = np.array([1e6, 1e7, 1e8])
+    fit = fit_alpha_beta(sizes, sizes * 1e-9 - 1e-6 * np.array([1, 0, 0]) + 1e-9, 2)
+    assert fit.alpha == 0 and fit.beta > 0
+
+
+def test_bad_timings_are_one_clear_error():
+    with pytest.raises(ValueError, match="2 or more"):
+        fit_alpha_beta([1e3], [1e-3], 2)
+    with pytest.raises(ValueError, match="positive seconds"):
+        fit_alpha_beta([1e3, 1e4], [1e-3, 0.0], 2)
+
+
+def test_a_tree_pays_fewer_latencies_and_more_bytes_than_a_ring_on_many_devices():
+    assert tree_seconds(8, 64, alpha=1.0, beta=0.0) == 12 < ring_seconds(8, 64, alpha=1.0, beta=0.0) == 126
+    assert tree_seconds(1e9, 64, alpha=0.0, beta=1.0) > ring_seconds(1e9, 64, alpha=0.0, beta=1.0)
+
+
+def test_above_the_break_even_batch_computing_outlasts_the_all_reduce():
+    link = LinkFit(alpha=50e-6, beta=1 / 10e9, devices=4, relative_rms_error=0.0)
+    batch = break_even_local_batch(flops_per_sample=1.6e6, flop_rate=1e12, gradient_bytes=1.1e6, link=link)
+    compute = batch * 1.6e6 / 1e12
+    assert compute == pytest.approx(link.seconds(1.1e6))
+    assert predicted_step_seconds(2 * batch, 1.6e6, 1e12, 1.1e6, link, overlap=True) == pytest.approx(2 * compute)
+    assert predicted_step_seconds(batch, 1.6e6, 1e12, 1.1e6, link) == pytest.approx(2 * compute)
+
+
+def test_each_devices_bytes_are_replicated_or_sharded_as_the_formula_says():
+    parameters = 269_322  # the course's MLP
+    replicated = training_state_bytes(parameters, 4)
+    sharded = training_state_bytes(parameters, 4, sharded=True)
+    assert replicated["total"] == 16 * parameters
+    assert sharded["weights"] == -(-4 * parameters // 4)
+    assert sharded["total"] == pytest.approx(replicated["total"] / 4, abs=4)
+    mixed = training_state_bytes(parameters, 1, precision="mixed_bfloat16")
+    assert mixed["total"] == 16 * parameters and mixed["float32 master weights"] == 4 * parameters
+    with pytest.raises(ValueError, match="precision must be one of"):
+        training_state_bytes(parameters, 4, precision="fp8")
