@@ -94,6 +94,17 @@ def build_parser():
                         help="kill a probe after this many seconds (default 60)")
     doctor.add_argument("--json", action="store_true", help="print the report as one JSON object last")
 
+    sync_cost = commands.add_parser(
+        "sync-cost", help="time all-reduces on this machine and fit each transport's latency and bandwidth",
+        description="Time sum all-reduces of 1 KiB to 64 MiB on N virtual CPU devices, over a plain "
+                    "MirroredStrategy's collective ring and over ReductionToOneDevice, a process each, and "
+                    "fit the alpha-beta model of a ring all-reduce: latency alpha, bandwidth 1/beta.")
+    sync_cost.add_argument("--replicas", type=_replica_list, default=[2, 4], help="e.g. 2,4 (default 2,4)")
+    sync_cost.add_argument("--repeats", type=int, default=5, help="timed all-reduces per size (default 5)")
+    sync_cost.add_argument("--timeout-s", type=_seconds, default=300,
+                           help="give up on a transport after this many seconds (default 300)")
+    sync_cost.add_argument("--json", action="store_true", help="print the timings and fits as the last line")
+
     course = commands.add_parser("course", help="for instructors: a student edition, grading (nbgrader)")
     editions = course.add_subparsers(dest="course_command", required=True, metavar="ACTION")
     student = editions.add_parser("student", help="write the lessons without solutions, to hand out")
@@ -401,6 +412,19 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, _sh
         _show(message, category, filename, lineno, file, line)
 
 
+def run_sync_cost(args):
+    from kerasdist import sync_cost
+
+    if min(args.replicas) < 2 or args.repeats < 1:
+        raise KerasdistError("--replicas must be 2 or more each and --repeats 1 or more. Received: "
+                             f"--replicas {','.join(map(str, args.replicas))} --repeats {args.repeats}")
+    print("all-reduce of 1 KiB to 64 MiB on virtual CPU devices (they share this machine's cores and memory)",
+          flush=True)
+    return {"transports": sync_cost.measure_transports(args.replicas, repeats=args.repeats,
+                                                       timeout_s=args.timeout_s,
+                                                       report=lambda line: print(line, flush=True))}
+
+
 def run_course(args):
     from kerasdist import course
 
@@ -445,11 +469,11 @@ def main(argv=None):
     return 0
 
 
-# launch only starts workers, slurm-script only prints and course runs nbgrader in other processes: none
+# launch only starts workers, slurm-script only prints, course and sync-cost run in other processes: none
 # loads TensorFlow (seconds, noise); every other command loads it quietly.
-WITHOUT_TENSORFLOW = {"launch", "slurm-script", "course"}
+WITHOUT_TENSORFLOW = {"launch", "slurm-script", "course", "sync-cost"}
 COMMANDS = {
     "devices": run_devices, "train": run_train, "compare": run_compare,
     "worker": run_worker, "launch": run_launch, "slurm-script": run_slurm_script, "doctor": run_doctor,
-    "course": run_course,
+    "course": run_course, "sync-cost": run_sync_cost,
 }

@@ -20,13 +20,17 @@ Example:
 """
 
 import dataclasses
+import json
 import math
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
 
 from kerasdist import checks
+from kerasdist.errors import KerasdistError
 
 BYTES_PER_FLOAT32 = 4
 
@@ -216,3 +220,75 @@ def training_state_bytes(parameters, devices, sharded=False, precision="float32"
     share = devices if sharded else 1
     parts = {part: -(-parameters * per // share) for part, per in STATE_BYTES[precision].items()}
     return dict(parts, total=sum(parts.values()))
+
+
+# One machine's transports: a plain MirroredStrategy's all-reduce, and kerasdist's choice on CPUs.
+TRANSPORTS = {
+    "collective ring": "CollectiveAllReduce, MirroredStrategy's default",
+    "reduction to one device": "ReductionToOneDevice, kerasdist's choice on CPUs",
+}
+
+
+def cross_device_ops(transport):
+    """The ``cross_device_ops`` of a MirroredStrategy that all-reduces over ``transport``."""
+    import tensorflow as tf
+
+    return tf.distribute.ReductionToOneDevice() if transport == "reduction to one device" else None
+DEFAULT_SIZES = tuple(1024 * 4 ** k for k in range(9))  # 1 KiB to 64 MiB
+
+# A process measures one transport: two collective strategies in one process draw the same
+# collective group key and abort each other, so each (transport, replicas) runs in a child of its own.
+_CHILD = """
+import json, os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from kerasdist.devices import configure_replicas
+transport, replicas, repeats, sizes = json.loads(sys.argv[1])
+devices = configure_replicas(replicas, device_type="CPU")
+import tensorflow as tf
+from kerasdist.sync_cost import cross_device_ops, time_allreduce
+strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops(transport))
+print(json.dumps([time_allreduce(strategy, nbytes, repeats) for nbytes in sizes]))
+"""
+
+
+def measure_transports(replica_counts=(2, 4), sizes=DEFAULT_SIZES, repeats=5, timeout_s=300, report=print):
+    """Time all-reduces of ``sizes`` bytes on each transport and replica count (virtual CPU devices,
+    a process each, bounded by ``timeout_s``), and fit alpha and beta; ``report`` gets a line per fit.
+
+    Returns:
+        A list of dicts: transport, replicas, nbytes, seconds, alpha, beta, bandwidth, relative_rms_error.
+
+    Raises:
+        KerasdistError: when a measuring process fails or runs past ``timeout_s``.
+
+    Example:
+        >>> rows = measure_transports((2,), sizes=(1024, 1 << 20), repeats=3)  # doctest: +SKIP
+        collective ring, 2 replicas: alpha 36.2 us, bandwidth 2.91 GB/s (fit error 4%)
+    """
+    rows = []
+    for replicas in replica_counts:
+        for transport in TRANSPORTS:
+            seconds = _time_in_child(transport, replicas, sizes, repeats, timeout_s)
+            fit = fit_alpha_beta(sizes, seconds, replicas)
+            report(f"{transport}, {replicas} replicas: alpha {fit.alpha * 1e6:.1f} us, bandwidth "
+                   f"{fit.bandwidth / 1e9:.2f} GB/s (fit error {fit.relative_rms_error:.0%})")
+            rows.append({"transport": transport, "replicas": replicas, "nbytes": list(sizes),
+                         "seconds": seconds, "alpha": fit.alpha, "beta": fit.beta, "bandwidth": fit.bandwidth,
+                         "relative_rms_error": fit.relative_rms_error})
+    return rows
+
+
+def _time_in_child(transport, replicas, sizes, repeats, timeout_s):
+    """The median all-reduce seconds of each size, measured in a process of its own (bounded)."""
+    where = f"the {transport} on {replicas} replicas"
+    argument = json.dumps([transport, replicas, repeats, list(sizes)])
+    try:
+        done = subprocess.run([sys.executable, "-c", _CHILD, argument], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise KerasdistError(f"timing {where} took over {timeout_s:g} s; try fewer or smaller sizes") \
+            from None
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+        raise KerasdistError(f"timing {where} failed: {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,10 +1,15 @@
 """What synchronization costs: the hand-written ring equals the strategies' all-reduce, the alpha-beta
 fit recovers known links, and each device's bytes follow the formulas."""
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from kerasdist import cli
 from kerasdist.strategy import make_strategy
 from kerasdist.sync_cost import (
     LinkFit,
@@ -116,3 +121,24 @@ def test_each_devices_bytes_are_replicated_or_sharded_as_the_formula_says():
     assert mixed["total"] == 16 * parameters and mixed["float32 master weights"] == 4 * parameters
     with pytest.raises(ValueError, match="precision must be one of"):
         training_state_bytes(parameters, 4, precision="fp8")
+
+
+def test_sync_cost_refuses_one_replica_and_gives_up_on_a_slow_transport_in_one_line(capsys):
+    assert cli.main(["sync-cost", "--replicas", "1,2"]) == 2
+    assert capsys.readouterr().err == ("kerasdist: error: --replicas must be 2 or more each and --repeats 1 or "
+                                       "more. Received: --replicas 1,2 --repeats 5\n")
+    assert cli.main(["sync-cost", "--replicas", "2", "--timeout-s", "0.5"]) == 2
+    assert capsys.readouterr().err == ("kerasdist: error: timing the collective ring on 2 replicas took over "
+                                       "0.5 s; try fewer or smaller sizes\n")
+
+
+@pytest.mark.slow
+def test_sync_cost_fits_each_transport_of_this_machine():
+    done = subprocess.run([sys.executable, "-m", "kerasdist", "sync-cost", "--replicas", "2", "--repeats", "2",
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert [line.split(",")[0] for line in lines[1:3]] == ["collective ring", "reduction to one device"]
+    for row in json.loads(lines[-1])["transports"]:
+        assert row["replicas"] == 2 and row["alpha"] >= 0 and row["bandwidth"] > 0
+        assert row["seconds"][-1] > row["seconds"][0]  # 64 MiB takes longer than 1 KiB
