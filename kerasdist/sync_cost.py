@@ -222,11 +222,9 @@ def training_state_bytes(parameters, devices, sharded=False, precision="float32"
     return dict(parts, total=sum(parts.values()))
 
 
-# One machine's transports: a plain MirroredStrategy's all-reduce, and kerasdist's choice on CPUs.
-TRANSPORTS = {
-    "collective ring": "CollectiveAllReduce, MirroredStrategy's default",
-    "reduction to one device": "ReductionToOneDevice, kerasdist's choice on CPUs",
-}
+# One machine's transports: a plain MirroredStrategy's all-reduce (CollectiveAllReduce), and
+# ReductionToOneDevice, kerasdist's choice on CPUs.
+TRANSPORTS = ("collective ring", "reduction to one device")
 
 
 def cross_device_ops(transport):
