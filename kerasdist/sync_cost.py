@@ -232,6 +232,8 @@ def cross_device_ops(transport):
     import tensorflow as tf
 
     return tf.distribute.ReductionToOneDevice() if transport == "reduction to one device" else None
+
+
 DEFAULT_SIZES = tuple(1024 * 4 ** k for k in range(9))  # 1 KiB to 64 MiB
 
 # A process measures one transport: two collective strategies in one process draw the same
@@ -240,12 +242,15 @@ _CHILD = """
 import json, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from kerasdist.devices import configure_replicas
-transport, replicas, repeats, sizes = json.loads(sys.argv[1])
-devices = configure_replicas(replicas, device_type="CPU")
+request = json.loads(sys.argv[1])
+devices = configure_replicas(request["replicas"], device_type="CPU")
 import tensorflow as tf
-from kerasdist.sync_cost import cross_device_ops, time_allreduce
-strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops(transport))
-print(json.dumps([time_allreduce(strategy, nbytes, repeats) for nbytes in sizes]))
+from kerasdist.sync_cost import allreduce_values, cross_device_ops, time_allreduce
+strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops(request["transport"]))
+if "values" in request:
+    print(json.dumps([summed.tolist() for summed in allreduce_values(strategy, request["values"])]))
+else:
+    print(json.dumps([time_allreduce(strategy, nbytes, request["repeats"]) for nbytes in request["sizes"]]))
 """
 
 
@@ -276,17 +281,48 @@ def measure_transports(replica_counts=(2, 4), sizes=DEFAULT_SIZES, repeats=5, ti
     return rows
 
 
+def strategy_allreduce(arrays, transport="collective ring", timeout_s=120):
+    """What a MirroredStrategy's all-reduce returns on each replica, one array per replica, measured
+    in a process of its own with ``len(arrays)`` virtual CPU devices (bounded by ``timeout_s``).
+
+    Example:
+        >>> strategy_allreduce([[1.0, 2.0], [10.0, 20.0]])  # doctest: +SKIP
+        [array([11., 22.], dtype=float32), array([11., 22.], dtype=float32)]
+    """
+    request = {"transport": transport, "replicas": len(arrays), "values": np.asarray(arrays).tolist()}
+    summed = _in_child(request, f"the {transport} all-reduce on {len(arrays)} replicas", timeout_s)
+    return [np.asarray(values, dtype="float32") for values in summed]
+
+
+def allreduce_values(strategy, arrays):
+    """Each replica's result of the strategy's sum all-reduce, replica ``r`` contributing ``arrays[r]``."""
+    import tensorflow as tf
+
+    stacked = tf.constant(np.asarray(arrays, dtype="float32"))
+
+    @tf.function
+    def replica_sum():
+        context = tf.distribute.get_replica_context()
+        mine = tf.gather(stacked, context.replica_id_in_sync_group)
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
+
+    return [summed.numpy() for summed in strategy.experimental_local_results(strategy.run(replica_sum))]
+
+
 def _time_in_child(transport, replicas, sizes, repeats, timeout_s):
     """The median all-reduce seconds of each size, measured in a process of its own (bounded)."""
-    where = f"the {transport} on {replicas} replicas"
-    argument = json.dumps([transport, replicas, repeats, list(sizes)])
+    request = {"transport": transport, "replicas": replicas, "repeats": repeats, "sizes": list(sizes)}
+    return _in_child(request, f"timing the {transport} on {replicas} replicas", timeout_s)
+
+
+def _in_child(request, what, timeout_s):
+    """Run ``_CHILD`` on ``request`` and return its last line's JSON; a failure or timeout is one error."""
     try:
-        done = subprocess.run([sys.executable, "-c", _CHILD, argument], capture_output=True, text=True,
-                              timeout=timeout_s)
+        done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(request)], capture_output=True,
+                              text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise KerasdistError(f"timing {where} took over {timeout_s:g} s; try fewer or smaller sizes") \
-            from None
+        raise KerasdistError(f"{what} took over {timeout_s:g} s; try fewer or smaller sizes") from None
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
-        raise KerasdistError(f"timing {where} failed: {last}")
+        raise KerasdistError(f"{what} failed: {last}")
     return json.loads(done.stdout.strip().splitlines()[-1])

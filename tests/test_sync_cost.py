@@ -12,14 +12,17 @@ import tensorflow as tf
 from kerasdist import cli
 from kerasdist.strategy import make_strategy
 from kerasdist.sync_cost import (
+    TRANSPORTS,
     LinkFit,
+    _time_in_child,
     break_even_local_batch,
+    cross_device_ops,
     fit_alpha_beta,
     predicted_step_seconds,
     ring_allreduce,
     ring_bytes_sent,
     ring_seconds,
-    time_allreduce,
+    strategy_allreduce,
     training_state_bytes,
     tree_seconds,
 )
@@ -41,33 +44,28 @@ def test_the_ring_sums_every_device_and_each_sends_2_n_minus_1_over_n_of_the_ten
     assert all(target == (source + 1) % devices for step in steps for source, target, _ in step["sends"])
 
 
-@pytest.fixture(scope="module")
-def collective():
-    """A plain MirroredStrategy on 2 CPUs; one per process (two would draw the same collective keys)."""
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-
-
-def test_the_hand_ring_equals_mirrored_strategys_all_reduce_on_two_replicas(collective):
-    strategy = collective
-    assert type(strategy.extended._cross_device_ops).__name__ == "CollectiveAllReduce"
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_hand_ring_equals_mirrored_strategys_all_reduce_on_two_replicas(transport):
     values = [np.arange(10, dtype="float32") * (r + 1) + 0.25 for r in range(2)]
-
-    def replica_sum():
-        context = tf.distribute.get_replica_context()
-        mine = tf.gather(tf.constant(np.stack(values)), context.replica_id_in_sync_group)
-        return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
-
-    by_strategy = strategy.experimental_local_results(strategy.run(tf.function(replica_sum)))
+    by_strategy = strategy_allreduce(values, transport)
     by_hand, _ = ring_allreduce(values)
+    assert len(by_strategy) == 2
     for theirs, ours in zip(by_strategy, by_hand):
-        np.testing.assert_allclose(theirs.numpy(), ours, rtol=1e-6)
+        np.testing.assert_allclose(theirs, ours, rtol=1e-6)
 
 
-def test_an_all_reduce_is_timed_on_either_cross_device_ops(collective):
-    to_one_device = make_strategy("mirrored", 2, verbose=False)
-    assert type(to_one_device.extended._cross_device_ops).__name__ == "ReductionToOneDevice"
-    for strategy in (collective, to_one_device):
-        small, large = (time_allreduce(strategy, nbytes, repeats=3) for nbytes in (1 << 10, 1 << 24))
+def test_the_transports_are_a_plain_mirrored_strategys_default_and_reduction_to_one_device():
+    # Only built, never run: a collective all-reduce here would clash with another test's.
+    plain = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=cross_device_ops(TRANSPORTS[0]))
+    assert type(plain.extended._cross_device_ops).__name__ == "CollectiveAllReduce"
+    assert type(cross_device_ops(TRANSPORTS[1])).__name__ == "ReductionToOneDevice"
+    assert type(make_strategy("mirrored", 2, verbose=False).extended._cross_device_ops).__name__ == \
+        "ReductionToOneDevice"
+
+
+def test_an_all_reduce_is_timed_on_either_cross_device_ops():
+    for transport in TRANSPORTS:
+        small, large = _time_in_child(transport, 2, (1 << 10, 1 << 24), repeats=3, timeout_s=300)
         assert 0 < small < large
 
 
