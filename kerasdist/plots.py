@@ -207,3 +207,69 @@ def plot_grouped_bars(labels, series, ylabel, title, note=None):
         figure.text(0.01, 0.01, note, fontsize=8, style="italic", va="bottom")
     figure.tight_layout(rect=(0, 0.07 if note else 0, 1, 1))
     return figure
+
+
+def plot_ring_steps(steps, devices):
+    """A ring all-reduce's steps as a grid: a row per step, a column per device, each cell the chunk that
+    device sends to the next (reduce-scatter adds it there, all-gather copies it).
+
+    Args:
+        steps: the steps ``kerasdist.sync_cost.ring_allreduce`` recorded.
+        devices: how many devices the ring had.
+
+    Example:
+        >>> import numpy as np
+        >>> from kerasdist.sync_cost import ring_allreduce
+        >>> figure = plot_ring_steps(ring_allreduce([np.ones(8)] * 4)[1], 4)
+    """
+    figure, axis = plt.subplots(figsize=(1.3 * devices + 2.6, 0.42 * len(steps) + 1.2))
+    colours = {"reduce-scatter": "#fdd49e", "all-gather": "#c6dbef"}
+    for row, step in enumerate(steps):
+        for source, target, chunk in step["sends"]:
+            cell = plt.Rectangle((source, row), 1, 1, facecolor=colours[step["phase"]], edgecolor="white")
+            axis.add_patch(cell)
+            verb = "+=" if step["phase"] == "reduce-scatter" else "copy"
+            axis.text(source + 0.5, row + 0.5, f"chunk {chunk} → {target} ({verb})", ha="center", va="center",
+                      fontsize=8)
+    axis.set(xlim=(0, devices), ylim=(len(steps), 0), xticks=[d + 0.5 for d in range(devices)],
+             xticklabels=[f"device {d}" for d in range(devices)], yticks=[r + 0.5 for r in range(len(steps))],
+             yticklabels=[f"{s['phase']} {s['step']}" for s in steps],
+             title=f"Ring all-reduce on {devices} devices: what each device sends at each step")
+    axis.tick_params(length=0)
+    for side in axis.spines.values():
+        side.set_visible(False)
+    figure.tight_layout()
+    return figure
+
+
+def plot_allreduce_fits(rows):
+    """Measured all-reduce seconds against size, log-log, with each transport's fitted alpha-beta ring model.
+
+    Args:
+        rows: ``kerasdist.sync_cost.measure_transports``' rows (transport, replicas, nbytes, seconds,
+            alpha, beta, relative_rms_error).
+
+    Example:
+        >>> row = {"transport": "ring", "replicas": 2, "nbytes": [1e3, 1e6], "seconds": [1e-4, 1e-3],
+        ...        "alpha": 5e-5, "beta": 9e-10, "relative_rms_error": 0.02}
+        >>> figure = plot_allreduce_fits([row])
+    """
+    import numpy as np
+
+    from kerasdist.sync_cost import ring_seconds
+
+    figure, axis = plt.subplots(figsize=(8, 4.6))
+    for index, row in enumerate(rows):
+        colour = f"C{index}"
+        sizes = np.asarray(row["nbytes"], dtype=float)
+        label = f"{row['transport']}, {row['replicas']} replicas (fit error {row['relative_rms_error']:.0%})"
+        axis.loglog(sizes, row["seconds"], "o", color=colour, label=label)
+        smooth = np.geomspace(sizes.min(), sizes.max(), 60)
+        model = ring_seconds(smooth, row["replicas"], row["alpha"], row["beta"])
+        axis.loglog(smooth, model, "-", color=colour, alpha=0.7)
+    axis.set(xlabel="bytes all-reduced (per device)", ylabel="seconds (median)",
+             title="All-reduce time: measured (points) and fitted α + β model (lines)")
+    axis.grid(True, which="major", alpha=0.3)
+    axis.legend(fontsize=8, loc="upper left")
+    figure.tight_layout()
+    return figure

@@ -25,6 +25,7 @@ import math
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -183,12 +184,100 @@ def break_even_local_batch(flops_per_sample, flop_rate, gradient_bytes, link):
     return link.seconds(gradient_bytes) * flop_rate / flops_per_sample
 
 
-def predicted_step_seconds(local_batch, flops_per_sample, flop_rate, gradient_bytes, link, overlap=False):
-    """One synchronous step on ``link.devices`` replicas: computing, then (or, overlapped, beside) the
-    gradient's all-reduce."""
+def predicted_step_seconds(local_batch, flops_per_sample, flop_rate, gradient_bytes, link, buckets=None,
+                           backward_share=2 / 3):
+    """One synchronous step on ``link.devices`` replicas, computing and all-reducing the gradient.
+
+    With ``buckets=None`` the all-reduce starts when the backward pass ends (no overlap). With ``buckets=k``
+    the gradient is all-reduced in k equal buckets, each as soon as the backward pass has produced it
+    (``backward_share`` of the compute; the bucketing of PyTorch's DDP, and what ``bytes_per_pack`` of
+    ``tf.distribute.experimental.CommunicationOptions`` splits a collective into), one after another:
+    all but the last bucket can hide behind computing, and every bucket pays the ring's latency.
+
+    Example:
+        >>> link = LinkFit(alpha=0.0, beta=1e-9, devices=2, relative_rms_error=0.0)
+        >>> [round(predicted_step_seconds(1000, 3e6, 1e12, 3e6, link, buckets=k), 4) for k in (None, 1, 4)]
+        [0.006, 0.006, 0.0045]
+    """
     compute = local_batch * flops_per_sample / flop_rate
-    communicate = link.seconds(gradient_bytes)
-    return max(compute, communicate) if overlap else compute + communicate
+    if buckets is None:
+        return compute + link.seconds(gradient_bytes)
+    backward = backward_share * compute
+    per_bucket = link.seconds(gradient_bytes / buckets)
+    done = compute - backward
+    for bucket in range(1, buckets + 1):
+        done = max(done, compute - backward + backward * bucket / buckets) + per_bucket
+    return done
+
+
+def scaling_speedup(device_counts, local_batch, flops_per_sample, flop_rate, gradient_bytes, alpha, beta,
+                    buckets=None, backward_share=2 / 3):
+    """Throughput on N devices over one device's, at a fixed local batch (weak scaling), for each N.
+
+    One device computes alone; N devices compute the same local batch each and all-reduce the gradient
+    over a ring of latency ``alpha`` and inverse bandwidth ``beta`` (see :func:`predicted_step_seconds`).
+
+    Example:
+        >>> [round(x, 2) for x in scaling_speedup([1, 2, 8], 1000, 1e6, 1e12, 4e6, 1e-5, 1e-10)]
+        [1.0, 1.41, 4.35]
+    """
+    one = local_batch * flops_per_sample / flop_rate
+    speedups = []
+    for devices in device_counts:
+        link = LinkFit(alpha, beta, devices, 0.0)
+        step = predicted_step_seconds(local_batch, flops_per_sample, flop_rate, gradient_bytes, link, buckets,
+                                      backward_share)
+        speedups.append(1.0 if devices == 1 else devices * one / step)
+    return speedups
+
+
+def pipeline_bubble(stages, micro_batches):
+    """The idle share of a GPipe-style pipeline step: (p - 1) / (m + p - 1) for p stages, m micro-batches.
+
+    Example:
+        >>> pipeline_bubble(4, 1), pipeline_bubble(4, 16)
+        (0.75, 0.15789473684210525)
+    """
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+# Published figures for a GPU cluster (a model from specifications, never a measurement). Bandwidth is
+# one direction's, per GPU; the specifications give no latency, so alpha is an assumed order of magnitude.
+GPU_LINKS = {
+    "PCIe 4.0 x16": {"bandwidth": 32e9, "alpha": 10e-6, "source": "PCI-SIG: 16 GT/s x 16 lanes"},
+    "NVLink 4 (H100)": {"bandwidth": 450e9, "alpha": 5e-6, "source": "NVIDIA H100: 900 GB/s both directions"},
+    "100 Gb/s Ethernet": {"bandwidth": 12.5e9, "alpha": 20e-6, "source": "IEEE 802.3: 100 Gb/s = 12.5 GB/s"},
+    "InfiniBand NDR": {"bandwidth": 50e9, "alpha": 5e-6, "source": "NDR: 400 Gb/s per port = 50 GB/s"},
+}
+GPU_PEAK_FLOPS = {"name": "NVIDIA H100 SXM", "bfloat16": 989e12, "float32": 67e12,
+                  "source": "NVIDIA H100 datasheet, dense (no sparsity)"}
+
+
+def time_synchronous_step(strategy, images, labels, steps_per_call=20, rounds=5):
+    """The :class:`~kerasdist.speed.Timing` of one training step of the course's MLP on ``strategy``'s
+    replicas, with ``images`` and ``labels`` (numpy arrays) as the global batch, in seconds per step.
+
+    The steps are kerasdist's loop (:class:`~kerasdist.loop.DistributedSteps`): forward, backward, the
+    gradients' all-reduce over the strategy's cross-device ops and Adam's update, ``steps_per_call`` steps
+    per ``tf.function`` call, so the host's overhead per call is spread over them.
+
+    Example:
+        >>> time_synchronous_step(make_strategy("mirrored", 2), images, labels).median  # doctest: +SKIP
+        0.0021
+    """
+    import tensorflow as tf
+
+    from kerasdist.loop import DistributedSteps
+    from kerasdist.model import build_model
+    from kerasdist.speed import Timing, time_calls
+
+    with strategy.scope():
+        model = build_model()
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    steps = DistributedSteps(model, strategy, len(images), steps_per_call)
+    timing = time_calls(steps.train, iterator, steps_per_call, rounds=rounds)
+    return Timing(*(seconds / steps_per_call for seconds in timing))
 
 
 # Bytes per parameter of the training state, by what it holds (Adam: two moments per parameter).
@@ -222,31 +311,45 @@ def training_state_bytes(parameters, devices, sharded=False, precision="float32"
     return dict(parts, total=sum(parts.values()))
 
 
-# One machine's transports: a plain MirroredStrategy's all-reduce (CollectiveAllReduce), and
-# ReductionToOneDevice, kerasdist's choice on CPUs.
-TRANSPORTS = ("collective ring", "reduction to one device")
+# The transports timed here: a plain MirroredStrategy's all-reduce (CollectiveAllReduce), ReductionToOneDevice
+# (kerasdist's choice on CPUs), both on virtual CPU devices of one process, and MultiWorkerMirroredStrategy's
+# collectives between worker processes (one device each) over loopback TCP, and JAX's CPU collectives
+# (a psum, see kerasdist.jax_collectives).
+TRANSPORTS = ("collective ring", "reduction to one device", "worker processes over loopback",
+              "JAX CPU collectives")
+LOCAL_TRANSPORTS = TRANSPORTS[:2]
 
 
 def cross_device_ops(transport):
     """The ``cross_device_ops`` of a MirroredStrategy that all-reduces over ``transport``."""
     import tensorflow as tf
 
+    if transport not in LOCAL_TRANSPORTS:
+        raise ValueError(f"transport must be one of {list(LOCAL_TRANSPORTS)}. Received: {transport!r}")
     return tf.distribute.ReductionToOneDevice() if transport == "reduction to one device" else None
 
 
 DEFAULT_SIZES = tuple(1024 * 4 ** k for k in range(9))  # 1 KiB to 64 MiB
 
-# A process measures one transport: two collective strategies in one process draw the same
-# collective group key and abort each other, so each (transport, replicas) runs in a child of its own.
+# A process measures one transport: two collective strategies in one process draw the same collective
+# group key and abort each other, so each (transport, replicas) runs in a child of its own. Its request
+# comes on stdin, which holds more than a command line (four gradients of the MLP).
 _CHILD = """
 import json, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-from kerasdist.devices import configure_replicas
-request = json.loads(sys.argv[1])
-devices = configure_replicas(request["replicas"], device_type="CPU")
-import tensorflow as tf
-from kerasdist.sync_cost import allreduce_values, cross_device_ops, time_allreduce
-strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops(request["transport"]))
+request = json.loads(sys.stdin.read())
+if "tf_config" in request:
+    os.environ["TF_CONFIG"] = request["tf_config"]
+    from kerasdist.strategy import make_strategy
+    strategy = make_strategy("multi_worker", collective_timeout_s=request["timeout_s"], verbose=False)
+else:
+    from kerasdist.devices import configure_replicas
+    devices = configure_replicas(request["replicas"], device_type="CPU")
+    import tensorflow as tf
+    from kerasdist.sync_cost import cross_device_ops
+    reduction = cross_device_ops(request["transport"])
+    strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=reduction)
+from kerasdist.sync_cost import allreduce_values, time_allreduce
 if "values" in request:
     print(json.dumps([summed.tolist() for summed in allreduce_values(strategy, request["values"])]))
 else:
@@ -254,9 +357,11 @@ else:
 """
 
 
-def measure_transports(replica_counts=(2, 4), sizes=DEFAULT_SIZES, repeats=5, timeout_s=300, report=print):
+def measure_transports(replica_counts=(2, 4), sizes=DEFAULT_SIZES, repeats=5, timeout_s=300, report=print,
+                       transports=TRANSPORTS):
     """Time all-reduces of ``sizes`` bytes on each transport and replica count (virtual CPU devices,
-    a process each, bounded by ``timeout_s``), and fit alpha and beta; ``report`` gets a line per fit.
+    a process each, or as many worker processes as replicas; each bounded by ``timeout_s``), and fit
+    alpha and beta; ``report`` gets a line per fit.
 
     Returns:
         A list of dicts: transport, replicas, nbytes, seconds, alpha, beta, bandwidth, relative_rms_error.
@@ -270,8 +375,15 @@ def measure_transports(replica_counts=(2, 4), sizes=DEFAULT_SIZES, repeats=5, ti
     """
     rows = []
     for replicas in replica_counts:
-        for transport in TRANSPORTS:
-            seconds = _time_in_child(transport, replicas, sizes, repeats, timeout_s)
+        for transport in transports:
+            if transport in LOCAL_TRANSPORTS:
+                seconds = _time_in_child(transport, replicas, sizes, repeats, timeout_s)
+            elif transport == "JAX CPU collectives":
+                from kerasdist.jax_collectives import jax_allreduce_seconds
+
+                seconds = jax_allreduce_seconds(replicas, sizes, repeats, timeout_s)
+            else:
+                seconds = _time_over_workers(replicas, sizes, repeats, timeout_s)
             fit = fit_alpha_beta(sizes, seconds, replicas)
             report(f"{transport}, {replicas} replicas: alpha {fit.alpha * 1e6:.1f} us, bandwidth "
                    f"{fit.bandwidth / 1e9:.2f} GB/s (fit error {fit.relative_rms_error:.0%})")
@@ -315,10 +427,58 @@ def _time_in_child(transport, replicas, sizes, repeats, timeout_s):
     return _in_child(request, f"timing the {transport} on {replicas} replicas", timeout_s)
 
 
+def _time_over_workers(workers, sizes, repeats, timeout_s):
+    """The median all-reduce seconds of each size between ``workers`` processes on loopback (bounded)."""
+    from kerasdist.cluster.config import tf_config
+    from kerasdist.cluster.ports import local_cluster
+
+    what = f"timing {workers} worker processes over loopback"
+    cluster = local_cluster(workers)
+    with tempfile.TemporaryDirectory() as logs:
+        processes, outputs = [], []
+        try:
+            for index in range(workers):
+                request = {"tf_config": tf_config(cluster, "worker", index), "timeout_s": timeout_s,
+                           "repeats": repeats, "sizes": list(sizes)}
+                outputs.append((open(f"{logs}/{index}.out", "w+"), open(f"{logs}/{index}.err", "w+")))
+                processes.append(subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
+                                                  stdout=outputs[-1][0], stderr=outputs[-1][1], text=True))
+                processes[-1].stdin.write(json.dumps(request))
+                processes[-1].stdin.close()
+            _wait_for_all(processes, outputs, what, timeout_s)
+            outputs[0][0].seek(0)
+            return json.loads(outputs[0][0].read().strip().splitlines()[-1])
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            for files in outputs:
+                for file in files:
+                    file.close()
+
+
+def _wait_for_all(processes, outputs, what, timeout_s):
+    """Wait for every process; the first failure or the deadline is one error (the caller kills the rest)."""
+    deadline = time.monotonic() + timeout_s
+    while any(process.poll() is None for process in processes):
+        failed = [index for index, process in enumerate(processes) if process.poll()]
+        if failed:
+            break
+        if time.monotonic() > deadline:
+            raise KerasdistError(f"{what} took over {timeout_s:g} s; try fewer or smaller sizes")
+        time.sleep(0.2)
+    for process, (_, errors) in zip(processes, outputs):
+        if process.poll():
+            errors.seek(0)
+            last = (errors.read().strip().splitlines() or ["no error output"])[-1]
+            raise KerasdistError(f"{what} failed: {last}")
+
+
 def _in_child(request, what, timeout_s):
     """Run ``_CHILD`` on ``request`` and return its last line's JSON; a failure or timeout is one error."""
     try:
-        done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(request)], capture_output=True,
+        done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(request), capture_output=True,
                               text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise KerasdistError(f"{what} took over {timeout_s:g} s; try fewer or smaller sizes") from None

@@ -10,18 +10,23 @@ import pytest
 import tensorflow as tf
 
 from kerasdist import cli
+from kerasdist.errors import KerasdistError
 from kerasdist.strategy import make_strategy
 from kerasdist.sync_cost import (
+    LOCAL_TRANSPORTS,
     TRANSPORTS,
     LinkFit,
     _time_in_child,
+    _time_over_workers,
     break_even_local_batch,
     cross_device_ops,
     fit_alpha_beta,
+    pipeline_bubble,
     predicted_step_seconds,
     ring_allreduce,
     ring_bytes_sent,
     ring_seconds,
+    scaling_speedup,
     strategy_allreduce,
     training_state_bytes,
     tree_seconds,
@@ -44,7 +49,7 @@ def test_the_ring_sums_every_device_and_each_sends_2_n_minus_1_over_n_of_the_ten
     assert all(target == (source + 1) % devices for step in steps for source, target, _ in step["sends"])
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("transport", LOCAL_TRANSPORTS)
 def test_the_hand_ring_equals_mirrored_strategys_all_reduce_on_two_replicas(transport):
     values = [np.arange(10, dtype="float32") * (r + 1) + 0.25 for r in range(2)]
     by_strategy = strategy_allreduce(values, transport)
@@ -64,9 +69,16 @@ def test_the_transports_are_a_plain_mirrored_strategys_default_and_reduction_to_
 
 
 def test_an_all_reduce_is_timed_on_either_cross_device_ops():
-    for transport in TRANSPORTS:
+    for transport in LOCAL_TRANSPORTS:
         small, large = _time_in_child(transport, 2, (1 << 10, 1 << 24), repeats=3, timeout_s=300)
         assert 0 < small < large
+
+
+def test_two_worker_processes_all_reduce_over_loopback_and_a_missing_peer_is_one_error():
+    small, large = _time_over_workers(2, (1 << 10, 1 << 22), repeats=2, timeout_s=300)
+    assert 0 < small < large
+    with pytest.raises(KerasdistError, match="timing 2 worker processes over loopback took over 3 s"):
+        _time_over_workers(2, (1 << 10,), repeats=1, timeout_s=3)
 
 
 def test_the_fit_recovers_a_known_link_from_noisy_timings():
@@ -104,8 +116,31 @@ def test_above_the_break_even_batch_computing_outlasts_the_all_reduce():
     batch = break_even_local_batch(flops_per_sample=1.6e6, flop_rate=1e12, gradient_bytes=1.1e6, link=link)
     compute = batch * 1.6e6 / 1e12
     assert compute == pytest.approx(link.seconds(1.1e6))
-    assert predicted_step_seconds(2 * batch, 1.6e6, 1e12, 1.1e6, link, overlap=True) == pytest.approx(2 * compute)
     assert predicted_step_seconds(batch, 1.6e6, 1e12, 1.1e6, link) == pytest.approx(2 * compute)
+    # In one bucket nothing overlaps; in many, all but the last bucket hide behind the backward pass.
+    assert predicted_step_seconds(batch, 1.6e6, 1e12, 1.1e6, link, buckets=1) == pytest.approx(2 * compute)
+    hidden = predicted_step_seconds(4 * batch, 1.6e6, 1e12, 1.1e6, link, buckets=2)
+    assert 4 * compute < hidden < 4 * compute + link.seconds(1.1e6)
+
+
+def test_buckets_pay_a_latency_each_so_too_many_are_slower():
+    latency_bound = LinkFit(alpha=1e-3, beta=1e-12, devices=8, relative_rms_error=0.0)
+    steps = [predicted_step_seconds(64, 1e6, 1e12, 4e6, latency_bound, buckets=k) for k in (1, 4, 16)]
+    assert steps[0] < steps[1] < steps[2]
+
+
+def test_speedup_is_n_without_communication_and_less_with_it():
+    free = scaling_speedup([1, 2, 8], 64, 1e6, 1e12, 4e6, alpha=0.0, beta=0.0)
+    assert free == pytest.approx([1, 2, 8])
+    slow = scaling_speedup([1, 2, 8], 64, 1e6, 1e12, 4e6, alpha=1e-5, beta=1e-9)
+    assert slow[0] == 1 and slow[1] < 2 and slow[2] < 8
+    assert scaling_speedup([8], 64, 1e6, 1e12, 2e6, 1e-5, 1e-9)[0] > slow[2]  # bfloat16 gradients: half the bytes
+
+
+def test_a_pipelines_bubble_shrinks_with_micro_batches():
+    assert pipeline_bubble(1, 1) == 0
+    assert pipeline_bubble(4, 1) == 0.75
+    assert pipeline_bubble(4, 4) > pipeline_bubble(4, 32) > 0
 
 
 def test_each_devices_bytes_are_replicated_or_sharded_as_the_formula_says():

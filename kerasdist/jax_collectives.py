@@ -1,0 +1,239 @@
+"""What JAX's collectives and Keras' layouts cost: all-reduce timings, and each layout's bytes per device
+and collectives, measured in a JAX process of its own.
+
+A process holds one Keras backend (lesson 07), and JAX fixes its number of CPU devices when it starts,
+so every measurement runs in a child, ``python -m kerasdist.jax_collectives REQUEST``, with
+``KERAS_BACKEND=jax``, ``JAX_PLATFORMS=cpu`` and ``XLA_FLAGS=--xla_force_host_platform_device_count=N``,
+bounded by a timeout. The public functions import neither JAX nor TensorFlow; the child's do.
+
+Example:
+    >>> from kerasdist.sync_cost import fit_alpha_beta
+    >>> seconds = jax_allreduce_seconds(2, sizes=(1024, 1 << 20))  # doctest: +SKIP
+    >>> fit_alpha_beta((1024, 1 << 20), seconds, 2).bandwidth  # doctest: +SKIP
+    5860000000.0
+    >>> count_collectives("%all-reduce.1 = f32[8]{0} all-reduce(f32[8]{0} %param), channel_id=1")
+    {'all-reduce': 1, 'all-gather': 0, 'reduce-scatter': 0, 'collective-permute': 0, 'all-to-all': 0}
+"""
+
+import importlib.util
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+from kerasdist import checks
+from kerasdist.errors import KerasdistError
+from kerasdist.sync_cost import BYTES_PER_FLOAT32, DEFAULT_SIZES
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+# An instruction's opcode follows its shape and a space; an asynchronous pair counts once, by its -start.
+_COLLECTIVE_OPCODE = re.compile(r"\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
+LAYOUTS = ("data parallel", "sharded data parallel", "tensor parallel")
+# The sharded layout splits the kernels' first dimensions (784, 256, 256) and tensor parallelism the hidden
+# layers' 256 columns: 16 is the largest number of devices that divides them all evenly.
+_MOST_DEVICES = 16
+
+
+def jax_allreduce_seconds(replicas, sizes=DEFAULT_SIZES, repeats=3, timeout_s=300):
+    """Median seconds of a sum all-reduce of a float32 array of each of ``sizes`` bytes per device, across
+    ``replicas`` JAX CPU devices, measured in a process of its own (bounded by ``timeout_s``).
+
+    The all-reduce is ``jax.lax.psum`` inside ``jax.shard_map`` under ``jax.jit``, device ``i`` holding
+    ``i + 1`` everywhere; the first call (compiling) is not timed and checks the sum, each timed call
+    waits with ``block_until_ready``. Fit the result with ``sync_cost.fit_alpha_beta``.
+
+    Raises:
+        KerasdistError: when JAX is not installed, or the measuring process fails or runs past ``timeout_s``.
+
+    Example:
+        >>> jax_allreduce_seconds(2, sizes=(1024, 1 << 24))  # doctest: +SKIP
+        [9.3e-05, 0.0146]
+    """
+    replicas = checks.integer("replicas", replicas, 2, fix="an all-reduce needs 2 devices or more")
+    request = {"measure": "all-reduce", "devices": replicas, "sizes": [int(n) for n in sizes],
+               "repeats": checks.integer("repeats", repeats, 1)}
+    return _in_child(request, f"timing the all-reduce across {replicas} devices", timeout_s)
+
+
+def layout_costs(devices=4, batch_size=64, timeout_s=300):
+    """Each device's bytes and one training step's collectives for the course's MLP (Adam) under three
+    layouts on ``devices`` JAX CPU devices, measured in a process of its own (bounded by ``timeout_s``).
+
+    - "data parallel": ``keras.distribution.DataParallel``, every variable copied on every device;
+    - "sharded data parallel" (ZeRO stage 3, FSDP): a one-axis mesh "batch" and a ``LayoutMap`` that
+      splits every Dense kernel's first dimension (its inputs) over that axis; the biases stay copied
+      (the logits' 10 would not split over 4 devices);
+    - "tensor parallel": lesson 07's layout, a 1 x ``devices`` mesh ("batch", "model") whose hidden
+      kernels are split by columns and their biases with them; the logits layer stays copied.
+
+    Bytes are those of the model's weights and all of Adam's variables (its two moments, laid out as
+    their weights, and its iteration counter and learning rate: two 4-byte scalars on every device) held
+    by a device, summed over the arrays' addressable shards; metrics' variables are left out. The
+    collectives are counted (see ``count_collectives``) in the compiled HLO of one training step
+    (Keras' ``compute_loss_and_updates``, its gradient, ``optimizer.stateless_apply``) under
+    ``jax.jit``, from the variables' own shardings to the same shardings, the batch of ``batch_size``
+    split over the "batch" axis.
+
+    Returns:
+        A dict of layout name -> {"bytes_per_device": bytes on device 0, "max_bytes_per_device": the
+        most on any device, "parameters": the model's parameters, "collectives": {opcode: count}}.
+
+    Raises:
+        KerasdistError: for devices that do not divide 16 or the batch, when JAX is not installed, or
+            when the measuring process fails or runs past ``timeout_s``.
+
+    Example:
+        >>> layout_costs(4)["sharded data parallel"]["bytes_per_device"]  # doctest: +SKIP
+        812672
+    """
+    devices = checks.integer("devices", devices, 1)
+    batch_size = checks.integer("batch_size", batch_size, 1)
+    if _MOST_DEVICES % devices or batch_size % devices:
+        checks.fail("devices", f"a divisor of {_MOST_DEVICES} and of batch_size={batch_size}", "devices",
+                    devices, "the layouts split 784 and 256 evenly over 1, 2, 4, 8 or 16 devices")
+    request = {"measure": "layouts", "devices": devices, "batch_size": batch_size}
+    return _in_child(request, f"measuring the layouts over {devices} devices", timeout_s)
+
+
+def count_collectives(hlo_text):
+    """How many instructions of each collective opcode a compiled HLO module's text holds.
+
+    Counted: ``all-reduce``, ``all-gather``, ``reduce-scatter``, ``collective-permute``, ``all-to-all``
+    and their asynchronous ``-start`` forms, each pair once (its ``-done`` is not counted). XLA on CPU
+    emits the synchronous forms.
+
+    Example:
+        >>> count_collectives("%ag = f32[8]{0} all-gather-start(f32[2]{0} %p)\\n"
+        ...                   "%done = f32[8]{0} all-gather-done(f32[8]{0} %ag)")["all-gather"]
+        1
+    """
+    counts = dict.fromkeys(COLLECTIVES, 0)
+    for opcode in _COLLECTIVE_OPCODE.findall(hlo_text):
+        counts[opcode] += 1
+    return counts
+
+
+def _in_child(request, what, timeout_s):
+    """Run this module on ``request`` with JAX's devices set, and return its last line's JSON."""
+    if importlib.util.find_spec("jax") is None:
+        raise KerasdistError("JAX is not installed: install the project's jax extra "
+                             "(pip install 'kerasdist[jax]')")
+    environment = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+                       XLA_FLAGS=f"--xla_force_host_platform_device_count={request['devices']}")
+    try:
+        done = subprocess.run([sys.executable, "-m", "kerasdist.jax_collectives", json.dumps(request)],
+                              capture_output=True, text=True, timeout=timeout_s, env=environment)
+    except subprocess.TimeoutExpired:
+        raise KerasdistError(f"{what} on JAX took over {timeout_s:g} s; pass a larger timeout_s") from None
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+        raise KerasdistError(f"{what} on JAX failed: {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _time_allreduces(devices, sizes, repeats):
+    """In the child: the median seconds of a psum of each size across ``devices`` JAX devices."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((devices,), ("replica",))
+    spec = PartitionSpec("replica")
+    allreduce = jax.jit(jax.shard_map(lambda block: jax.lax.psum(block, "replica"), mesh=mesh,
+                                      in_specs=spec, out_specs=spec))
+    expected = devices * (devices + 1) / 2
+    medians = []
+    for nbytes in sizes:
+        elements = max(1, nbytes // BYTES_PER_FLOAT32)
+        values = jax.make_array_from_callback(
+            (devices * elements,), NamedSharding(mesh, spec),
+            lambda index: np.full(elements, index[0].start // elements + 1, dtype="float32"))
+        if not bool(jnp.all(allreduce(values) == expected)):  # the untimed first call compiles and checks
+            raise RuntimeError(f"the all-reduce of {nbytes} bytes did not sum to {expected:g} everywhere")
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            allreduce(values).block_until_ready()
+            times.append(time.perf_counter() - start)
+        medians.append(statistics.median(times))
+    return medians
+
+
+def _distribution(layout, devices):
+    """In the child: the ``keras.distribution`` of one of ``LAYOUTS`` over ``devices``."""
+    import keras
+
+    if layout == "data parallel":
+        return keras.distribution.DataParallel(devices=devices)
+    if layout == "sharded data parallel":
+        mesh = keras.distribution.DeviceMesh((len(devices),), ("batch",), devices)
+        layout_map = keras.distribution.LayoutMap(mesh)
+        layout_map[".*kernel"] = ("batch", None)
+    else:
+        mesh = keras.distribution.DeviceMesh((1, len(devices)), ("batch", "model"), devices)
+        layout_map = keras.distribution.LayoutMap(mesh)
+        layout_map["dense.*kernel"] = (None, "model")
+        layout_map["dense.*bias"] = ("model",)
+    return keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+
+
+def _layout_cost(layout, batch_size):
+    """In the child: one layout's bytes per device, parameters and compiled step's collectives."""
+    import jax
+    import keras
+
+    from kerasdist.model import build_model
+
+    distribution = _distribution(layout, keras.distribution.list_devices())
+    with distribution.scope():
+        model = build_model()
+    optimizer = model.optimizer
+
+    def train_step(trainable, non_trainable, optimizer_variables, metrics, x, y):
+        gradient_of = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
+        (loss, _), gradients = gradient_of(trainable, non_trainable, metrics, x, y, None, training=True,
+                                           optimizer_variables=optimizer_variables)
+        trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, gradients, trainable)
+        return loss, trainable, optimizer_variables
+
+    trainable, non_trainable, optimizer_variables, metrics = (
+        [variable.value for variable in variables] for variables in (
+            model.trainable_variables, model.non_trainable_variables, optimizer.variables,
+            model.metrics_variables))
+    shapes = (((batch_size, *model.input_shape[1:]), "float32"), ((batch_size,), "int32"))
+    batch = [jax.ShapeDtypeStruct(shape, dtype, sharding=distribution.get_data_layout(shape).backend_layout)
+             for shape, dtype in shapes]
+    # The updated variables keep their layouts, as under Keras' own fit(); the loss goes where XLA likes.
+    same_shardings = (None, [array.sharding for array in trainable],
+                      [array.sharding for array in optimizer_variables])
+    compiled = jax.jit(train_step, out_shardings=same_shardings).lower(
+        trainable, non_trainable, optimizer_variables, metrics, *batch).compile()
+    held = dict.fromkeys(jax.devices(), 0)
+    for variable in model.weights + optimizer.variables:
+        for shard in variable.value.addressable_shards:
+            held[shard.device] += shard.data.nbytes
+    return {"bytes_per_device": held[jax.devices()[0]], "max_bytes_per_device": max(held.values()),
+            "parameters": model.count_params(), "collectives": count_collectives(compiled.as_text())}
+
+
+def main(argv=None):
+    """The child's entry point: measure what the JSON request in ``argv`` asks, print it as one JSON line."""
+    request = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    import jax
+
+    if jax.device_count() != request["devices"]:
+        raise RuntimeError(f"JAX has {jax.device_count()} devices, not {request['devices']}: set XLA_FLAGS="
+                           f"--xla_force_host_platform_device_count={request['devices']} before JAX starts")
+    if request["measure"] == "all-reduce":
+        result = _time_allreduces(request["devices"], request["sizes"], request["repeats"])
+    else:
+        result = {layout: _layout_cost(layout, request["batch_size"]) for layout in LAYOUTS}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
