@@ -5,6 +5,7 @@ Every subcommand is defined here; the modules it calls never import the CLI.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -96,9 +97,10 @@ def build_parser():
 
     sync_cost = commands.add_parser(
         "sync-cost", help="time all-reduces on this machine and fit each transport's latency and bandwidth",
-        description="Time sum all-reduces of 1 KiB to 64 MiB on N virtual CPU devices, over a plain "
-                    "MirroredStrategy's collective ring and over ReductionToOneDevice, a process each, and "
-                    "fit the alpha-beta model of a ring all-reduce: latency alpha, bandwidth 1/beta.")
+        description="Time sum all-reduces of 1 KiB to 64 MiB over N virtual CPU devices (a plain "
+                    "MirroredStrategy's collective ring, ReductionToOneDevice), N worker processes over "
+                    "loopback and N JAX CPU devices, each in processes of its own, and fit the alpha-beta "
+                    "model of a ring all-reduce: latency alpha, bandwidth 1/beta.")
     sync_cost.add_argument("--replicas", type=_replica_list, default=[2, 4], help="e.g. 2,4 (default 2,4)")
     sync_cost.add_argument("--repeats", type=int, default=5, help="timed all-reduces per size (default 5)")
     sync_cost.add_argument("--timeout-s", type=_seconds, default=300,
@@ -418,10 +420,14 @@ def run_sync_cost(args):
     if min(args.replicas) < 2 or args.repeats < 1:
         raise KerasdistError("--replicas must be 2 or more each and --repeats 1 or more. Received: "
                              f"--replicas {','.join(map(str, args.replicas))} --repeats {args.repeats}")
-    print("all-reduce of 1 KiB to 64 MiB on virtual CPU devices (they share this machine's cores and memory)",
-          flush=True)
+    print("all-reduce of 1 KiB to 64 MiB (virtual devices and loopback share this machine's cores and "
+          "memory)", flush=True)
+    transports = list(sync_cost.TRANSPORTS)
+    if importlib.util.find_spec("jax") is None:
+        transports.remove("JAX CPU collectives")
+        print("JAX CPU collectives: skipped, JAX is not installed (pip install 'kerasdist[jax]')", flush=True)
     return {"transports": sync_cost.measure_transports(args.replicas, repeats=args.repeats,
-                                                       timeout_s=args.timeout_s,
+                                                       timeout_s=args.timeout_s, transports=transports,
                                                        report=lambda line: print(line, flush=True))}
 
 

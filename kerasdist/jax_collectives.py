@@ -26,7 +26,6 @@ import time
 
 from kerasdist import checks
 from kerasdist.errors import KerasdistError
-from kerasdist.sync_cost import BYTES_PER_FLOAT32, DEFAULT_SIZES
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 # An instruction's opcode follows its shape and a space; an asynchronous pair counts once, by its -start.
@@ -37,7 +36,7 @@ LAYOUTS = ("data parallel", "sharded data parallel", "tensor parallel")
 _MOST_DEVICES = 16
 
 
-def jax_allreduce_seconds(replicas, sizes=DEFAULT_SIZES, repeats=3, timeout_s=300):
+def jax_allreduce_seconds(replicas, sizes, repeats=3, timeout_s=300):
     """Median seconds of a sum all-reduce of a float32 array of each of ``sizes`` bytes per device, across
     ``replicas`` JAX CPU devices, measured in a process of its own (bounded by ``timeout_s``).
 
@@ -148,7 +147,7 @@ def _time_allreduces(devices, sizes, repeats):
     expected = devices * (devices + 1) / 2
     medians = []
     for nbytes in sizes:
-        elements = max(1, nbytes // BYTES_PER_FLOAT32)
+        elements = max(1, nbytes // 4)  # float32
         values = jax.make_array_from_callback(
             (devices * elements,), NamedSharding(mesh, spec),
             lambda index: np.full(elements, index[0].start // elements + 1, dtype="float32"))

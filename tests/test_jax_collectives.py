@@ -111,7 +111,7 @@ def test_devices_that_cannot_split_the_model_are_refused():
     with pytest.raises(KerasdistError, match=r"^devices must be a divisor of 16 and of batch_size=64. Received: devices=3;"):
         layout_costs(3)
     with pytest.raises(KerasdistError, match=r"^replicas must be an integer >= 2. Received: replicas=1;"):
-        jax_allreduce_seconds(1)
+        jax_allreduce_seconds(1, sizes=(1 << 10,))
 
 
 def test_without_jax_the_error_names_the_extra():

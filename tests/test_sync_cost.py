@@ -171,7 +171,7 @@ def test_sync_cost_fits_each_transport_of_this_machine():
                            "--json"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
-    assert [line.split(",")[0] for line in lines[1:3]] == ["collective ring", "reduction to one device"]
+    assert [line.split(",")[0] for line in lines[1:5]] == list(TRANSPORTS)
     for row in json.loads(lines[-1])["transports"]:
         assert row["replicas"] == 2 and row["alpha"] >= 0 and row["bandwidth"] > 0
         assert row["seconds"][-1] > row["seconds"][0]  # 64 MiB takes longer than 1 KiB

