@@ -195,3 +195,15 @@ def _image_sizes(page):
     page.evaluate("document.querySelectorAll('img').forEach(image => { image.loading = 'eager'; })")
     page.wait_for("[...document.images].every(image => image.complete)")
     return page.evaluate("[...document.images].map(image => [image.src, image.naturalWidth])")
+
+
+def test_the_benchmarks_page_holds_lesson_09s_own_printout():
+    page = (ROOT / "docs" / "reference" / "benchmarks.md").read_text()
+    section = page.split("## What synchronization costs (lesson 09)")[1].split("\n## ")[0]
+    shown = [line for block in re.findall(r"```text\n(.*?)```", section, flags=re.DOTALL)
+             for line in block.splitlines()]
+    cells = json.loads((ROOT / "notebooks" / "09_sync_cost.ipynb").read_text())["cells"]
+    printed = {line for cell in cells if cell["cell_type"] == "code" for output in cell.get("outputs", [])
+               if output.get("name") == "stdout" for line in "".join(output["text"]).splitlines()}
+    assert len(shown) >= 8 and any("worker processes over loopback" in line for line in shown)
+    assert [line for line in shown if line not in printed] == []
