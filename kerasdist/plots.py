@@ -222,15 +222,15 @@ def plot_ring_steps(steps, devices):
         >>> from kerasdist.sync_cost import ring_allreduce
         >>> figure = plot_ring_steps(ring_allreduce([np.ones(8)] * 4)[1], 4)
     """
-    figure, axis = plt.subplots(figsize=(1.3 * devices + 2.6, 0.42 * len(steps) + 1.2))
+    figure, axis = plt.subplots(figsize=(1.3 * devices + 2.6, 0.5 * len(steps) + 1.2))
     colours = {"reduce-scatter": "#fdd49e", "all-gather": "#c6dbef"}
     for row, step in enumerate(steps):
         for source, target, chunk in step["sends"]:
             cell = plt.Rectangle((source, row), 1, 1, facecolor=colours[step["phase"]], edgecolor="white")
             axis.add_patch(cell)
             verb = "+=" if step["phase"] == "reduce-scatter" else "copy"
-            axis.text(source + 0.5, row + 0.5, f"chunk {chunk} → {target} ({verb})", ha="center", va="center",
-                      fontsize=8)
+            axis.text(source + 0.5, row + 0.5, f"chunk {chunk} ({verb})\n→ device {target}", ha="center",
+                      va="center", fontsize=8)
     axis.set(xlim=(0, devices), ylim=(len(steps), 0), xticks=[d + 0.5 for d in range(devices)],
              xticklabels=[f"device {d}" for d in range(devices)], yticks=[r + 0.5 for r in range(len(steps))],
              yticklabels=[f"{s['phase']} {s['step']}" for s in steps],
@@ -259,14 +259,18 @@ def plot_allreduce_fits(rows):
     from kerasdist.sync_cost import ring_seconds
 
     figure, axis = plt.subplots(figsize=(8, 4.6))
-    for index, row in enumerate(rows):
-        colour = f"C{index}"
+    transports = list(dict.fromkeys(row["transport"] for row in rows))
+    replica_counts = sorted({row["replicas"] for row in rows})
+    for row in rows:
+        # One colour per transport; markers and line styles tell the replica counts apart.
+        colour = f"C{transports.index(row['transport'])}"
+        marker, line = ("o", "-") if replica_counts.index(row["replicas"]) % 2 == 0 else ("s", "--")
         sizes = np.asarray(row["nbytes"], dtype=float)
         label = f"{row['transport']}, {row['replicas']} replicas (fit error {row['relative_rms_error']:.0%})"
-        axis.loglog(sizes, row["seconds"], "o", color=colour, label=label)
+        axis.loglog(sizes, row["seconds"], marker, color=colour, label=label, linestyle="none")
         smooth = np.geomspace(sizes.min(), sizes.max(), 60)
         model = ring_seconds(smooth, row["replicas"], row["alpha"], row["beta"])
-        axis.loglog(smooth, model, "-", color=colour, alpha=0.7)
+        axis.loglog(smooth, model, line, color=colour, alpha=0.7)
     axis.set(xlabel="bytes all-reduced (per device)", ylabel="seconds (median)",
              title="All-reduce time: measured (points) and fitted α + β model (lines)")
     axis.grid(True, which="major", alpha=0.3)

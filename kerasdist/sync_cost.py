@@ -280,7 +280,9 @@ def time_synchronous_step(strategy, images, labels, steps_per_call=20, rounds=5)
     return Timing(*(seconds / steps_per_call for seconds in timing))
 
 
-# Bytes per parameter of the training state, by what it holds (Adam: two moments per parameter).
+# Bytes per parameter of the training state, by what it holds (Adam: two moments per parameter). The
+# mixed_bfloat16 row is ZeRO/DeepSpeed's layout (bfloat16 weights and gradients beside a float32 master
+# copy); Keras' mixed_bfloat16 policy keeps float32 variables and gradients instead, 16 bytes too.
 STATE_BYTES = {
     "float32": {"weights": 4, "gradients": 4, "optimizer (Adam's 2 moments)": 8},
     "mixed_bfloat16": {"weights": 2, "gradients": 2, "optimizer (Adam's 2 moments)": 8,

