@@ -37,12 +37,14 @@ NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)((?:\.\d+)*)(?:[eE][-+]?
 # or a speed-up ("x1.4 faster", "30% less time"); and what lesson 8 derives from measured rates: a share of
 # the peak ("MFU 19.7%", "( 67% of peak)", "99% of the attainable"), the ridge point ("16.1 FLOP/byte"), a
 # spread ("spread 12.0 to 13.2"), a step's shares ("shares of one step ...: forward 15%, optimizer update 24%")
-# and a ratio of speeds ("2.2x the time", "5.3x the guide's").
+# and a ratio of speeds ("2.2x the time", "5.3x the guide's"); lesson 9's fits of measured all-reduces
+# ("fit error 14%") and what they give ("break-even local batch 155").
 TIME_UNIT = r"(?:s/epoch|samples/s|ms/step|ms|s|seconds?|GFLOP/s|GB/s)(?![\w/])"
 NAMED = r"[A-Za-z_]\w* [\d.,]+"
 TIMING = re.compile(rf"(?:{NAMED}, )+{NAMED} ?{TIME_UNIT}|[\d.,]+ ?{TIME_UNIT}|\bx[\d.]+ faster|\d+% less time"
                     r"|MFU +[\d.]+%|\d+% of (?:peak|the attainable)|[\d.]+ FLOP/byte|spread [\d.]+ to [\d.]+"
-                    r"|shares of one step[^\n]*|\b\d+(?:\.\d+)?x(?!\w)")
+                    r"|shares of one step[^\n]*|\b\d+(?:\.\d+)?x(?!\w)"
+                    r"|fit error \d+%|break-even local batch [\d,]+")
 RUN_TIMEOUT_S = 600
 
 LESSONS_RUN_HERE = [p for p in all_notebooks() if not is_keras3_twin(p)]
