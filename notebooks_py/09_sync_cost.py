@@ -162,11 +162,6 @@ table["tree latencies 2 ceil(log2 N)"] = [int(2 * np.ceil(np.log2(n))) for n in 
 print(table.to_string(index=False))
 
 # %% [markdown]
-# ### Exercise q1: fit your link's α and β
-#
-# In the next section this machine's all-reduces are timed; the exercise cell comes after them.
-
-# %% [markdown]
 # ## Measured: four transports
 #
 # Each transport is timed in a process of its own: an all-reduce of a float32 tensor of each size, a
@@ -279,10 +274,11 @@ print(step_table.round(2).to_string(index=False))
 
 # %% [markdown]
 # On this machine the measured steps are closer to the "shared cores" prediction than to the "own
-# processors" one, and above both (the printout says by how much): virtual devices split a step's work into N pieces but have only the same cores to run them on,
-# and each replica's share of the all-reduce runs on those cores too. On real GPUs each replica has
-# its own processor, so the compute really shrinks with N, and the all-reduce, which does not, becomes
-# the part that limits the speed-up. The rest of the gap is what α-β leaves out: Adam's update on
+# processors" one (the printout says how close, and on which side): virtual devices split a step's
+# work into N pieces but have only the same cores to run them on, and each replica's share of the
+# all-reduce runs on those cores too. On real GPUs each replica has its own processor, so the compute
+# really shrinks with N, and the all-reduce, which does not, becomes the part that limits the
+# speed-up. The rest of the gap is what α-β leaves out: Adam's update on
 # every replica, and the runtime's work per replica, which grow with N: the model is a lower bound.
 
 # %% [markdown]
@@ -380,7 +376,7 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # pass as two thirds of the compute and sends the buckets one after another) help most when bandwidth
 # limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, groups gradients
 # into several all-reduces so that weight updates can overlap them; it does not start them during
-# the backward pass. but each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64 GPUs that
+# the backward pass. But each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64 GPUs that
 # can cost more than the overlap saves (the printout says which way it went): one reason NCCL
 # all-reduces over trees and by node on large clusters. The remedy that always works is a larger local batch
 # (compute grows, the gradient does not), within what the optimizer tolerates (lesson 3).

@@ -42,7 +42,7 @@
 #   measured on JAX with a `LayoutMap`, with the collectives XLA inserted;
 # - tensor and pipeline parallelism beside data parallelism, by what each one communicates.
 #
-# **What you need**: lessons 1, 3 and 8, R with keras3, tfdatasets and tensorflow, rpy2 and JAX in the
+# **What you need**: lessons 1, 3, 6, 7 and 8, R with keras3, tfdatasets and tensorflow, rpy2 and JAX in the
 # kernel's Python environment (the project's virtualenv, with the `jax` extra that set-up installs),
 # and about 3 minutes on a 2-core CPU; no GPU. The data is full MNIST when Keras has it cached or can
 # download it; otherwise, and in the outputs stored with this notebook, a sample of a few thousand
@@ -103,6 +103,14 @@ import keras  # noqa: F401
 # library(kerasdist)  # the course's R package: this lesson's checked exercises
 # ex <- kd_exercises("09")
 # comma <- function(x) formatC(x, format = "f", digits = 0, big.mark = ",")
+# # A data frame as a table close to what pandas' to_string() prints in the Python lesson: columns
+# # right-aligned, two spaces apart, the row names (when shown) left-aligned.
+# print_table <- function(df, row_names = FALSE) {
+#   columns <- Map(function(name, values) formatC(c(name, values), width = max(nchar(c(name, values)))),
+#                  names(df), lapply(df, function(column) if (is.character(column)) column else format(column)))
+#   if (row_names) columns <- c(list(formatC(c("", rownames(df)), width = -max(nchar(rownames(df))))), columns)
+#   cat(do.call(paste, c(unname(columns), sep = "  ")), sep = "\n")
+# }
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -141,10 +149,11 @@ import keras  # noqa: F401
 # A ring all-reduce cuts every device's gradient into N chunks. In the **reduce-scatter**, at each of
 # N−1 steps every device sends one chunk to its right neighbour, which adds it to its own copy of
 # that chunk; afterwards each device holds the full sum of one chunk. In the **all-gather** the
-# summed chunks travel round the ring the same way and are copied. Here it is on four devices' real
-# gradients of the MLP, one batch of digits each: a tfdatasets pipeline cuts the first global batch
-# into four local batches, `tf$GradientTape()` takes each one's gradient, and
-# `sync_cost$ring_allreduce()` sums them as the ring does.
+# summed chunks travel round the ring the same way and are copied: after reduce-scatter step N−1,
+# device d holds the full sum of chunk d+1, and the all-gather hands it on. Here it is on four
+# devices' real gradients of the MLP, one batch of digits each (the hand ring adds in float64): a
+# tfdatasets pipeline cuts the first global batch into four local batches, `tf$GradientTape()` takes
+# each one's gradient, and `sync_cost$ring_allreduce()` sums them as the ring does.
 
 # %% language="R"
 # # Each of 4 devices computes the MLP's gradient on its own 64 digits.
@@ -170,10 +179,10 @@ import keras  # noqa: F401
 # # R sums in double precision, as the ring by hand does (NumPy's sum in the Python lesson is float32).
 # cat(sprintf("max |ring sum - R's sum|: %.1e\n", max(abs(summed[[1]] - Reduce(`+`, gradients)))))
 
-# %% magic_args="-w 7.8 -h 3.7 --units in -r 100" language="R"
+# %% magic_args="-w 7.8 -h 4.2 --units in -r 100" language="R"
 # # What each device sends at each step (chunk numbers, and the device it goes to).
 # draw_ring_steps <- function(steps, devices) {
-#   old <- par(mar = c(2.5, 9, 2.5, 1))
+#   old <- par(mar = c(1.8, 9, 2.5, 1))
 #   on.exit(par(old))
 #   plot(NULL, xlim = c(0, devices), ylim = c(length(steps), 0), xaxs = "i", yaxs = "i", axes = FALSE,
 #        xlab = "", ylab = "", main = sprintf("Ring all-reduce on %d devices: what each device sends at each step",
@@ -184,11 +193,12 @@ import keras  # noqa: F401
 #     for (send in step$sends) {
 #       from <- send[[1]]
 #       rect(from, row - 1, from + 1, row, col = if (reduce) "#fdd49e" else "#c6dbef", border = "white", lwd = 2)
-#       text(from + 0.5, row - 0.5, sprintf("chunk %d \u2192 %d (%s)", send[[3]], send[[2]], if (reduce) "+=" else "copy"),
-#            cex = 0.7)
+#       text(from + 0.5, row - 0.5, sprintf("chunk %d (%s)\n\u2192 device %d", send[[3]], if (reduce) "+=" else "copy",
+#                                            send[[2]]), cex = 0.7)
 #     }
 #   }
-#   axis(1, at = seq_len(devices) - 0.5, labels = paste("device", seq_len(devices) - 1), tick = FALSE, cex.axis = 0.8)
+#   axis(1, at = seq_len(devices) - 0.5, labels = paste("device", seq_len(devices) - 1), tick = FALSE, cex.axis = 0.8,
+#        line = -0.8)
 #   axis(2, at = seq_along(steps) - 0.5, labels = vapply(steps, function(s) paste(s$phase, s$step), character(1)),
 #        tick = FALSE, las = 1, cex.axis = 0.8)
 # }
@@ -197,8 +207,8 @@ import keras  # noqa: F401
 # %% [markdown]
 # Now the same sum by TensorFlow: a plain `MirroredStrategy` on four virtual CPUs, whose all-reduce is
 # `CollectiveAllReduce` (a ring here), run in a process of its own by `sync_cost$strategy_allreduce()`,
-# with each replica contributing its own gradient. Float32 sums in another order round differently, so
-# "equal" means to float32's precision.
+# with each replica contributing its own gradient. TensorFlow adds in float32, in another order than the
+# hand ring, so "equal" means to float32's precision.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -210,10 +220,12 @@ import keras  # noqa: F401
 
 # %% [markdown]
 # Counting from the steps: every device sends one chunk of n/N bytes at each of 2(N−1) steps, so
-# 2(N−1)/N·n bytes, less than twice the gradient however many devices there are. That is why a ring
-# is **bandwidth-optimal**. Its weakness is latency: 2(N−1) steps one after another. A binary
-# **tree** (reduce to a root, then broadcast) needs only 2⌈log₂N⌉ steps, but sends the whole
-# gradient at each; NCCL uses trees across many nodes for small messages for that reason.
+# 2(N−1)/N·n bytes, less than twice the gradient however many devices there are. No all-reduce can
+# do with less (each device must send out all but its own 1/N share of the sum and receive the rest),
+# so a ring is **bandwidth-optimal**. Its weakness is latency: 2(N−1) steps one after another. A
+# binomial **tree** (reduce to a root, then broadcast) needs only 2⌈log₂N⌉ steps, but in its plain
+# form sends the whole gradient at each; NCCL pipelines the chunks through two binary trees across
+# nodes to keep the bandwidth and get the tree's few latencies.
 
 # %% language="R"
 # # Bytes each device sends in a ring, and the number of latencies of a ring and of a tree.
@@ -226,18 +238,7 @@ import keras  # noqa: F401
 #   check.names = FALSE
 # )
 # table[[2]] <- sprintf("%.6f", table[[2]])  # as pandas prints it
-# print(table, row.names = FALSE)
-
-# %% [markdown]
-# ### Exercise q1: fit your link's α and β
-#
-# Below, the all-reduces of this machine are timed. Once they are, set `alpha` (seconds) and `beta`
-# (seconds per byte) to the least-squares fit of the ring model to `timings`, the collective ring's
-# medians on 2 replicas (`timings$nbytes`, `timings$seconds`, `timings$replicas`). Fit relative
-# errors: divide each row of the model's terms by its measured time, so that 1 KiB counts as much as
-# 64 MiB. The check compares your fit with your own timings, never with a fixed figure.
-#
-# The exercise cell comes after the measurements: run the next section first.
+# print_table(table)
 
 # %% [markdown]
 # ## Measured: four transports
@@ -259,31 +260,52 @@ import keras  # noqa: F401
 # draw_allreduce_fits <- function(rows) {
 #   old <- par(mar = c(4.5, 4.5, 2.5, 1))
 #   on.exit(par(old))
-#   colours <- palette.colors(length(rows), "Tableau 10")
+#   # One colour per transport; markers and line styles tell the replica counts apart.
+#   transports <- unique(vapply(rows, function(row) row$transport, character(1)))
+#   replica_counts <- sort(unique(vapply(rows, function(row) row$replicas, integer(1))))
+#   colour <- vapply(rows, function(row) palette.colors(length(transports), "Tableau 10")[match(row$transport, transports)],
+#                    character(1))
+#   second <- vapply(rows, function(row) match(row$replicas, replica_counts) %% 2 == 0, logical(1))
 #   seconds <- unlist(lapply(rows, function(row) unlist(row$seconds)))
-#   plot(NULL, log = "xy", xlim = range(sizes), ylim = range(seconds) * c(0.8, 4), xaxt = "n",
+#   plot(NULL, log = "xy", xlim = range(sizes), ylim = range(seconds) * c(0.8, 4), xaxt = "n", yaxt = "n",
 #        xlab = "bytes all-reduced (per device)", ylab = "seconds (median)",
 #        main = "All-reduce time: measured (points) and fitted \u03b1 + \u03b2 model (lines)", cex.main = 0.9)
 #   axis(1, at = 10^(3:8), labels = parse(text = paste0("10^", 3:8)))
+#   axis(2, at = 10^(-6:1), labels = parse(text = paste0("10^", -6:1)), las = 1)
 #   grid(equilogs = FALSE, col = "grey85", lty = 1)
+#   smooth <- exp(seq(log(min(sizes)), log(max(sizes)), length.out = 60))
 #   for (index in seq_along(rows)) {
 #     row <- rows[[index]]
-#     points(sizes, unlist(row$seconds), pch = 19, col = colours[index])
-#     smooth <- exp(seq(log(min(sizes)), log(max(sizes)), length.out = 60))
-#     lines(smooth, sync_cost$ring_seconds(np_array(smooth), row$replicas, row$alpha, row$beta), col = colours[index])
+#     points(sizes, unlist(row$seconds), pch = if (second[index]) 15 else 19, col = colour[index])
+#     lines(smooth, sync_cost$ring_seconds(np_array(smooth), row$replicas, row$alpha, row$beta), col = colour[index],
+#           lty = if (second[index]) 2 else 1)
 #   }
 #   labels <- vapply(rows, function(row) sprintf("%s, %d replicas (fit error %.0f%%)", row$transport, row$replicas,
 #                                                100 * row$relative_rms_error), character(1))
-#   legend("topleft", labels, col = colours, pch = 19, lty = 1, cex = 0.7, bg = "white")
+#   legend("topleft", labels, col = colour, pch = ifelse(second, 15, 19), lty = ifelse(second, 2, 1), cex = 0.7,
+#          bg = "white")
 # }
 # draw_allreduce_fits(rows)
 
 # %% [markdown]
-# Read the plot from the left: small tensors take a constant time, the latency α (here dominated by
-# the runtime's dispatch, not by a wire); large ones grow with size, at the bandwidth 1/β. Between
-# two processes the bytes go through the loopback TCP stack of the operating system, so their α is
-# larger. The fit error says how well a straight line (two numbers) describes a transport: copies
-# on a shared CPU are noisy, and caches make mid-sized tensors faster than either end predicts.
+# Read the plot from the left: small tensors take a constant time, the ring's 2(N−1) latencies,
+# 2(N−1)·α (here the runtime's dispatch, not a wire); large ones grow with size, at the bandwidth
+# 1/β. The printed α is per ring step: it can fall from 2 to 4 replicas while the total 2(N−1)·α
+# grows. Between two processes the bytes go through the loopback TCP stack of the operating system,
+# so their α is larger. Every transport is fitted with the ring's formula, so the α and β of
+# `ReductionToOneDevice` and of JAX are ring-equivalent numbers to compare, not their mechanism.
+# The fit error says how well two numbers describe a transport: copies on a shared CPU are noisy,
+# and caches make mid-sized tensors faster than either end predicts.
+#
+# ### Exercise q1: fit your link's α and β
+#
+# Set `alpha` (seconds) and `beta` (seconds per byte) to the least-squares fit of the ring model to
+# `timings`, the collective ring's medians on 2 replicas (`timings$nbytes`, `timings$seconds`,
+# `timings$replicas`). Each size gives one equation, seconds = 2(N−1)·α + 2(N−1)/N·nbytes·β: put
+# the two coefficients as the columns of a matrix, divide every row (and its seconds) by that
+# seconds, so that the right-hand side is all ones and 1 KiB counts as much as 64 MiB, and solve by
+# least squares. Compare your result with the printed "collective ring, 2 replicas" line; the check
+# compares your fit with your own timings, never with a fixed figure.
 
 # %% language="R"
 # # Exercise q1's data: the collective ring's own timings on 2 replicas.
@@ -317,10 +339,12 @@ import keras  # noqa: F401
 # then all-reduces the gradient. Computing scales with the local batch; the all-reduce does not (the
 # gradient has the model's size whatever the batch). So there is a **break-even local batch**, at
 # which computing takes as long as the all-reduce: below it, communication dominates the step; above
-# it, an all-reduce overlapped with the backward pass can hide behind computing.
+# it, an all-reduce overlapped with the backward pass can start to hide behind computing (only the
+# backward pass can overlap it, so hiding it fully takes a larger batch still).
 #
 # The compute side is lesson 8's: the MLP's training FLOPs per sample, and this machine's FLOP rate
-# measured on a large matrix product (lesson 8's limit).
+# measured on a large matrix product (lesson 8's limit). A step of the MLP runs below that rate
+# (lesson 8), so these break-even batches are upper bounds.
 
 # %% language="R"
 # # The model's FLOPs per sample (lesson 8) and this machine's float32 matrix-product rate.
@@ -358,20 +382,22 @@ import keras  # noqa: F401
 # names(to_one) <- vapply(to_one, function(row) as.character(row$replicas), character(1))
 # step_table <- do.call(rbind, lapply(c(2L, 4L), function(n) {
 #   link <- sync_cost$LinkFit(to_one[[as.character(n)]]$alpha, to_one[[as.character(n)]]$beta, n, 0)
-#   data.frame("replicas" = n, "measured ms" = measured[[as.character(n)]] * 1e3,
-#              "own processors ms" = (one_device / n + link$seconds(gradient_bytes)) * 1e3,
-#              "shared cores ms" = (one_device + link$seconds(gradient_bytes)) * 1e3, check.names = FALSE)
+#   data.frame("replicas" = n, "measured ms" = sprintf("%.2f", measured[[as.character(n)]] * 1e3),
+#              "own processors ms" = sprintf("%.2f", (one_device / n + link$seconds(gradient_bytes)) * 1e3),
+#              "shared cores ms" = sprintf("%.2f", (one_device + link$seconds(gradient_bytes)) * 1e3),
+#              check.names = FALSE)
 # }))
 # cat(sprintf("one device: %.2f ms per step at a batch of %d\n", one_device * 1e3, global_batch))
-# print(format(step_table, nsmall = 2, digits = 1), row.names = FALSE)
+# print_table(step_table)
 
 # %% [markdown]
-# On this machine the measured steps sit near the "shared cores" prediction, not the "own processors"
-# one: virtual devices split a step's work into N pieces but have only the same cores to run them on,
-# and each replica's share of the all-reduce runs on those cores too. On real GPUs each replica has
-# its own processor, so the compute really shrinks with N, and the all-reduce, which does not, becomes
-# the part that limits the speed-up. The rest of the prediction's gap is what α-β leaves out: Adam's
-# update on every replica, and the runtime's work per replica.
+# On this machine the measured steps are closer to the "shared cores" prediction than to the "own
+# processors" one (the printout says how close, and on which side): virtual devices split a step's
+# work into N pieces but have only the same cores to run them on, and each replica's share of the
+# all-reduce runs on those cores too. On real GPUs each replica has its own processor, so the compute
+# really shrinks with N, and the all-reduce, which does not, becomes the part that limits the
+# speed-up. The rest of the gap is what α-β leaves out: Adam's update on every replica, and the
+# runtime's work per replica, which grow with N: the model is a lower bound.
 
 # %% [markdown]
 # ### Exercise q2: the break-even local batch
@@ -403,9 +429,10 @@ import keras  # noqa: F401
 # ## A GPU cluster predicted
 #
 # The same model, with published figures instead of measurements: a GPU's peak bfloat16 rate and the
-# bandwidth of four links. **This is a model from specifications, not a measurement**: real all-reduces
-# reach a fraction of a link's bandwidth, real steps a fraction of the peak (lesson 8's MFU), and the
-# specifications give no latency, so α is an assumed order of magnitude. The curves say where scaling
+# bandwidth of four links. The speed-up of N GPUs is N times one GPU's step time over the N-GPU step
+# time (compute, then the all-reduce), at a fixed local batch: below 1, N GPUs do less than one.
+# **This is a model from specifications, not a measurement**: real all-reduces reach a fraction of a
+# link's bandwidth, real steps a fraction of the peak (lesson 8's MFU), and the specifications give no latency, so α is an assumed order of magnitude. The curves say where scaling
 # bends, not how fast a real cluster is.
 
 # %% language="R"
@@ -417,7 +444,7 @@ import keras  # noqa: F401
 #   "source" = vapply(gpu_links, function(link) link$source, character(1)),
 #   row.names = names(gpu_links), check.names = FALSE
 # )
-# print(links)
+# print_table(links, row_names = TRUE)
 # gpu <- sync_cost$GPU_PEAK_FLOPS
 # utilisation <- 0.4  # an assumed share of the peak that a step reaches (lesson 8's MFU); not measured
 # gpu_rate <- utilisation * gpu$bfloat16
@@ -433,26 +460,38 @@ import keras  # noqa: F401
 #   unlist(sync_cost$scaling_speedup(counts, local_batch, size * flops$total, gpu_rate, size * gradient_bytes,
 #                                    link$alpha, 1 / link$bandwidth, buckets = buckets))
 # }
+# model_sizes <- c("this MLP" = 1, "a model 100x larger" = 100)
+# curves <- list()
+# for (panel in names(model_sizes)) {
+#   for (index in seq_along(gpu_links)) {
+#     for (buckets in list(NULL, 8L)) {
+#       curves[[length(curves) + 1]] <- list(panel = panel, index = index, overlapped = !is.null(buckets),
+#                                             speedup = speedup_of(model_sizes[[panel]], gpu_links[[index]], buckets))
+#     }
+#   }
+# }
+# limits <- range(counts, unlist(lapply(curves, function(curve) curve$speedup)))  # both panels share the y axis
+# decades <- floor(log10(limits[1])):ceiling(log10(limits[2]))
 # draw_scaling <- function() {
-#   old <- par(mfrow = c(1, 2), mar = c(4.5, 4.5, 3, 1), oma = c(0, 0, 2, 15))
+#   old <- par(mfrow = c(1, 2), mar = c(4.5, 4.5, 2.5, 0.5), oma = c(0, 0, 2, 15))
 #   on.exit(par(old))
-#   for (model_size in list(list(name = "this MLP", size = 1), list(name = "a model 100x larger", size = 100))) {
-#     plot(counts, counts, log = "xy", type = "l", lty = 3, col = "grey", xaxt = "n", ylim = c(0.5, 64),
-#          xlab = "GPUs N", ylab = "speed-up over one GPU (model)",
-#          main = sprintf("%s, local batch %d", model_size$name, local_batch), cex.main = 0.95)
+#   for (panel in names(model_sizes)) {
+#     plot(counts, counts, log = "xy", type = "l", lty = 3, col = "grey40", xaxt = "n", yaxt = "n", ylim = limits,
+#          xlab = "GPUs N", ylab = if (panel == names(model_sizes)[1]) "speed-up over one GPU (model)" else "",
+#          main = sprintf("%s, local batch %d", panel, local_batch), cex.main = 0.95)
+#     abline(h = 1, lwd = 0.6)
 #     axis(1, at = counts, labels = counts)
-#     for (index in seq_along(gpu_links)) {
-#       for (buckets in list(NULL, 8L)) {
-#         lines(counts, speedup_of(model_size$size, gpu_links[[index]], buckets), type = "o", pch = 19, cex = 0.5,
-#               col = colours[index], lty = if (is.null(buckets)) 1 else 2)
-#       }
+#     axis(2, at = 10^decades, labels = parse(text = paste0("10^", decades)), las = 1)
+#     for (curve in Filter(function(curve) curve$panel == panel, curves)) {
+#       lines(counts, curve$speedup, type = "o", pch = 19, cex = 0.5, col = colours[curve$index],
+#             lty = if (curve$overlapped) 2 else 1)
 #     }
 #   }
 #   labels <- c(as.vector(rbind(names(gpu_links), paste0(names(gpu_links), ", 8 buckets overlapped"))), "ideal (N)")
-#   legend(10^par("usr")[2], 10^par("usr")[4], labels, col = c(rep(colours, each = 2), "grey"),
+#   legend(10^par("usr")[2], 10^par("usr")[4], labels, col = c(rep(colours, each = 2), "grey40"),
 #          lty = c(rep(1:2, length(gpu_links)), 3), pch = c(rep(19, 2 * length(gpu_links)), NA), cex = 0.75,
 #          xpd = NA, bty = "n", xjust = 0, yjust = 1)
-#   mtext("A model from specifications, not a measurement", outer = TRUE, cex = 1.1, font = 2)
+#   mtext("A model from specifications, not a measurement", outer = TRUE, cex = 1.1)
 # }
 # draw_scaling()
 
@@ -478,10 +517,12 @@ import keras  # noqa: F401
 # The larger model has 100 times the compute *and* 100 times the
 # gradient, so the ratio at a fixed local batch stays the same; what changes is that latency matters
 # less. Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
-# (buckets sent as soon as their gradients exist: PyTorch DDP's buckets; in `tf.distribute`,
-# `CommunicationOptions(bytes_per_pack=...)` splits a collective into packs) help most when bandwidth
-# limits; but each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64 GPUs that
-# can cost more than the overlap saves (the printout says which way it went): one reason NCCL
+# (buckets sent as soon as their gradients exist, as PyTorch DDP does; the model takes the backward
+# pass as two thirds of the compute and sends the buckets one after another) help most when bandwidth
+# limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, groups gradients
+# into several all-reduces so that weight updates can overlap them; it does not start them during
+# the backward pass. But each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64
+# GPUs that can cost more than the overlap saves (the printout says which way it went): one reason NCCL
 # all-reduces over trees and by node on large clusters. The remedy that always works is a larger local batch
 # (compute grows, the gradient does not), within what the optimizer tolerates (lesson 3).
 
@@ -489,10 +530,11 @@ import keras  # noqa: F401
 # ## Memory: replicated or sharded
 #
 # Training with Adam keeps, per parameter: the weight (4 bytes in float32), its gradient (4), and
-# Adam's two moments (4 each). Under mixed precision (lesson 8) weights and gradients are bfloat16 (2
-# each) but a float32 master copy is kept (4), so the total does not shrink. **Data parallelism
-# copies all of it to every device.** Sharded data parallelism (ZeRO stage 3, PyTorch FSDP) keeps
-# 1/N of each on each device and gathers a layer's weights just before it is used.
+# Adam's two moments (4 each). In ZeRO/DeepSpeed-style mixed precision, weights and gradients are
+# bfloat16 (2 each) beside a float32 master copy (4), so the total does not shrink. (Keras'
+# `mixed_bfloat16` of lesson 8 keeps its variables and gradients in float32 and only computes in
+# bfloat16: 16 bytes too.) **Data parallelism copies all of it to every device.** Sharded data
+# parallelism (ZeRO stage 3, PyTorch FSDP) keeps 1/N of each on each device and gathers a layer's weights just before it is used.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -509,10 +551,10 @@ import keras  # noqa: F401
 # parts <- unique(unlist(lapply(memory, names)))
 # parts <- c(setdiff(parts, "total"), "total")
 # memory_table <- data.frame(lapply(memory, function(bytes) {
-#   gigabytes <- ifelse(is.na(bytes[parts]), 0, bytes[parts]) / 1e9
-#   sprintf("%.1f", round(gigabytes, 1))
+#   gigabytes <- unname(ifelse(is.na(bytes[parts]), 0, bytes[parts])) / 1e9
+#   format(round(gigabytes, 2), nsmall = 1)  # as pandas prints a column: as few decimals as it needs
 # }), row.names = parts, check.names = FALSE)
-# print(memory_table)
+# print_table(memory_table, row_names = TRUE)
 
 # %% [markdown]
 # On JAX, Keras' `keras.distribution` expresses both as layouts (lesson 7). Data parallelism copies
@@ -520,6 +562,8 @@ import keras  # noqa: F401
 # weights, and Adam's moments take their weight's layout. Measured on four JAX CPU devices, in a process
 # of its own by `jax_collectives$layout_costs()`: the bytes of weights and optimizer variables on each
 # device (the arrays' addressable shards), and the collectives XLA put into one compiled training step.
+# Gradients are not variables (they live only inside the compiled step), so this counts 12 bytes per
+# parameter, not 16; the biases stay replicated, so sharded is a little above a quarter.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -546,10 +590,12 @@ import keras  # noqa: F401
 # them. ZeRO and FSDP then **reduce-scatter** the gradients (each device receives only the sum of its
 # own shard, half an all-reduce's bytes); the printout says whether XLA did so on this CPU or instead
 # all-reduced each whole gradient and let each device keep its slice, the same sums at an all-reduce's
-# price. Tensor parallelism (lesson 7's layout) communicates activations inside the layers instead.
-# Sharding saves memory at the price of more collectives per step: with reduce-scatter, ZeRO-3 sends
-# about 1.5 times the bytes of plain data parallelism (the weights gathered forward and again
-# backward, the gradients reduce-scattered).
+# price. The all-to-alls move the backward pass's activation gradients back to the batch split. Tensor
+# parallelism (lesson 7's layout) communicates activations inside the layers instead.
+# Sharding saves memory at the price of more collectives per step: data parallelism sends about 2n
+# bytes per device for an n-byte model (an all-reduce), ZeRO-3 about 3n (the weights all-gathered
+# forward, n, and again backward, n, the gradients reduce-scattered, n), 1.5 times as much. ZeRO's
+# stages: 1 shards the optimizer's state, 2 also the gradients, 3 also the weights.
 
 # %% [markdown]
 # ### Exercise q3: each device's bytes under sharding
@@ -599,13 +645,15 @@ import keras  # noqa: F401
 #   "kind" = c("data parallel", "sharded data parallel", "tensor parallel", "pipeline parallel"),
 #   "each device holds" = c("the whole state", "1/N of the state", "1/N of each split layer", "its stages' layers"),
 #   "what it communicates per step" = c("the gradient: all-reduce, 2(N-1)/N x its bytes",
-#                                       "weights all-gathered, gradients reduce-scattered",
+#                                       paste("weights all-gathered, gradients reduce-scattered",
+#                                             if (sharded[["reduce-scatter"]] > 0) "(here: so)"
+#                                             else "(here: all-reduced whole, then sliced)"),
 #                                       sprintf("activations inside each layer (%s)", tensor_parallel),
 #                                       "activations at stage boundaries"),
 #   "idle share" = c("none", "none", "none", "(p-1)/(m+p-1)"),
 #   check.names = FALSE
 # )
-# print(kinds, row.names = FALSE)
+# print_table(kinds)
 
 # %% [markdown]
 # Large models combine them: tensor parallelism inside a node (over NVLink, where activations can
@@ -616,9 +664,11 @@ import keras  # noqa: F401
 # ## Performance tips
 #
 # - **Measure your link before buying devices**: `kerasdist sync-cost` prints α and β of this
-#   machine's transports; on a GPU machine the same fit with NCCL tells you your break-even batch.
-# - **Raise the local batch first** (the gradient's size does not grow with it), then overlap and
-#   bucket the all-reduce, then send bfloat16 gradients.
+#   machine's CPU transports; on a GPU machine, fit the same model to NCCL's timings (nccl-tests) to
+#   get your break-even batch.
+# - **Raise the local batch first** (the gradient's size does not grow with it), then send bfloat16
+#   gradients; bucket and overlap the all-reduce where each bucket's latencies are small next to its
+#   bytes' time (the model above shows where that fails).
 # - **Shard when memory, not speed, is the limit**: ZeRO-3/FSDP trades about 1.5 times the traffic
 #   for 1/N of the state.
 
@@ -626,15 +676,15 @@ import keras  # noqa: F401
 # ## Summary
 #
 # - A ring all-reduce is a reduce-scatter and an all-gather, 2(N−1) steps; each device sends
-#   2(N−1)/N of the gradient whatever N is, and pays 2(N−1) latencies.
-# - Timed on this machine's transports, each all-reduce fits α + β·n to the printed error;
-#   processes over loopback pay a larger α than devices in one process.
+#   2(N−1)/N of the gradient, less than twice it whatever N is, and pays 2(N−1) latencies.
+# - Timed on this machine's transports, each all-reduce fits 2(N−1)·α + 2(N−1)/N·n·β to the printed
+#   error; processes over loopback pay a larger α than devices in one process.
 # - Data parallelism pays above the break-even local batch, where computing outlasts the all-reduce;
 #   virtual devices that share cores do not show that, real GPUs do.
-# - From specifications, a small model barely scales on any link; overlap, bfloat16 gradients and a
-#   larger local batch push the bend further out.
+# - From specifications, a small model barely scales on any link; bfloat16 gradients and a larger
+#   local batch push the bend further out, overlapping with buckets only where latency is small.
 # - Data parallelism copies 16 bytes per parameter to every device (float32 Adam); sharding divides
-#   them by N, paid for with all-gathers.
+#   them by N, paid for with all-gathers (and reduce-scatters, or here whole all-reduces).
 
 # %% [markdown]
 # ## Exercises
@@ -650,10 +700,11 @@ import keras  # noqa: F401
 # <details><summary>Solution</summary>
 #
 # ```r
-# rows_8 <- sync_cost$measure_transports(list(8L), sizes, repeats, timeout_s, transports = sync_cost$LOCAL_TRANSPORTS)
+# rows_8 <- sync_cost$measure_transports(list(8L), sizes, repeats, timeout_s, transports = in_one_process)
 # ```
-# α grows with the 14 steps of an 8-device ring; the fitted bandwidth falls, because eight copies
-# share the memory bandwidth that two shared before.
+# The fixed time 2(N−1)·α grows with the 14 steps of an 8-device ring even where the per-step α
+# falls; the fitted bandwidth falls, because eight copies share the memory bandwidth that two shared
+# before.
 # </details>
 #
 # 2. With the published figures, at which local batch does the MLP's all-reduce over NVLink 4 hide

@@ -241,6 +241,38 @@ KEY_NUMBERS = {
         ("cost model: halving the compute on one device",
          r"^model: halving the compute makes one device ([\d.]+)x as fast", None, 0),
     ],
+    # All-reduce timings and step times differ run to run: only what the model, the data and the published
+    # figures fix is compared. The hand ring's gap to a plain sum is not: Python sums in float32, R in double.
+    "09_sync_cost": [
+        ("devices, parameters and gradient bytes",
+         r"^(\d+) devices; the MLP has ([\d,]+) parameters: ([\d.]+) MB of gradients$", None, 0),
+        ("the ring's steps", r"^(\d+) steps: ((?:(?:reduce-scatter|all-gather) \d+(?:, )?)+)$", None, 0),
+        ("every device ends with the same sum", r"^every device ends with the same sum: (\w+)$", None, 0),
+        ("the strategy's all-reduce equals the ring by hand",
+         r"^MirroredStrategy's all-reduce equals the ring by hand to float32 precision: (\w+)$", None, 0),
+        ("bytes sent and latencies of a ring and a tree", r"^\s*(\d+)\s+(\d\.\d{6})\s+(\d+)\s+(\d+)$", None, 0),
+        ("transports and replica counts timed, in order",
+         r"^(.+?), (\d+) replicas: alpha [\d.]+ us, bandwidth [\d.]+ GB/s \(fit error \d+%\)$", None, 0),
+        ("training FLOPs per sample", r"^([\d,]+) training FLOPs per sample;", None, 0),
+        ("the batch of the measured steps", r"^one device: [\d.]+ ms per step at a batch of (\d+)$", None, 0),
+        ("published links",
+         r"^(PCIe 4\.0 x16|NVLink 4 \(H100\)|100 Gb/s Ethernet|InfiniBand NDR)\s+([\d.]+)\s+([\d.]+)\s+(\S.*)$",
+         None, 0),
+        ("the GPU's peak and the assumed share", r"^(NVIDIA H100 SXM: .+)$", None, 0),
+        ("speed-ups modelled from specifications",
+         r"^\s*(NVLink 4 \(H100\)|InfiniBand NDR),\s+(.+?):\s+([\d.]+)x on (\d+) GPUs$", None, 0),
+        ("bytes per device, replicated and sharded (GB)",
+         r"^(weights|gradients|optimizer \(Adam's 2 moments\)|float32 master weights|total)"
+         r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", None, 0),
+        ("each layout's bytes on device 0 and collectives",
+         r"^\s*((?:sharded )?data parallel|tensor parallel): +([\d,]+) bytes on device 0; collectives: (.+)$", None, 0),
+        ("the sharded step's gradients",
+         r"^the sharded step reduce-scatters its gradients: (\w+) ; it all-reduces them whole: (\w+)$", None, 0),
+        ("sharded over replicated bytes", r"^sharded over replicated bytes: ([\d.]+)$", None, 0),
+        ("pipeline bubble", r"^4 stages, +(\d+) micro-batches: bubble (\d+)%$", None, 0),
+        ("what tensor parallelism communicates", r"^\s*tensor parallel\s+.*activations inside each layer \((.+)\)",
+         None, 0),
+    ],
 }
 
 
