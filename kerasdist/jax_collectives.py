@@ -20,12 +20,12 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 
 from kerasdist import checks
 from kerasdist.errors import KerasdistError
+from kerasdist.json_child import run_json_child
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 # An instruction's opcode follows its shape and a space; an asynchronous pair counts once, by its -start.
@@ -122,15 +122,8 @@ def _in_child(request, what, timeout_s):
                              "(pip install 'kerasdist[jax]')")
     environment = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
                        XLA_FLAGS=f"--xla_force_host_platform_device_count={request['devices']}")
-    try:
-        done = subprocess.run([sys.executable, "-m", "kerasdist.jax_collectives", json.dumps(request)],
-                              capture_output=True, text=True, timeout=timeout_s, env=environment)
-    except subprocess.TimeoutExpired:
-        raise KerasdistError(f"{what} on JAX took over {timeout_s:g} s; pass a larger timeout_s") from None
-    if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
-        raise KerasdistError(f"{what} on JAX failed: {last}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json_child([sys.executable, "-m", "kerasdist.jax_collectives"], request, f"{what} on JAX",
+                          timeout_s, environment, on_timeout="pass a larger timeout_s")
 
 
 def _time_allreduces(devices, sizes, repeats):
@@ -219,9 +212,9 @@ def _layout_cost(layout, batch_size):
             "parameters": model.count_params(), "collectives": count_collectives(compiled.as_text())}
 
 
-def main(argv=None):
-    """The child's entry point: measure what the JSON request in ``argv`` asks, print it as one JSON line."""
-    request = json.loads((sys.argv[1:] if argv is None else argv)[0])
+def main():
+    """The child's entry point: measure what the JSON request on stdin asks, print it as one JSON line."""
+    request = json.load(sys.stdin)
     import jax
 
     if jax.device_count() != request["devices"]:

@@ -32,6 +32,7 @@ import numpy as np
 
 from kerasdist import checks
 from kerasdist.errors import KerasdistError
+from kerasdist.json_child import run_json_child
 
 BYTES_PER_FLOAT32 = 4
 
@@ -478,13 +479,5 @@ def _wait_for_all(processes, outputs, what, timeout_s):
 
 
 def _in_child(request, what, timeout_s):
-    """Run ``_CHILD`` on ``request`` and return its last line's JSON; a failure or timeout is one error."""
-    try:
-        done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(request), capture_output=True,
-                              text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise KerasdistError(f"{what} took over {timeout_s:g} s; try fewer or smaller sizes") from None
-    if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
-        raise KerasdistError(f"{what} failed: {last}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """Run ``_CHILD`` on ``request`` and return its answer; a failure or timeout is one error."""
+    return run_json_child([sys.executable, "-c", _CHILD], request, what, timeout_s)
