@@ -14,7 +14,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-from kerasdist import data, engines
+from kerasdist import data, engines, lesson_needs
 
 OK, MISSING, BROKEN = "OK", "missing", "broken"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -23,20 +23,6 @@ R_PACKAGES = ("reticulate", "keras3", "tfdatasets", "tensorflow", "kerasdist")
 INSTALL_R_TWIN_PACKAGES = """Rscript -e 'install.packages(c("keras3", "tfdatasets", "tensorflow"))'"""
 INSTALL_R = "sudo apt-get install --no-install-recommends r-base-core r-cran-reticulate"
 INSTALL_GPU_BUILD = "KERASDIST_TF=gpu make setup"
-PYTHON_LESSONS = ("python", "tensorflow", "keras", "numpy")
-R_BRIDGE = ("r", "reticulate", "rpy2", "numpy_reticulate")
-R_TWINS = R_BRIDGE + ("keras3", "tfdatasets", "tensorflow_r")
-LESSON_NEEDS = (
-    ("01-06 Python lessons", PYTHON_LESSONS),
-    ("00_R_with_reticulate_R", PYTHON_LESSONS + R_BRIDGE + ("kerasdist_r",)),
-    ("01-06 keras3 R twins (_R)", PYTHON_LESSONS + R_TWINS),
-    ("07_keras_distribution_jax", PYTHON_LESSONS + ("jax",)),
-    ("07_keras_distribution_jax_R", PYTHON_LESSONS + ("jax",) + R_TWINS),
-    ("08_speed", PYTHON_LESSONS + ("fashion_mnist",)),
-    ("08_speed_R", PYTHON_LESSONS + ("fashion_mnist",) + R_TWINS),
-    ("09_sync_cost (kerasdist sync-cost)", PYTHON_LESSONS + ("jax",)),
-    ("09_sync_cost_R", PYTHON_LESSONS + ("jax",) + R_TWINS),
-)
 PROBE_NEEDED_BY = {
     "multi_worker_fit": "05, kerasdist launch/worker",
     "mirrored_steps_per_execution": "speed tips of 01 and 04",
@@ -110,7 +96,7 @@ def jax_checks(timeout_s=60):
     Both run in subprocesses (JAX fixes its devices when it starts), bounded by ``timeout_s``.
     """
     version = _version("jax")
-    needed_by = "07, --backend jax"
+    needed_by = lesson_needs.lessons_needing("jax") + ", --backend jax"
     if not version:
         missing = "make setup (the jax extra)"
         return [Check("jax", "JAX", MISSING, "not installed", needed_by, missing),
@@ -169,7 +155,8 @@ def _fashion_check():
     else:
         found = ""
     return Check("fashion_mnist", "Fashion-MNIST (--data fashion)", OK if found else MISSING,
-                 found or "not on this machine (a download needs the network)", "08 (speed), --data fashion",
+                 found or "not on this machine (a download needs the network)",
+                 lesson_needs.lessons_needing("fashion_mnist") + ", --data fashion",
                  "" if found else f"sudo apt-get install {data.FASHION_DEBIAN_PACKAGE}")
 
 

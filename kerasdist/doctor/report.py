@@ -10,9 +10,9 @@ import dataclasses
 import os
 import time
 
-from kerasdist import engines
+from kerasdist import engines, lesson_needs
 from kerasdist.doctor import checks, probes
-from kerasdist.doctor.checks import LESSON_NEEDS, OK
+from kerasdist.doctor.checks import OK
 from kerasdist.strategy import STRATEGIES
 
 FOUND_WIDTH = 60  # longer findings are cut in the table (kept whole in --json)
@@ -52,10 +52,7 @@ def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
         engines.save_answers({name: answer for name, answer in answers.items() if not answer["failed"]})
         rows += [checks.probe_check(probe, answers[probe.name]) for probe in engines.PROBES]
     by_key = {check.key: check for check in rows}
-    lessons = []
-    for lesson, needs in LESSON_NEEDS:
-        missing = [by_key[key].name for key in needs if by_key[key].status != OK]
-        lessons.append({"lesson": lesson, "ready": not missing, "missing": missing})
+    lessons = lesson_rows(by_key)
     choices = {}
     for name in STRATEGIES:
         engine, reason = engines.engine_for(name, answers or None)
@@ -69,6 +66,25 @@ def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
         "probe_cache": engines.cache_path() if answers else None,
         "seconds": round(time.perf_counter() - start, 1),
     }
+
+
+def lesson_rows(checks_by_key):
+    """One row per lesson notebook: whether this machine has what ``kerasdist.lesson_needs`` says it needs.
+
+    Args:
+        checks_by_key: the doctor's checks, keyed by ``Check.key``.
+
+    Returns:
+        A list of dicts: ``lesson`` (the notebook's name), ``ready`` and ``missing`` (the names of the
+        checks that are not OK).
+    """
+    rows = []
+    for lesson in lesson_needs.LESSONS:
+        for notebook in lesson.notebooks:
+            needed = [checks_by_key[key] for key in lesson.checks(notebook)]
+            missing = [check.name for check in needed if check.status != OK]
+            rows.append({"lesson": notebook, "ready": not missing, "missing": missing})
+    return rows
 
 
 def format_report(report):
