@@ -1,20 +1,31 @@
-"""Sphinx extension of the course website: lessons link to their twins and to the landing page; R code is R.
+"""Sphinx extension of the course website: one page per lesson and language, with a switch between them.
 
-A Python lesson ``notebooks/NN_topic`` and its R twin ``notebooks/NN_topic_R`` each get a
-line under their title that leads to the other. The lessons link to the README's course map
-(``../README.md#lessons``); on the site that map is the landing page's. R cells of the
-Python-kernel notebooks are highlighted as R.
+A Python lesson ``notebooks/NN_topic`` and its R twin ``notebooks/NN_topic_R`` share their
+section headings. Every lesson page gets, in its header, a Python | R switch: a plain link to
+the twin (without JavaScript), and with ``language-switch.js`` a link to the same section that
+also remembers the reader's choice. The sidebar lists each lesson once (the Python page, or
+lesson 00's R page); an R page's previous/next links follow the R twins. Under a lesson's title
+come what it needs (``kerasdist.lesson_needs``, the table the README and the doctor read), its
+notebooks to download and how to run it yourself. Solutions and hints (``<details>`` in the
+lessons) become sphinx-togglebutton dropdowns; the lessons' links to the README's course map
+lead to the landing page; R cells of the Python-kernel notebooks are highlighted as R.
 """
 
+import json
 import re
 
 from docutils import nodes
 from sphinx import addnodes
 
+from kerasdist import lesson_needs
+
 LESSONS_FOLDER = "notebooks/"
 R_SUFFIX = "_R"
 # A code cell whose first line runs the rest as R (rpy2's %%R) or saves it as an R script.
 R_CELL = re.compile(r"%%R\b|%%writefile\s+\S+\.R\s*$")
+DETAILS_TAG = re.compile(r"\s*(</details>|<details>\s*<summary>.*?</summary>)\s*", re.DOTALL)
+DETAILS_OPEN = re.compile(r"^\s*<details>\s*<summary>(.*?)</summary>\s*$", re.DOTALL)
+DETAILS_CLOSE = re.compile(r"^\s*</details>\s*$")
 
 
 def twin_of(docname):
@@ -33,19 +44,100 @@ def twin_of(docname):
     return docname.removesuffix(R_SUFFIX) if docname.endswith(R_SUFFIX) else docname + R_SUFFIX
 
 
-def add_twin_link(app, doctree):
-    """Under a lesson's title, a line that links to its twin (a lesson without one gets none)."""
+def language_of(docname):
+    """``"r"`` for an R lesson, ``"python"`` for a Python one.
+
+    Example:
+        >>> language_of("notebooks/03_convergence_R")
+        'r'
+    """
+    return "r" if docname.endswith(R_SUFFIX) else "python"
+
+
+def _is_lesson(app, docname):
+    return docname.startswith(LESSONS_FOLDER) and docname in app.env.found_docs
+
+
+def _has_twin(app, docname):
+    return _is_lesson(app, docname) and twin_of(docname) in app.env.found_docs
+
+
+def keep_r_twins_out_of_the_sidebar(app, doctree):
+    """An R twin is reached through its Python lesson's switch, so it needs no entry of its own."""
     docname = app.env.docname
-    twin = twin_of(docname)
-    if not docname.startswith(LESSONS_FOLDER) or twin not in app.env.found_docs:
+    if language_of(docname) == "r" and _has_twin(app, docname):
+        app.env.metadata[docname]["orphan"] = True
+
+
+def add_lesson_header(app, doctree):
+    """Under a lesson's title: what it needs, its notebooks to download, and how to run it yourself."""
+    docname = app.env.docname
+    if not _is_lesson(app, docname):
         return
-    language = "Python" if docname.endswith(R_SUFFIX) else "R"
-    # An implicit reference to a document: Sphinx writes the twin's title as the link text.
-    reference = addnodes.pending_xref("", nodes.inline(), refdomain="std", reftype="doc",
-                                      reftarget="/" + twin, refexplicit=False, refdoc=docname)
-    line = nodes.paragraph("", f"This lesson in {language}: ", reference)
+    lesson = lesson_needs.lesson_of(docname)
+    needs = nodes.field_list(classes=["lesson-needs"])
+    for label, value in lesson.rows():
+        body = nodes.field_body("", nodes.paragraph("", value))
+        needs += nodes.field("", nodes.field_name("", label), body)
+    downloads = nodes.paragraph("", "Download the notebook: ", classes=["lesson-downloads"])
+    for index, name in enumerate(lesson.notebooks):
+        language = "R" if language_of(name) == "r" else "Python"
+        downloads += nodes.Text(" · " if index else "")
+        downloads += addnodes.download_reference(
+            "", "", nodes.literal("", f"{name}.ipynb"), nodes.Text(f" ({language})"),
+            reftarget=f"/{LESSONS_FOLDER}{name}.ipynb", refdoc=docname, refexplicit=True, reftype="download",
+            refdomain="")
+    legend = nodes.paragraph("", lesson_needs.LEGEND.replace("`", ""), classes=["lesson-needs-legend"])
+    header = nodes.container("", needs, legend, downloads, _run_it_yourself(docname),
+                             classes=["lesson-header"])
     section = doctree.next_node(nodes.section)
-    section.insert(1, nodes.container("", line, classes=["twin-link", "admonition", "tip"]))
+    section.insert(1, header)
+
+
+def _run_it_yourself(docname):
+    """A dropdown with the steps that open this lesson on the reader's own machine."""
+    name = docname.removeprefix(LESSONS_FOLDER)
+    steps = [
+        "In a copy of the kerasdist repository, on Linux with Python 3.10-3.13 (a laptop or a GPU "
+        "workstation): make lab. It sets up .venv (TensorFlow's GPU build when nvidia-smi lists a GPU), "
+        "registers the Python (kerasdist) kernel and opens JupyterLab.",
+        f"Open notebooks/{name}.ipynb and run its cells in order; .venv/bin/kerasdist doctor says "
+        "what this machine lacks for each lesson.",
+    ]
+    if language_of(docname) == "r":
+        steps.append("The R cells run in the same Python kernel through rpy2. They need R with reticulate "
+                     "(make setup installs both from Debian as root) and, for an R twin, the CRAN packages: "
+                     'in R, install.packages(c("keras3", "tfdatasets", "tensorflow")).')
+    listing = nodes.enumerated_list()
+    for step in steps:
+        listing += nodes.list_item("", nodes.paragraph("", step))
+    return nodes.admonition("", nodes.title("", "Run it yourself"), listing,
+                            classes=["dropdown", "run-it-yourself"])
+
+
+def details_to_dropdowns(app, doctree):
+    """Turn a lesson's ``<details><summary>X</summary> ... </details>`` into a dropdown titled X."""
+    # One raw HTML block may hold several tags ("</details>" then the next "<details><summary>"): one each.
+    for raw in list(doctree.findall(nodes.raw)):
+        tags, rest = DETAILS_TAG.findall(raw.astext()), DETAILS_TAG.split(raw.astext())[::2]
+        if raw.get("format") == "html" and len(tags) > 1 and not "".join(rest):
+            raw.replace_self([nodes.raw("", tag, format="html") for tag in tags])
+    for opening in list(doctree.findall(nodes.raw)):
+        match = DETAILS_OPEN.match(opening.astext()) if opening.get("format") == "html" else None
+        if not match or opening.parent is None:
+            continue
+        parent = opening.parent
+        start = parent.index(opening)
+        closings = (index for index in range(start + 1, len(parent))
+                    if isinstance(parent[index], nodes.raw) and DETAILS_CLOSE.match(parent[index].astext()))
+        end = next(closings, None)
+        if end is None:
+            continue
+        summary = match.group(1).strip()
+        dropdown = nodes.admonition("", nodes.title("", summary),
+                                    classes=["dropdown", "lesson-" + summary.split()[0].lower()])
+        dropdown.extend(node.deepcopy() for node in parent[start + 1:end])
+        parent[start:end + 1] = [dropdown]
 
 
 def link_readme_to_landing_page(app, doctree):
@@ -62,9 +154,66 @@ def highlight_r_cells_as_r(app, doctree):
             block["language"] = "r"
 
 
+def _sections(app, docname):
+    """(ids, title) of every section of a document, in document order."""
+    return [(section["ids"], section.next_node(nodes.title).astext())
+            for section in app.env.get_doctree(docname).findall(nodes.section)]
+
+
+def section_pairs(app, docname):
+    """Each section id of a lesson, mapped to its twin's section with the same heading in the same place."""
+    pairs = {}
+    twin_sections = _sections(app, twin_of(docname))[1:]  # the first is the page itself: its title
+    for (ids, title), (twin_ids, twin_title) in zip(_sections(app, docname)[1:], twin_sections):
+        if title == twin_title and twin_ids:
+            pairs.update(dict.fromkeys(ids, twin_ids[0]))
+    return pairs
+
+
+def _relation_link(app, pagename, docname):
+    return {"link": app.builder.get_relative_uri(pagename, docname),
+            "title": app.builder.render_partial(app.env.titles[docname])["title"]}
+
+
+def add_language_switch(app, pagename, templatename, context, doctree):
+    """The switch's links and section map for a lesson page; an R page's previous/next follow the R twins."""
+    if not _is_lesson(app, pagename):
+        return
+    language = language_of(pagename)
+    links = {language: "#"}
+    if _has_twin(app, pagename):
+        links[language_of(twin_of(pagename))] = app.builder.get_relative_uri(pagename, twin_of(pagename))
+    context["language_switch"] = {
+        "current": language, "python": links.get("python"), "r": links.get("r"),
+        "sections": json.dumps(section_pairs(app, pagename) if _has_twin(app, pagename) else {}),
+    }
+    if language == "r":
+        # An R twin has no place in the sidebar's toctree: it takes its Python lesson's neighbours.
+        source = twin_of(pagename) if _has_twin(app, pagename) else pagename
+        _, previous, following = app.env.collect_relations()[source]
+        for key, neighbour in (("prev", previous), ("next", following)):
+            if neighbour and language_of(neighbour) == "python" and _has_twin(app, neighbour):
+                neighbour = twin_of(neighbour)
+            context[key] = _relation_link(app, pagename, neighbour) if neighbour else None
+
+
+def add_twin_table(app):
+    """Tell language-switch.js which pages are twins: {python page: R page}, site-relative, without .html."""
+    twins = {LESSONS_FOLDER + lesson.notebooks[0]: LESSONS_FOLDER + lesson.notebooks[1]
+             for lesson in lesson_needs.LESSONS if len(lesson.notebooks) == 2}
+    app.add_js_file(None, body=f"const kerasdistTwins = {json.dumps(twins)};")
+    app.add_js_file("language-switch.js")
+    app.add_css_file("kerasdist.css")
+
+
 def setup(app):
-    """Register the doctree hooks."""
-    app.connect("doctree-read", add_twin_link)
+    """Register the doctree and page hooks and the switch's script and style."""
+    # Before Sphinx's own collectors (priority 500): the header's download links must be collected.
+    app.connect("doctree-read", add_lesson_header, priority=400)
+    app.connect("doctree-read", details_to_dropdowns, priority=400)
+    app.connect("doctree-read", keep_r_twins_out_of_the_sidebar)
     app.connect("doctree-read", link_readme_to_landing_page)
     app.connect("doctree-read", highlight_r_cells_as_r)
+    app.connect("html-page-context", add_language_switch)
+    app.connect("builder-inited", add_twin_table)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

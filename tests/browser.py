@@ -1,5 +1,6 @@
 """Headless Debian chromium for the browser tests: screenshots, and a page driven over the DevTools pipe."""
 
+import base64
 import fcntl
 import json
 import os
@@ -102,6 +103,26 @@ class Page:
         self.evaluate("window.previousPage = true")  # gone once the new page replaced this one
         self._call("Page.navigate", url=url)
         self.wait_for("window.previousPage === undefined && document.readyState === 'complete'")
+
+    def set_viewport(self, width, height, mobile=False):
+        """Lay pages out as on a window of ``width`` x ``height`` CSS pixels (a phone's when ``mobile``)."""
+        self._call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                   mobile=mobile)
+
+    def disable_scripts(self):
+        """Run no JavaScript in the pages opened from now on, as in a browser with scripts turned off."""
+        self._call("Emulation.setScriptExecutionDisabled", value=True)
+
+    def click(self, selector):
+        """Click the middle of the first element ``selector`` matches with the mouse, as a reader would."""
+        box = self.evaluate(f"(() => {{ const box = document.querySelector({json.dumps(selector)})"
+                            ".getBoundingClientRect(); return [box.x + box.width / 2, box.y + box.height / 2]; })()")
+        for kind in ("mousePressed", "mouseReleased"):
+            self._call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+
+    def save_screenshot(self, path):
+        """Save what the window shows now as a PNG."""
+        Path(path).write_bytes(base64.b64decode(self._call("Page.captureScreenshot", format="png")["data"]))
 
     def wait_for(self, expression):
         """Wait until the JavaScript ``expression`` is true in the page; fail after ``timeout_s``.

@@ -2,6 +2,7 @@
 
 import contextlib
 import functools
+import html
 import html.parser
 import http.server
 import importlib.util
@@ -16,6 +17,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 
 import browser
+from kerasdist import lesson_needs
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON, TWIN = "notebooks/01_quickstart", "notebooks/01_quickstart_R"
@@ -134,15 +136,59 @@ def test_the_exit_status_page_lists_every_status_the_cli_uses():
     assert {1, 2, 3, 130, 143} <= statuses <= rows
 
 
-def test_every_lesson_links_to_its_twin_under_its_title(site):
-    twins = sorted((ROOT / "notebooks").glob("0[1-9]_*_R.ipynb"))
-    assert len(twins) >= 6
-    for twin in twins:
-        python = twin.name.removesuffix("_R.ipynb")
-        for page, target in ((python, twin.stem), (twin.stem, python)):
-            text = (site / "notebooks" / f"{page}.html").read_text(encoding="utf-8")
-            line = re.search(r'<div class="twin-link[^"]*">\s*<p>[^<]*<a [^>]*href="([^"]+)"', text)
-            assert line and line.group(1) == f"{target}.html", f"{page} has no line that links to {target}"
+def _switch(site, docname):
+    """{language: href} of the Python | R switch on a lesson page (href None where that language has no page)."""
+    text = (site / f"{docname}.html").read_text(encoding="utf-8")
+    nav = re.search(r'<nav class="language-switch".*?</nav>', text, flags=re.DOTALL)
+    assert nav, f"{docname} has no language switch"
+    options = re.findall(r'<(a|span) class="language-switch-option[^"]*"(?: aria-current="page")?'
+                         r'(?: data-language="(\w+)")?(?: href="([^"]*)")?[^>]*>(\w+)<', nav.group(0))
+    return {label.lower(): href or None for _, _, href, label in options}
+
+
+def test_every_lesson_page_switches_language_by_a_plain_link_to_its_twin(site):
+    for lesson in lesson_needs.LESSONS:
+        if len(lesson.notebooks) == 1:  # lesson 00: R only, Python shown as unavailable
+            assert _switch(site, f"notebooks/{lesson.stem}") == {"python": None, "r": "#"}
+            continue
+        python, r = lesson.notebooks
+        assert _switch(site, f"notebooks/{python}") == {"python": "#", "r": f"{r}.html"}
+        assert _switch(site, f"notebooks/{r}") == {"python": f"{python}.html", "r": "#"}
+
+
+def test_the_sidebar_lists_each_lesson_once(site):
+    text = (site / "docs" / "index.html").read_text(encoding="utf-8")
+    sidebar = text.split('class="bd-sidebar-primary')[1].split("</nav>")[0]
+    listed = re.findall(r'href="\.\./notebooks/([^".#]+)\.html"', sidebar)
+    assert listed == [lesson.stem for lesson in lesson_needs.LESSONS]
+
+
+def test_every_lesson_page_opens_with_its_needs_from_the_single_source(site):
+    for lesson in lesson_needs.LESSONS:
+        for name in lesson.notebooks:
+            text = (site / "notebooks" / f"{name}.html").read_text(encoding="utf-8")
+            needs = re.search(r'<dl class="[^"]*lesson-needs[^"]*"[^>]*>(.*?)</dl>', text, flags=re.DOTALL)
+            assert needs, f"{name} has no needs block"
+            shown = [(html.unescape(re.sub(r"<[^>]+>", "", label)).strip().rstrip(":"),
+                      html.unescape(re.sub(r"<[^>]+>", "", value)).strip())
+                     for label, value in re.findall(r"<dt[^>]*>(.*?)</dt>\s*<dd[^>]*>(.*?)</dd>", needs.group(1),
+                                                    flags=re.DOTALL)]
+            assert shown == lesson.rows(), name
+            # Both twins' notebooks to download, as the executed .ipynb files.
+            downloads = re.findall(r'<a class="reference download internal" download="" href="([^"]+\.ipynb)"', text)
+            assert [Path(link).name for link in downloads] == [f"{notebook}.ipynb" for notebook in lesson.notebooks]
+            for link in downloads:
+                assert (site / "notebooks" / link).read_bytes() == (ROOT / "notebooks" / Path(link).name).read_bytes()
+            assert "Run it yourself" in text and "make lab" in text
+
+
+def test_solutions_and_hints_are_dropdowns_not_raw_details(site):
+    for page in (site / "notebooks").glob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert "<details><summary>" not in text, f"{page.name} still shows a raw <details>"
+    text = (site / "notebooks" / "03_convergence.html").read_text(encoding="utf-8")
+    source = (ROOT / "notebooks" / "03_convergence.ipynb").read_text(encoding="utf-8")
+    assert text.count("dropdown lesson-solution admonition") == source.count("<summary>Solution</summary>") >= 3
 
 
 def test_previous_and_next_links_follow_the_course_in_each_language(site):
@@ -170,12 +216,12 @@ def test_a_browser_shows_the_landing_page_a_lesson_and_its_twin(site, tmp_path):
             page.open(base + "search.html?q=MirroredStrategy")
             page.wait_for("[...document.querySelectorAll('#search-results li')]"
                           ".some(result => result.innerText.includes('Quickstart: one machine'))")
-            # A Python lesson's twin link leads to its R twin, whose twin link leads back.
+            # A Python lesson's switch leads to its R twin, whose switch leads back.
             for docname, twin in ((LESSON, TWIN), (TWIN, LESSON)):
                 page.open(base + docname + ".html")
                 assert page.evaluate("document.querySelector('h1').innerText").startswith(_title(docname))
                 images[docname] = _image_sizes(page)
-                page.evaluate("document.querySelector('.twin-link a').click()")
+                page.evaluate("document.querySelector('.language-switch a:not(.active)').click()")
                 page.wait_for(f"location.href === {json.dumps(base + twin + '.html')} && "
                               "document.readyState === 'complete'")
                 assert page.evaluate("document.querySelector('h1').innerText").startswith(_title(twin))
@@ -188,6 +234,77 @@ def test_a_browser_shows_the_landing_page_a_lesson_and_its_twin(site, tmp_path):
     for name, sizes in images.items():
         assert all(width > 0 for _, width in sizes), f"{name}: images that did not load: {sizes}"
     assert len(images[LESSON]) >= 3 and len(images[TWIN]) >= 3
+
+
+SECTION = "gradient-accumulation-a-large-batch-without-more-devices"
+SECTION_IN_VIEW = ("(() => {{ const top = document.getElementById({!r}).getBoundingClientRect().top;"
+                   " return top >= -5 && top < window.innerHeight * 0.3; }})()")
+
+
+def test_the_language_switch_keeps_the_section_and_the_readers_choice(site):
+    python, r = "notebooks/03_convergence", "notebooks/03_convergence_R"
+    with serve(site) as base, browser.Page() as page:
+        # Lesson 03 in Python, read at its section on gradient accumulation.
+        page.open(f"{base}{python}.html#{SECTION}")
+        page.wait_for(SECTION_IN_VIEW.format(SECTION))
+        page.click(".language-switch a[data-language='r']")
+        # The R twin opens at the same section.
+        page.wait_for(f"location.href === {json.dumps(f'{base}{r}.html#{SECTION}')} && "
+                      "document.readyState === 'complete'")
+        page.wait_for(SECTION_IN_VIEW.format(SECTION))
+        assert page.evaluate("document.querySelector('.language-switch .active').innerText") == "R"
+        # Another lesson, opened from its Python address (a bookmark, a link): R is still chosen.
+        page.open(f"{base}notebooks/05_multi_worker.html")
+        page.wait_for(f"location.href === {json.dumps(base + 'notebooks/05_multi_worker_R.html')} && "
+                      "document.readyState === 'complete'")
+        assert page.evaluate("document.querySelector('.language-switch .active').innerText") == "R"
+        # The sidebar and the next link lead to R pages now.
+        sidebar = page.evaluate("[...document.querySelectorAll('.bd-sidebar-primary a[href*=\"notebooks/\"]')]"
+                                ".map(link => link.getAttribute('href'))")
+        assert sidebar and all(link.endswith("_R.html") for link in sidebar), sidebar
+        assert page.evaluate("document.querySelector('a.right-next').getAttribute('href')") == \
+            "06_strategy_map_R.html"
+        # Back to Python: chosen from now on.
+        page.click(".language-switch a[data-language='python']")
+        page.wait_for(f"location.href.startsWith({json.dumps(base + 'notebooks/05_multi_worker.html')})")
+        page.open(f"{base}{r}.html")
+        page.wait_for(f"location.href === {json.dumps(f'{base}{python}.html')} && document.readyState === 'complete'")
+
+
+def test_without_javascript_the_switch_is_a_plain_link_to_the_twin(site):
+    with serve(site) as base, browser.Page() as page:
+        page.disable_scripts()
+        page.open(f"{base}notebooks/03_convergence.html")
+        page.click(".language-switch a[data-language='r']")
+        page.wait_for(f"location.href === {json.dumps(base + 'notebooks/03_convergence_R.html')} && "
+                      "document.readyState === 'complete'")
+        assert page.evaluate("document.querySelector('h1').innerText").startswith(_title("notebooks/03_convergence_R"))
+
+
+# Elements whose text would be cut or would widen the page (code cells and their outputs scroll by design).
+OVERFLOWING_TEXT = """[...document.querySelectorAll(
+    '.bd-article p, .bd-article li, .bd-article td, .bd-article th, .bd-article dd, .bd-article h1,'
+    + ' .pst-scrollable-table-container, .language-switch')]
+  .filter(element => element.scrollWidth > element.clientWidth + 1 && !element.closest('pre, .cell_output'))
+  .map(element => element.tagName + ': ' + element.innerText.slice(0, 60))"""
+
+
+@pytest.mark.parametrize("width, height", [(1280, 800), (390, 844)])
+def test_the_landing_page_and_a_lesson_fit_the_window_without_cut_text(site, tmp_path, width, height):
+    with serve(site) as base, browser.Page() as page:
+        page.set_viewport(width, height, mobile=width < 500)
+        for name, url in (("landing", "docs/index.html"), ("lesson", "notebooks/03_convergence.html")):
+            page.open(base + url)
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), \
+                f"{name} scrolls sideways at {width} px"
+            assert page.evaluate(OVERFLOWING_TEXT) == [], f"{name} at {width} px"
+            # The landing page's lesson tables, shown: every lesson row is on screen in full width.
+            if name == "landing":
+                assert page.evaluate("[...document.querySelectorAll('.bd-article table')]"
+                                     ".every(table => table.getBoundingClientRect().right <= window.innerWidth)")
+            page.save_screenshot(tmp_path / f"{name}-{width}.png")
+            assert browser.png_size(tmp_path / f"{name}-{width}.png") == (width, height)
+            assert (tmp_path / f"{name}-{width}.png").stat().st_size > 20_000
 
 
 def _image_sizes(page):

@@ -1,0 +1,98 @@
+// The lessons' Python | R switch (docs/lessons.py): opens the twin at the section being read and
+// remembers the choice, so that the sidebar, the previous/next links and the next lesson opened
+// follow it. Without this script the switch is a plain link to the twin's first section.
+"use strict";
+
+const LANGUAGE_KEY = "kerasdist-language";
+// A section counts as the one being read once its heading is above this part of the window.
+const READING_LINE = 0.3;
+
+function storedLanguage() {
+  try {
+    return window.localStorage.getItem(LANGUAGE_KEY);
+  } catch (error) {  // storage blocked (private windows, file: pages in some browsers)
+    return null;
+  }
+}
+
+function storeLanguage(language) {
+  try {
+    window.localStorage.setItem(LANGUAGE_KEY, language);
+  } catch (error) {
+    // The switch still works; the choice is just not remembered.
+  }
+}
+
+// The id of the innermost section whose heading the reader has scrolled past (or the first one).
+function sectionBeingRead() {
+  const line = window.innerHeight * READING_LINE;
+  let current = null;
+  for (const section of document.querySelectorAll("article section[id]")) {
+    if (section.getBoundingClientRect().top <= line) current = section.id;
+  }
+  return current;
+}
+
+// The twin's URL at the section that pairs with the one being read.
+function twinURL(link, sections) {
+  const url = new URL(link.href, window.location.href);
+  const here = sectionBeingRead();
+  url.hash = here && sections[here] ? sections[here] : "";
+  return url.href;
+}
+
+// Point links to lesson pages (sidebar, previous/next, course map) at the chosen language's page.
+function followLanguage(language) {
+  if (language !== "r") return;
+  const current = new URL(window.location.href);
+  current.hash = "";
+  for (const link of document.querySelectorAll("a[href]")) {
+    if (link.closest(".language-switch")) continue;
+    const url = new URL(link.getAttribute("href"), window.location.href);
+    const match = url.pathname.match(/(notebooks\/[^/]+)\.html$/);
+    if (!match || !(match[1] in kerasdistTwins)) continue;
+    url.pathname = url.pathname.replace(/\.html$/, "_R.html");
+    link.href = url.href;
+    const sameRoot = new URL(url.href);
+    sameRoot.hash = "";
+    if (sameRoot.href === current.href && link.closest(".bd-sidebar-primary")) {
+      link.classList.add("current");
+      link.closest("li")?.classList.add("current", "active");
+    }
+  }
+}
+
+function setUpSwitch() {
+  const chosen = storedLanguage();
+  const nav = document.querySelector(".language-switch");
+  if (nav) {
+    const sections = JSON.parse(nav.dataset.sections || "{}");
+    const other = nav.querySelector("a.language-switch-option:not(.active)");
+    // A lesson opened in the other language than the reader chose: go to its twin, same section.
+    if (chosen && other && chosen === other.dataset.language) {
+      const target = new URL(other.href, window.location.href);
+      const wanted = window.location.hash.slice(1);
+      target.hash = wanted && sections[wanted] ? sections[wanted] : "";
+      window.location.replace(target.href);
+      return;
+    }
+    for (const option of nav.querySelectorAll("a.language-switch-option")) {
+      option.addEventListener("click", (event) => {
+        storeLanguage(option.dataset.language);
+        if (option.classList.contains("active")) {
+          event.preventDefault();
+          return;
+        }
+        event.preventDefault();
+        window.location.href = twinURL(option, sections);
+      });
+    }
+  }
+  followLanguage(chosen);
+}
+
+if (document.readyState === "loading") {
+  document.addEventListener("DOMContentLoaded", setUpSwitch);
+} else {
+  setUpSwitch();
+}
