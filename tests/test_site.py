@@ -259,9 +259,12 @@ def test_the_language_switch_keeps_the_section_and_the_readers_choice(site):
                       "document.readyState === 'complete'")
         assert page.evaluate("document.querySelector('.language-switch .active').innerText") == "R"
         # The sidebar and the next link lead to R pages now.
-        sidebar = page.evaluate("[...document.querySelectorAll('.bd-sidebar-primary a[href*=\"notebooks/\"]')]"
-                                ".map(link => link.getAttribute('href'))")
-        assert sidebar and all(link.endswith("_R.html") for link in sidebar), sidebar
+        sidebar = page.evaluate("[...document.querySelectorAll('.bd-sidebar-primary a')]"
+                                ".map(link => link.getAttribute('href')).filter(href => /^\\d\\d_/.test(href))")
+        assert len(sidebar) == len(lesson_needs.LESSONS), sidebar
+        assert all(link.endswith("_R.html") for link in sidebar), sidebar
+        assert page.evaluate("document.querySelector('.bd-sidebar-primary li.current > a').getAttribute('href')") \
+            == "05_multi_worker_R.html"
         assert page.evaluate("document.querySelector('a.right-next').getAttribute('href')") == \
             "06_strategy_map_R.html"
         # Back to Python: chosen from now on.

@@ -51,11 +51,10 @@ function followLanguage(language) {
     const url = new URL(link.getAttribute("href"), window.location.href);
     const match = url.pathname.match(/(notebooks\/[^/]+)\.html$/);
     if (!match || !(match[1] in kerasdistTwins)) continue;
-    url.pathname = url.pathname.replace(/\.html$/, "_R.html");
-    link.href = url.href;
-    const sameRoot = new URL(url.href);
-    sameRoot.hash = "";
-    if (sameRoot.href === current.href && link.closest(".bd-sidebar-primary")) {
+    link.setAttribute("href", link.getAttribute("href").replace(/\.html(?=#|$)/, "_R.html"));
+    const target = new URL(link.href);
+    target.hash = "";
+    if (target.href === current.href && link.closest(".bd-sidebar-primary")) {
       link.classList.add("current");
       link.closest("li")?.classList.add("current", "active");
     }
@@ -88,7 +87,8 @@ function setUpSwitch() {
       });
     }
   }
-  followLanguage(chosen);
+  // Before the reader chose, the links follow the language of the page they are on.
+  followLanguage(chosen || (nav && nav.dataset.current));
 }
 
 if (document.readyState === "loading") {
