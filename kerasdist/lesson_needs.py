@@ -139,14 +139,21 @@ def lesson_of(notebook):
 
 
 def lessons_needing(check):
-    """The numbers of the lessons one of whose notebooks needs the doctor's ``check``, e.g. ``07, 08, 09``.
+    """The lessons one of whose notebooks needs the doctor's ``check``, runs of numbers joined: ``07-09``.
 
     Example:
-        >>> lessons_needing("fashion_mnist")
-        '08'
+        >>> lessons_needing("fashion_mnist"), lessons_needing("keras3")
+        ('08', '01-09')
     """
-    return ", ".join(lesson.number for lesson in LESSONS
-                     if any(check in lesson.checks(notebook) for notebook in lesson.notebooks))
+    numbers = [int(lesson.number) for lesson in LESSONS
+               if any(check in lesson.checks(notebook) for notebook in lesson.notebooks)]
+    runs = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return ", ".join(f"{first:02d}" if first == last else f"{first:02d}-{last:02d}" for first, last in runs)
 
 
 def readme_table():

@@ -62,6 +62,6 @@ def test_the_doctors_lesson_rows_are_the_sources_notebooks_and_needs():
 
 
 def test_the_doctor_names_the_lessons_that_need_jax_and_fashion_mnist():
-    assert lesson_needs.lessons_needing("jax") == "07, 08, 09"
+    assert lesson_needs.lessons_needing("jax") == "07-09"
     assert lesson_needs.lessons_needing("fashion_mnist") == "08"
     assert lesson_needs.lessons_needing("kerasdist_r") == "00"

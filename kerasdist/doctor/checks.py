@@ -222,7 +222,7 @@ def gpu_checks():
         gpu_replicas = "0"
     replicas = Check("replicas", "Replicas per device kind", OK,
                      f"CPU: any N virtual ({cores} cores); GPU: {gpu_replicas}; workers: 1 each",
-                     "01-06 use 2")
+                     "the lessons' replicas")
     return [gpus, cuda, nccl_check, replicas]
 
 
@@ -280,7 +280,7 @@ def _version_tuple(text):
 
 def r_checks(found, embedded):
     r_ok = "error" not in found
-    r_twins = "01-08 keras3 R twins"
+    r_twins = f"keras3 R twins of {lesson_needs.lessons_needing('keras3')}"
     checks = [Check("r", "R", OK if r_ok else MISSING, found.get("R") or found["error"], "all _R notebooks",
                     "" if r_ok else INSTALL_R)]
     reticulate = found.get("reticulate", "")
