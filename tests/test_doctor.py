@@ -11,7 +11,7 @@ import numpy
 import pytest
 
 from helpers import last_json_line, run_cli
-from kerasdist import doctor, engines, run_training
+from kerasdist import doctor, engines, lesson_needs, run_training
 from kerasdist.doctor import checks, probes
 from kerasdist.strategy import STRATEGIES
 
@@ -176,6 +176,10 @@ def test_doctor_command_prints_the_table_and_json_last():
     report = last_json_line(done.stdout)
     assert {"checks", "lessons", "engines", "problems", "seconds"} <= set(report)
     assert report["engines"]["multi_worker"]["engine"] == "loop"
+    # One lesson row per notebook of kerasdist.lesson_needs, printed as the table's lesson lines.
+    notebooks = [name for lesson in lesson_needs.LESSONS for name in lesson.notebooks]
+    assert [row["lesson"] for row in report["lessons"]] == notebooks
+    assert [line.split()[1] for line in done.stdout.splitlines() if line.startswith("lesson  ")] == notebooks
     table = done.stdout.splitlines()
     assert table[0].split()[:2] == ["status", "check"]
     assert any(line.startswith("OK") and "Python" in line for line in table)
