@@ -2,20 +2,33 @@
 
 import matplotlib.pyplot as plt
 import matplotlib.ticker
+import matplotlib.transforms
+import numpy as np
 
 from kerasdist.result import steady_samples_per_s
 
 CPU_REPLICAS_NOTE = ("virtual CPU replicas share the same cores:\n"
                      "more replicas cannot be faster here,\nthey add the all-reduce")
+# Two curves of a panel "coincide" when they have the same x values and their y values differ nowhere by
+# more than this fraction of the panel's y range: less than a pixel, so one hides the other.
+COINCIDE_FRACTION = 1e-3
+# Line widths and marker sizes of the 1st, 2nd, 3rd, ... curve of a group that coincides: each one drawn
+# over the ones before, narrower, so that the colours of all of them show.
+_GROUP_WIDTHS = (2.8, 1.7, 0.7, 0.4)
+_GROUP_MARKERS = (("o", 11), ("s", 7.5), ("D", 4.5), ("o", 2.5))
 
 
 def plot_convergence(comparison):
     """Loss of each step's batch, validation accuracy per epoch and steady-state samples/s of every run.
 
     The loss panel shows each logged step's own batch loss (``batch_loss``),
-    not Keras' running epoch mean, which drops at every epoch boundary. The
-    throughput panel leaves out the first epoch (tracing) and, when the
-    replicas are virtual CPU devices, says that they share the same cores.
+    not Keras' running epoch mean, which drops at every epoch boundary. Runs
+    whose curves coincide in a panel (the same values, or closer than a pixel,
+    such as 1 and N replicas at a fixed global batch) are drawn one over the
+    other in narrower lines and smaller markers, and the legend names the run
+    each one lies on. The throughput panel leaves out the first epoch
+    (tracing) and, when the replicas are virtual CPU devices, says under its
+    axis that they share the same cores.
 
     Args:
         comparison: a ``ComparisonResult``.
@@ -26,46 +39,125 @@ def plot_convergence(comparison):
     Example:
         >>> figure = plot_convergence(run_comparison((1, 2), epochs=2, data="sample"))  # doctest: +SKIP
     """
-    figure, (loss_axis, accuracy_axis, speed_axis) = plt.subplots(1, 3, figsize=(16, 4.2))
-    labels, speeds = [], []
+    several_modes = len({m for m, _ in comparison.runs}) > 1
+    labels, loss_curves, accuracy_curves, speeds = [], [], [], []
     for mode, result in comparison.runs:
         plural = "s" if result.replicas > 1 else ""
         label = f"{result.replicas} replica{plural}, batch {result.global_batch_size}"
-        if len({m for m, _ in comparison.runs}) > 1:
-            label = f"{mode}: {label}"
+        labels.append(f"{mode}: {label}" if several_modes else label)
         steps = result.steps
         per_epoch = max(steps["step"]) if steps.get("step") else 1
         epochs_elapsed = [e + s / per_epoch for e, s in zip(steps.get("epoch", []), steps.get("step", []))]
-        # Dashed lines for N replicas, so a curve lying exactly on the 1-replica one stays visible.
-        style = "-" if result.replicas == 1 else "--"
-        loss_axis.plot(epochs_elapsed, steps.get("batch_loss", steps.get("loss", [])), style, label=label,
-                       alpha=0.8, linewidth=1)
-        epochs = [e + 1 for e in result.history.get("epoch", [])]
-        accuracy_axis.plot(epochs, result.history.get("val_sparse_categorical_accuracy", []), style,
-                           marker="o", label=label)
-        labels.append(label)
+        loss_curves.append((epochs_elapsed, steps.get("batch_loss", steps.get("loss", []))))
+        accuracy_curves.append(([e + 1 for e in result.history.get("epoch", [])],
+                                result.history.get("val_sparse_categorical_accuracy", [])))
         speeds.append(steady_samples_per_s(result) or 0.0)
+    colours = [f"C{index % 10}" for index in range(len(labels))]
+    # Dashed lines for N replicas, solid for 1 (as the R package draws them).
+    styles = ["-" if result.replicas == 1 else "--" for _, result in comparison.runs]
+
+    figure = plt.figure(figsize=(16, 5.4), layout="constrained")
+    loss_axis, accuracy_axis, speed_axis = figure.subplots(1, 3, width_ratios=(1.25, 1, 1.05))
     fixed = comparison.max_abs_loss_difference.get("fixed_global")
-    gap = f" — fixed global batch: max |Δ| vs 1 replica {fixed['step']:.2g}" if fixed else ""
+    gap = f"\nfixed global batch: max |Δ| vs 1 replica {fixed['step']:.2g}" if fixed else ""
     loss_axis.set(title=f"Training loss per step{gap}", xlabel="epoch", ylabel="loss of each step's batch")
-    loss_axis.title.set_fontsize(9)
     accuracy_axis.set(title="Validation accuracy", xlabel="epoch", ylabel="accuracy")
-    bars = speed_axis.barh(range(len(speeds)), speeds, color="tab:gray")
-    speed_axis.bar_label(bars, fmt="%.0f", fontsize=8)
-    speed_axis.set_yticks(range(len(speeds)), labels, fontsize=8)
-    speed_axis.invert_yaxis()
-    speed_axis.set(title="Steady-state throughput (after epoch 1), this machine", xlabel="samples/s")
-    speed_axis.title.set_fontsize(9)
-    if comparison.virtual_cpus:
-        speed_axis.text(0.98, 0.02, CPU_REPLICAS_NOTE, transform=speed_axis.transAxes, ha="right",
-                        va="bottom", fontsize=8, color="tab:red",
-                        bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
-    for axis in (loss_axis, accuracy_axis):
+    for axis, curves, markers in ((loss_axis, loss_curves, False), (accuracy_axis, accuracy_curves, True)):
+        _plot_curves(axis, curves, labels, colours, styles, markers)
         axis.xaxis.get_major_locator().set_params(integer=True)
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    figure.tight_layout()
+        # Under the axis label (0.5 inch below the axis), never over the curves.
+        down = matplotlib.transforms.ScaledTranslation(0, -0.5, figure.dpi_scale_trans)
+        under_label = axis.transAxes + down
+        axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=under_label,
+                    frameon=False)
+
+    positions = range(len(speeds))
+    bars = speed_axis.barh(positions, speeds, height=0.6, color=colours, alpha=0.75)
+    speed_axis.bar_label(bars, fmt="{:,.0f}", fontsize=8, padding=3)
+    speed_axis.set_yticks(positions, labels, fontsize=8)
+    speed_axis.invert_yaxis()
+    speed_axis.set_xlim(0, 1.18 * max(speeds + [1.0]))  # room for the value labels
+    speed_axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+    speed_axis.xaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
+    speed_axis.set(title="Steady-state throughput (after epoch 1), this machine", xlabel="samples/s")
+    speed_axis.grid(axis="x", alpha=0.3)
+    if comparison.virtual_cpus:
+        # Under the axis label: the constrained layout makes room for it, and it covers no bar.
+        speed_axis.annotate(CPU_REPLICAS_NOTE, xy=(0.5, 0), xycoords=speed_axis.xaxis.label,
+                            xytext=(0, -6), textcoords="offset points", ha="center", va="top",
+                            fontsize=8, color="tab:red")
+    for axis in (loss_axis, accuracy_axis, speed_axis):
+        axis.title.set_fontsize(10)
     return figure
+
+
+def coinciding_curves(curves, fraction=COINCIDE_FRACTION):
+    """For each curve, the index of an earlier curve it coincides with, and their largest |difference|.
+
+    Two curves coincide when they have the same x values and their y values
+    differ nowhere by more than ``fraction`` of the y range of all curves (one
+    hides the other in a plot). Each curve is compared with the earlier curves
+    that coincide with no curve before them, so a group of coinciding curves
+    points at its first one.
+
+    Args:
+        curves: a list of ``(x, y)`` sequences.
+        fraction: the tolerance, a fraction of the y range.
+
+    Returns:
+        A list, one entry per curve: ``None``, or ``(index, max_abs_difference)``.
+
+    Example:
+        >>> coinciding_curves([([1, 2], [0.5, 0.9]), ([1, 2], [0.1, 0.2]), ([1, 2], [0.5, 0.9])])
+        [None, None, (0, 0.0)]
+    """
+    arrays = [(np.asarray(x, dtype=float), np.asarray(y, dtype=float)) for x, y in curves]
+    finite = np.concatenate([y[np.isfinite(y)] for _, y in arrays] + [np.zeros(0)])
+    span = float(finite.max() - finite.min()) if finite.size else 0.0
+    tolerance = fraction * span
+    matches = []
+    for index, (x, y) in enumerate(arrays):
+        match = None
+        for earlier in range(index):
+            other_x, other_y = arrays[earlier]
+            if matches[earlier] is not None or len(x) == 0 or x.shape != other_x.shape \
+                    or y.shape != other_y.shape or not np.allclose(x, other_x, rtol=0, atol=1e-9) \
+                    or not np.array_equal(np.isnan(y), np.isnan(other_y)):
+                continue
+            difference = np.abs(y - other_y)[~np.isnan(y)]
+            largest = float(difference.max()) if difference.size else 0.0
+            if largest <= tolerance:
+                match = (earlier, largest)
+                break
+        matches.append(match)
+    return matches
+
+
+def _plot_curves(axis, curves, labels, colours, styles, markers):
+    """Draw every curve; a curve that coincides with an earlier one goes over it, narrower, and says so."""
+    matches = coinciding_curves(curves)
+    rank = [0] * len(curves)  # the position of each curve in its group of coinciding curves
+    for index, match in enumerate(matches):
+        if match is not None:
+            rank[index] = 1 + sum(1 for m in matches[:index] if m is not None and m[0] == match[0])
+    grouped = {m[0] for m in matches if m is not None}
+    for index, ((x, y), label) in enumerate(zip(curves, labels)):
+        match = matches[index]
+        if match is not None:
+            earlier, largest = match
+            relation = "same values as" if largest == 0 else "lies on"
+            difference = "" if largest == 0 else f" (max |Δ| {largest:.1g})"
+            label = f"{label}\n    {relation} {labels[earlier]}{difference}"
+        in_group = match is not None or index in grouped
+        step = min(rank[index], len(_GROUP_WIDTHS) - 1)
+        width = _GROUP_WIDTHS[step] if in_group else 1.2
+        options = {"color": colours[index], "linestyle": styles[index], "label": label,
+                   "zorder": 2 + rank[index], "linewidth": width if markers or in_group else 1.0}
+        if markers:
+            marker, size = _GROUP_MARKERS[step] if in_group else ("o", 6)
+            options.update(marker=marker, markersize=size, linewidth=min(width, 2.0))
+        axis.plot(x, y, **options)
 
 
 def step_time_model(replicas, compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s):
@@ -254,8 +346,6 @@ def plot_allreduce_fits(rows):
         ...        "alpha": 5e-5, "beta": 9e-10, "relative_rms_error": 0.02}
         >>> figure = plot_allreduce_fits([row])
     """
-    import numpy as np
-
     from kerasdist.sync_cost import ring_seconds
 
     figure, axis = plt.subplots(figsize=(8, 4.6))

@@ -1,9 +1,12 @@
 """Tests for kerasdist/compare.py and plots.py: 1 vs N replicas, results files, figure."""
 
 import csv
+import dataclasses
 import json
+import re
 
 import keras
+import matplotlib.pyplot as plt
 import pytest
 
 from helpers import last_json_line, run_cli
@@ -11,7 +14,13 @@ from kerasdist import run_comparison
 from kerasdist.compare import steady_samples_per_s
 from kerasdist.errors import KerasdistError
 from kerasdist.model import build_model, learning_rate_for
-from kerasdist.plots import plot_step_time_model, step_time_model
+from kerasdist.plots import (
+    CPU_REPLICAS_NOTE,
+    coinciding_curves,
+    plot_convergence,
+    plot_step_time_model,
+    step_time_model,
+)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +105,92 @@ def test_a_warmup_adds_no_optimizer_variable_so_earlier_checkpoints_still_restor
         built = build_model(learning_rate_for(1e-3, replicas, scale_with_replicas=True, warmup_steps=10))
         assert not [v.path for v in built.optimizer.variables if "learning_rate" in v.path]
     assert [v.path for v in build_model(1e-3).optimizer.variables if "learning_rate" in v.path]
+
+
+def legend_entries(axis):
+    """The legend's texts of an axis, by the run they start with (the run's label is their first line)."""
+    return {text.get_text().split("\n")[0]: text.get_text() for text in axis.get_legend().get_texts()}
+
+
+@pytest.fixture
+def convergence_figure():
+    """plot_convergence, closed after the test (figures left open pile up in pyplot)."""
+    figures = []
+
+    def draw(comparison):
+        figures.append(plot_convergence(comparison))
+        figures[-1].canvas.draw()
+        return figures[-1]
+
+    yield draw
+    for figure in figures:
+        plt.close(figure)
+
+
+def test_convergence_legends_name_the_runs_whose_curves_coincide(comparison, convergence_figure):
+    # Both 1-replica runs are the same run; at a fixed global batch 2 replicas lie on 1 replica. Each
+    # coinciding curve would hide another one, so the legend says which run it lies on.
+    loss_axis, accuracy_axis, _ = convergence_figure(comparison).axes
+    baseline = "fixed_global: 1 replica, batch 64"
+    for axis in (loss_axis, accuracy_axis):
+        entries = legend_entries(axis)
+        assert entries[baseline] == baseline
+        assert entries["fixed_per_replica: 1 replica, batch 64"].endswith(f"same values as {baseline}")
+        assert re.search(rf"\n +(lies on|same values as) {baseline}", entries["fixed_global: 2 replicas, batch 64"])
+        assert entries["fixed_per_replica: 2 replicas, batch 128"] == "fixed_per_replica: 2 replicas, batch 128"
+    # The accuracy panel's coinciding runs are told apart by marker and size, as well as by colour.
+    markers = [(line.get_marker(), line.get_markersize()) for line in accuracy_axis.get_lines()]
+    assert len(set(markers[:3])) == 3
+
+
+def test_convergence_legends_follow_the_data_not_the_run_names(comparison, convergence_figure):
+    # The same four runs, but the 2-replica fixed-global run's loss moved by a visible 0.05 at one step:
+    # its loss curve no longer lies on the 1-replica one (its accuracy still does).
+    runs = []
+    for mode, run in comparison.runs:
+        if (mode, run.replicas) == ("fixed_global", 2):
+            losses = list(run.steps["batch_loss"])
+            losses[5] += 0.05
+            run = dataclasses.replace(run, steps={**run.steps, "batch_loss": losses})
+        runs.append((mode, run))
+    loss_axis, accuracy_axis, _ = convergence_figure(dataclasses.replace(comparison, runs=runs)).axes
+    moved = "fixed_global: 2 replicas, batch 64"
+    assert legend_entries(loss_axis)[moved] == moved
+    assert "\n" in legend_entries(accuracy_axis)[moved]
+
+
+def test_convergence_panels_keep_legends_and_the_cpu_note_off_the_data(comparison, convergence_figure):
+    figure = convergence_figure(dataclasses.replace(comparison, virtual_cpus=True))
+    renderer = figure.canvas.get_renderer()
+    loss_axis, accuracy_axis, speed_axis = figure.axes
+    for axis in (loss_axis, accuracy_axis):  # the legends sit under the axes, below their labels
+        legend = axis.get_legend().get_window_extent(renderer)
+        assert not legend.overlaps(axis.get_window_extent(renderer))
+        assert legend.y1 <= axis.xaxis.label.get_window_extent(renderer).y0
+    notes = [text for text in speed_axis.texts if text.get_text() == CPU_REPLICAS_NOTE]
+    assert len(notes) == 1
+    note = notes[0].get_window_extent(renderer)
+    bar_labels = [text for text in speed_axis.texts if text is not notes[0]]
+    assert len(speed_axis.patches) == len(bar_labels) == 4
+    for artist in speed_axis.patches + bar_labels + [speed_axis.xaxis.label]:
+        assert not note.overlaps(artist.get_window_extent(renderer)), artist
+    for label in bar_labels:  # every value label inside the panel, right of its bar
+        assert label.get_window_extent(renderer).x1 <= speed_axis.get_window_extent(renderer).x1
+    # Under the throughput axis and inside the figure: nothing is cut off.
+    assert note.y1 <= speed_axis.get_window_extent(renderer).y0
+    assert figure.bbox.x0 <= note.x0 and note.x1 <= figure.bbox.x1 and note.y0 >= figure.bbox.y0
+    assert not [text for text in convergence_figure(dataclasses.replace(comparison, virtual_cpus=False))
+                .axes[2].texts if text.get_text() == CPU_REPLICAS_NOTE]
+
+
+def test_coinciding_curves_are_found_from_the_values():
+    x = [1, 2, 3]
+    curves = [(x, [2.0, 1.0, 0.5]), (x, [2.0, 1.0, 0.5 + 1e-6]), (x, [2.0, 1.0, 0.5]), (x, [2.0, 1.1, 0.5]),
+              ([1.5, 2, 3], [2.0, 1.0, 0.5]), ([], [])]
+    matches = coinciding_curves(curves)
+    assert matches[:3] == [None, (0, pytest.approx(1e-6)), (0, 0.0)]
+    assert matches[3:] == [None, None, None]  # 0.1 apart (a visible gap); other steps; no data
+    assert coinciding_curves([(x, [0.5, float("nan"), 0.4]), (x, [0.5, float("nan"), 0.4])])[1] == (0, 0.0)
 
 
 def test_step_time_model_splits_compute_and_pays_for_the_all_reduce():

@@ -101,6 +101,32 @@ def test_testthat_suite_passes_with_rscript(r_library, tmp_path, training):
     assert int(counts["failed"]) == 0 and int(counts["errors"]) == 0
 
 
+def test_base_plot_legend_names_the_series_that_coincide(r_library, tmp_path):
+    # The base-graphics plot (lesson 00) finds from the values which series hide another: "b" lies on "a"
+    # (1e-6 apart), "d" has a's values, "c" is 0.1 off at one point and is drawn as a series of its own.
+    script = textwrap.dedent("""
+        suppressPackageStartupMessages(library(kerasdist))
+        points <- data.frame(series = rep(c("a", "b", "c", "d"), each = 3L), x = rep(1:3, 4L),
+                             y = c(2, 1, 0.5, 2, 1, 0.5 + 1e-6, 2, 1.1, 0.5, 2, 1, 0.5), dashed = FALSE)
+        matches <- kerasdist:::coinciding_series(points)
+        cat(sprintf("KD_MATCH %s\\t%s\\t%d\\t%s\\n", matches$series, matches$leader, matches$rank,
+                    kerasdist:::coinciding_notes(matches)), sep = "")
+        # A whole comparison whose replicas are virtual CPUs (note under the throughput axis) draws.
+        x <- data.frame(run = rep(c("fixed_global/1", "fixed_global/2"), each = 3L), mode = "fixed_global",
+                        replicas = rep(1:2, each = 3L), global_batch_size = 64L, level = "step", index = 1:3,
+                        metric = "batch_loss", value = c(2, 1, 0.5, 2, 1, 0.5), stringsAsFactors = FALSE)
+        attr(x, "runs") <- data.frame(run = c("fixed_global/1", "fixed_global/2"), steady_samples_per_s = c(4000, 1200))
+        attr(x, "virtual_cpus") <- TRUE
+        cat("KD_PNG", file.size(kd_plot_convergence(x, file = "comparison.png", backend = "base")) > 1000, "\\n")
+    """)
+    result = run([RSCRIPT, "-e", script], cwd=tmp_path, env=r_environment(r_library, LC_ALL="C.UTF-8"))
+    assert result.returncode == 0, result.stdout
+    matches = [line.split(" ", 1)[1].split("\t") for line in result.stdout.splitlines() if line.startswith("KD_MATCH")]
+    assert matches == [["a", "NA", "0", "NA"], ["b", "a", "1", "  lies on a (max |\u0394| 1e-06)"],
+                       ["c", "NA", "0", "NA"], ["d", "a", "2", "  same values as a"]]
+    assert "KD_PNG TRUE" in result.stdout
+
+
 def test_man_and_namespace_are_what_roxygen2_writes_from_the_sources(tmp_path):
     """man/*.Rd and NAMESPACE are generated: regenerate them in a copy and compare (rOpenSci's CI check)."""
     copy = tmp_path / "r"

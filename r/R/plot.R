@@ -179,17 +179,27 @@ stats_named <- function(values, names) {
 }
 
 convergence_base <- function(panels) {
-  old <- graphics::par(mfrow = c(1L, length(panels)), mar = c(4.2, 4.2, 2.5, 1))
+  # Room under every panel for the throughput note, so that it sits below the axis label, not on it.
+  noted <- any(vapply(panels, function(panel) !is.null(panel$note), logical(1)))
+  bottom <- if (noted) 6.8 else 4.2
+  old <- graphics::par(mfrow = c(1L, length(panels)), mar = c(bottom, 4.2, 2.5, 1))
   on.exit(graphics::par(old), add = TRUE)
   for (panel in panels) {
     if (!is.null(panel$bars)) {
-      old_mar <- graphics::par(mar = c(4.2, 9, 2.5, 1))
       bars <- rev(panel$bars)
+      # A left margin as wide as the longest bar name, so that no name reaches into the panel beside it.
+      names_width <- max(graphics::strwidth(names(bars), units = "inches", cex = 0.8), 0, na.rm = TRUE)
+      old_mar <- graphics::par(mar = c(bottom, max(4, names_width / graphics::par("csi") + 1), 2.5, 1))
+      # The title at most as wide as the plot (the names' margin may leave it little room).
+      title_width <- graphics::strwidth(panel$title, units = "inches", cex = graphics::par("cex.main"),
+                                        font = 2L)
+      title_cex <- graphics::par("cex.main") * min(1, graphics::par("pin")[1] / title_width)
       centres <- graphics::barplot(bars, horiz = TRUE, las = 1, col = "grey60", main = panel$title,
+                                   cex.main = title_cex,
                                    xlab = panel$xlab, cex.names = 0.8, xlim = c(0, 1.15 * max(bars, na.rm = TRUE)))
       graphics::text(bars, centres, labels = sprintf("%.0f", bars), pos = 4L, cex = 0.8)
       if (!is.null(panel$note)) {
-        graphics::mtext(panel$note, side = 1L, line = 3.2, adj = 1, cex = 0.6, col = "firebrick")
+        graphics::mtext(panel$note, side = 1L, line = 3.9, padj = 1, cex = 0.7, col = "firebrick")
       }
       graphics::par(old_mar)
       next
@@ -211,15 +221,72 @@ convergence_base <- function(panels) {
     graphics::axis(1L, at = ticks[ticks >= floor(min(points$x[finite])) & ticks <= max(points$x[finite])])
     graphics::grid(nx = NA, ny = NULL)
     graphics::abline(v = ticks, col = "lightgray", lty = "dotted")
+    # A series that coincides with an earlier one goes over it, narrower (smaller markers), so that the
+    # colours of both show, and the legend names the series it lies on.
+    matches <- coinciding_series(points)
+    grouped <- !is.na(matches$leader) | matches$series %in% matches$leader
+    step <- pmin(matches$rank, 3L) + 1L
+    lwd <- ifelse(grouped, c(3.2, 1.9, 0.8, 0.5)[step], 1)
+    cex <- ifelse(grouped, c(1.6, 1.1, 0.6, 0.4)[step], 0.8)
+    pch <- ifelse(grouped, c(16L, 15L, 18L, 16L)[step], 16L)
+    lty <- vapply(series, function(s) if (points$dashed[points$series == s][1]) 2L else 1L, integer(1))
     for (i in seq_along(series)) {
       rows <- points[points$series == series[[i]], , drop = FALSE]
-      graphics::lines(rows$x, rows$y, col = colours[[i]], lty = if (rows$dashed[1]) 2L else 1L,
-                      type = if (panel$markers) "o" else "l", pch = 16L, cex = 0.8)
+      graphics::lines(rows$x, rows$y, col = colours[[i]], lty = lty[[i]], lwd = lwd[[i]],
+                      type = if (panel$markers) "o" else "l", pch = pch[[i]], cex = cex[[i]])
     }
-    graphics::legend(panel$legend %||% "topright", legend = series, col = colours, lty = ifelse(
-      vapply(series, function(s) points$dashed[points$series == s][1], logical(1)), 2L, 1L),
-      bty = "n", cex = 0.8)
+    # The note of a coinciding series is a legend line of its own, under the series, with no symbol.
+    notes <- coinciding_notes(matches)
+    keep <- c(rbind(TRUE, !is.na(notes)))
+    entry <- rep(seq_along(series), each = 2L)[keep]
+    symbol <- rep(c(TRUE, FALSE), length(series))[keep]
+    graphics::legend(panel$legend %||% "topright", legend = c(rbind(series, notes))[keep],
+                     col = colours[entry], lty = ifelse(symbol, lty[entry], 0L), lwd = lwd[entry],
+                     pch = ifelse(symbol & panel$markers, pch[entry], NA), pt.cex = cex[entry],
+                     bty = "n", cex = 0.8)
   }
+}
+
+# For each series of a panel's points (in order of appearance), the earlier series it coincides with:
+# the same x values and y values nowhere further apart than `fraction` of the panel's y range (less than
+# a pixel: one line hides the other). Each series is compared with the earlier ones that lie on no other,
+# so a group points at its first series; `rank` numbers the series of a group (0 for the first), `gap` is
+# the largest |difference|.
+coinciding_series <- function(points, fraction = 1e-3) {
+  series <- unique(points$series)
+  values <- points$y[is.finite(points$y)]
+  tolerance <- if (length(values) > 0L) fraction * diff(range(values)) else 0
+  leader <- rep(NA_character_, length(series))
+  gap <- rep(NA_real_, length(series))
+  for (i in seq_along(series)) {
+    a <- points[points$series == series[[i]], , drop = FALSE]
+    for (j in seq_len(i - 1L)) {
+      b <- points[points$series == series[[j]], , drop = FALSE]
+      if (!is.na(leader[[j]]) || nrow(a) == 0L || nrow(a) != nrow(b) || any(abs(a$x - b$x) > 1e-9) ||
+          !identical(is.na(a$y), is.na(b$y))) {
+        next
+      }
+      difference <- abs(a$y - b$y)[!is.na(a$y)]
+      largest <- if (length(difference) > 0L) max(difference) else 0
+      if (largest <= tolerance) {
+        leader[[i]] <- series[[j]]
+        gap[[i]] <- largest
+        break
+      }
+    }
+  }
+  rank <- vapply(seq_along(series), function(i) {
+    if (is.na(leader[[i]])) 0L else sum(leader[seq_len(i)] == leader[[i]], na.rm = TRUE)
+  }, integer(1))
+  data.frame(series = series, leader = leader, gap = gap, rank = rank, stringsAsFactors = FALSE)
+}
+
+# The legend's note for each series: NA, or which series it coincides with ("same values as", or "lies
+# on" with the largest difference).
+coinciding_notes <- function(matches) {
+  ifelse(is.na(matches$leader), NA_character_,
+         ifelse(matches$gap == 0, sprintf("  same values as %s", matches$leader),
+                sprintf("  lies on %s (max |\u0394| %.0e)", matches$leader, matches$gap)))
 }
 
 convergence_ggplot <- function(panels) {
