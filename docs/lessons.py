@@ -87,30 +87,39 @@ def add_lesson_header(app, doctree):
             "", "", nodes.literal("", f"{name}.ipynb"), nodes.Text(f" ({language})"),
             reftarget=f"/{LESSONS_FOLDER}{name}.ipynb", refdoc=docname, refexplicit=True, reftype="download",
             refdomain="")
-    legend = nodes.paragraph("", lesson_needs.LEGEND.replace("`", ""), classes=["lesson-needs-legend"])
-    header = nodes.container("", needs, legend, downloads, _run_it_yourself(docname),
+    legend = nodes.paragraph("", "", *_inline(lesson_needs.LEGEND), classes=["lesson-needs-legend"])
+    header = nodes.container("", needs, legend, downloads, _run_it_yourself(docname, lesson),
                              classes=["lesson-header"])
     section = doctree.next_node(nodes.section)
     section.insert(1, header)
 
 
-def _run_it_yourself(docname):
+def _inline(text):
+    """Text and ``literal`` nodes from Markdown-like text whose code is in backticks."""
+    return [nodes.literal("", part) if index % 2 else nodes.Text(part)
+            for index, part in enumerate(text.split("`")) if part]
+
+
+def _run_it_yourself(docname, lesson):
     """A dropdown with the steps that open this lesson on the reader's own machine."""
     name = docname.removeprefix(LESSONS_FOLDER)
     steps = [
         "In a copy of the kerasdist repository, on Linux with Python 3.10-3.13 (a laptop or a GPU "
-        "workstation): make lab. It sets up .venv (TensorFlow's GPU build when nvidia-smi lists a GPU), "
-        "registers the Python (kerasdist) kernel and opens JupyterLab.",
-        f"Open notebooks/{name}.ipynb and run its cells in order; .venv/bin/kerasdist doctor says "
+        "workstation), run `make lab`: it sets up `.venv` (TensorFlow's GPU build when `nvidia-smi` lists a "
+        "GPU), registers the Python (kerasdist) kernel and opens JupyterLab.",
+        f"Open `notebooks/{name}.ipynb` and run its cells in order; `.venv/bin/kerasdist doctor` says "
         "what this machine lacks for each lesson.",
     ]
     if language_of(docname) == "r":
-        steps.append("The R cells run in the same Python kernel through rpy2. They need R with reticulate "
-                     "(make setup installs both from Debian as root) and, for an R twin, the CRAN packages: "
-                     'in R, install.packages(c("keras3", "tfdatasets", "tensorflow")).')
+        step = ("The R cells run in the same Python kernel through rpy2, which needs R with reticulate "
+                "(`make setup` installs both from Debian, as root, and the kerasdist R package).")
+        if lesson.r_packages == lesson_needs.KERAS3_TWIN:
+            step += (" This R twin also needs CRAN packages: in R, "
+                     '`install.packages(c("keras3", "tfdatasets", "tensorflow"))`.')
+        steps.append(step)
     listing = nodes.enumerated_list()
     for step in steps:
-        listing += nodes.list_item("", nodes.paragraph("", step))
+        listing += nodes.list_item("", nodes.paragraph("", "", *_inline(step)))
     return nodes.admonition("", nodes.title("", "Run it yourself"), listing,
                             classes=["dropdown", "run-it-yourself"])
 
