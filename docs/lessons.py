@@ -18,6 +18,8 @@ from docutils import nodes
 from sphinx import addnodes
 
 from kerasdist import lesson_needs
+from kerasdist.course import CODE_STUB
+from kerasdist.doctor.checks import INSTALL_R
 
 LESSONS_FOLDER = "notebooks/"
 R_SUFFIX = "_R"
@@ -26,6 +28,12 @@ R_CELL = re.compile(r"%%R\b|%%writefile\s+\S+\.R\s*$")
 DETAILS_TAG = re.compile(r"\s*(</details>|<details>\s*<summary>.*?</summary>)\s*", re.DOTALL)
 DETAILS_OPEN = re.compile(r"^\s*<details>\s*<summary>(.*?)</summary>\s*$", re.DOTALL)
 DETAILS_CLOSE = re.compile(r"^\s*</details>\s*$")
+# What only nbval and nbgrader read: their markers, the hidden tests, and an answer cell's solution.
+TEST_MARKER = re.compile(r"^[ \t]*# NBVAL_\w+[ \t]*\n", re.MULTILINE)
+HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\n.*?### END HIDDEN TESTS[ \t]*\n?",
+                          re.MULTILINE | re.DOTALL)
+SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
+SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?### END SOLUTION[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
 def twin_of(docname):
@@ -80,14 +88,17 @@ def add_lesson_header(app, doctree):
         body = nodes.field_body("", nodes.paragraph("", value))
         needs += nodes.field("", nodes.field_name("", label), body)
     downloads = nodes.paragraph("", "Download the notebook: ", classes=["lesson-downloads"])
-    for index, name in enumerate(lesson.notebooks):
+    # This page's own notebook first.
+    own_first = sorted(lesson.notebooks, key=lambda name: language_of(name) != language_of(docname))
+    for index, name in enumerate(own_first):
         language = "R" if language_of(name) == "r" else "Python"
         downloads += nodes.Text(" · " if index else "")
         downloads += addnodes.download_reference(
             "", "", nodes.literal("", f"{name}.ipynb"), nodes.Text(f" ({language})"),
             reftarget=f"/{LESSONS_FOLDER}{name}.ipynb", refdoc=docname, refexplicit=True, reftype="download",
             refdomain="")
-    legend = nodes.paragraph("", "", *_inline(lesson_needs.LEGEND), classes=["lesson-needs-legend"])
+    legend = nodes.paragraph("", "", *_inline(lesson.notes(docname.removeprefix(LESSONS_FOLDER))),
+                             classes=["lesson-needs-legend"])
     header = nodes.container("", needs, legend, downloads, _run_it_yourself(docname, lesson),
                              classes=["lesson-header"])
     section = doctree.next_node(nodes.section)
@@ -101,22 +112,26 @@ def _inline(text):
 
 
 def _run_it_yourself(docname, lesson):
-    """A dropdown with the steps that open this lesson on the reader's own machine."""
+    """A dropdown with the steps that open this lesson on the reader's own machine, what it needs first."""
     name = docname.removeprefix(LESSONS_FOLDER)
-    steps = [
-        "In a copy of the kerasdist repository, on Linux with Python 3.10-3.13 (a laptop or a GPU "
-        "workstation), run `make lab`: it sets up `.venv` (TensorFlow's GPU build when `nvidia-smi` lists a "
-        "GPU), registers the Python (kerasdist) kernel and opens JupyterLab.",
+    steps = []
+    if language_of(docname) == "r":
+        step = (f"R first: `{INSTALL_R}` (or `make setup` run as root); set-up then adds the kerasdist "
+                "R package. The R code runs in `%%R` cells of the Python kernel, through rpy2.")
+        if lesson.r_packages == lesson_needs.KERAS3_TWIN:
+            step += (" This R twin also needs keras3, which needs reticulate 1.42 or newer: in R, "
+                     '`install.packages(c("reticulate", "keras3", "tfdatasets", "tensorflow"))`.')
+        steps.append(step)
+    if lesson.data == lesson_needs.FASHION:
+        steps.append("Its data: `sudo apt-get install dataset-fashion-mnist` (30 MB; `make setup` run as "
+                     "root does it).")
+    steps += [
+        "In your copy of the course (Linux, Python 3.10-3.13; a laptop or a GPU workstation), run "
+        "`make lab`: it sets up `.venv` (TensorFlow's GPU build when `nvidia-smi` lists a GPU), registers "
+        "the Python (kerasdist) kernel and opens JupyterLab.",
         f"Open `notebooks/{name}.ipynb` and run its cells in order; `.venv/bin/kerasdist doctor` says "
         "what this machine lacks for each lesson.",
     ]
-    if language_of(docname) == "r":
-        step = ("The R cells run in the same Python kernel through rpy2, which needs R with reticulate "
-                "(`make setup` installs both from Debian, as root, and the kerasdist R package).")
-        if lesson.r_packages == lesson_needs.KERAS3_TWIN:
-            step += (" This R twin also needs CRAN packages: in R, "
-                     '`install.packages(c("keras3", "tfdatasets", "tensorflow"))`.')
-        steps.append(step)
     listing = nodes.enumerated_list()
     for step in steps:
         listing += nodes.list_item("", nodes.paragraph("", "", *_inline(step)))
@@ -147,6 +162,45 @@ def details_to_dropdowns(app, doctree):
                                     classes=["dropdown", "lesson-" + summary.split()[0].lower()])
         dropdown.extend(node.deepcopy() for node in parent[start + 1:end])
         parent[start:end + 1] = [dropdown]
+
+
+def _with_text(block, text):
+    """A copy of the literal block ``block`` holding ``text``."""
+    copy = block.copy()
+    copy += nodes.Text(text)
+    return copy
+
+
+def exercises_for_reading(app, doctree):
+    """Show a checked exercise as a student meets it: the cell as handed out, the filled one in a dropdown.
+
+    The committed lessons hold each answer cell with its solution filled in (nbval checks that the
+    check prints Correct). On the site the cell shows its starter with the solution replaced by
+    ``# YOUR CODE HERE``; the filled-in cell moves into the exercise's Solution dropdown. nbval's
+    markers and nbgrader's hidden tests are left out of every cell.
+    """
+    for block in list(doctree.findall(nodes.literal_block)):
+        text = HIDDEN_TESTS.sub("", TEST_MARKER.sub("", block.astext())).rstrip("\n")
+        if text != block.astext():
+            block.replace_self(_with_text(block, text))
+    for block in list(doctree.findall(nodes.literal_block)):
+        cell = block.parent.parent if block.parent is not None else None
+        if not SOLUTION.search(block.astext()) or cell is None or "cell" not in cell.get("classes", []):
+            continue
+        handed_out = cell.deepcopy()
+        starter = SOLUTION.sub(lambda match: match.group(1) + CODE_STUB, block.astext())
+        for copy in handed_out.findall(nodes.literal_block):
+            copy.replace_self(_with_text(copy, starter))
+        before = cell.parent[cell.parent.index(cell) - 1] if cell.parent.index(cell) else None
+        if not (isinstance(before, nodes.admonition) and "lesson-solution" in before["classes"]):
+            before = nodes.admonition("", nodes.title("", "Solution"),
+                                      classes=["dropdown", "lesson-solution"])
+            cell.parent.insert(cell.parent.index(cell), before)
+        cell.replace_self(handed_out)
+        filled = SOLUTION_MARKER.sub("", block.astext()).rstrip("\n")
+        block.replace_self(_with_text(block, filled))
+        before += nodes.paragraph("", "The cell, filled in:")
+        before += cell
 
 
 def link_readme_to_landing_page(app, doctree):
@@ -206,12 +260,26 @@ def add_language_switch(app, pagename, templatename, context, doctree):
             context[key] = _relation_link(app, pagename, neighbour) if neighbour else None
 
 
+def keep_python_readers_off_r_only_lessons(app, pagename, templatename, context, doctree):
+    """On a page in Python (or in no language), previous/next step over a lesson that is in R only (00)."""
+    if language_of(pagename) != "python":
+        return
+    relations = app.env.collect_relations()
+    for key, position in (("prev", 1), ("next", 2)):
+        neighbour = relations.get(pagename, (None, None, None))[position]
+        if neighbour and language_of(neighbour) == "r" and not _has_twin(app, neighbour):
+            beyond = relations[neighbour][position]
+            context[key] = _relation_link(app, pagename, beyond) if beyond else None
+
+
 def add_twin_table(app):
     """Tell language-switch.js which pages are twins: {python page: R page}, site-relative, without .html."""
     twins = {LESSONS_FOLDER + lesson.notebooks[0]: LESSONS_FOLDER + lesson.notebooks[1]
              for lesson in lesson_needs.LESSONS if len(lesson.notebooks) == 2}
     app.add_js_file(None, body=f"const kerasdistTwins = {json.dumps(twins)};")
     app.add_js_file("language-switch.js")
+    app.add_js_file("sidebar-toggles.js")
+    app.add_js_file("narrow-tables.js")
     app.add_css_file("kerasdist.css")
 
 
@@ -220,9 +288,11 @@ def setup(app):
     # Before Sphinx's own collectors (priority 500): the header's download links must be collected.
     app.connect("doctree-read", add_lesson_header, priority=400)
     app.connect("doctree-read", details_to_dropdowns, priority=400)
+    app.connect("doctree-read", exercises_for_reading, priority=400)
     app.connect("doctree-read", keep_r_twins_out_of_the_sidebar)
     app.connect("doctree-read", link_readme_to_landing_page)
     app.connect("doctree-read", highlight_r_cells_as_r)
     app.connect("html-page-context", add_language_switch)
+    app.connect("html-page-context", keep_python_readers_off_r_only_lessons)
     app.connect("builder-inited", add_twin_table)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -16,13 +16,16 @@ MNIST = "MNIST (offline sample or full)"
 FASHION = "Fashion-MNIST (Debian package)"
 KERAS3_TWIN = "keras3, tfdatasets, tensorflow"
 KERNEL = "the kernel"
-# What the short words of the table mean, said once under it (README) and in each lesson's block (site).
-LEGEND = ("A replica is a GPU, a slice of one GPU, or a simulated CPU device on a laptop "
-          "(`kerasdist.configure_replicas` picks). MNIST is the offline sample of 5,000 real digits, "
-          "or full MNIST when Keras has it cached; Fashion-MNIST comes from Debian's "
-          "`dataset-fashion-mnist`, which set-up installs. The R twins (01-09) need R's reticulate and the "
-          f"CRAN packages {KERAS3_TWIN}; "
-          "lesson 00 needs reticulate and the kerasdist R package, which make setup installs.")
+# What the short words of the table mean: all under the README's table, those a lesson uses on its page.
+NOTES = {
+    "replicas": "A replica is a GPU, a slice of one GPU, or a simulated CPU device on a laptop "
+                "(`kerasdist.configure_replicas` picks).",
+    MNIST: "MNIST is the offline sample of 5,000 real digits, or full MNIST when Keras has it cached.",
+    FASHION: "Fashion-MNIST comes from Debian's `dataset-fashion-mnist` package.",
+    KERAS3_TWIN: f"The R twins (01-09) need R's reticulate (1.42 or newer) and the CRAN packages "
+                 f"{KERAS3_TWIN}.",
+    "kerasdist": "Lesson 00 needs R with reticulate and the kerasdist R package (set-up installs it).",
+}
 README_START, README_END = "<!-- lesson-needs -->", "<!-- /lesson-needs -->"
 
 
@@ -83,6 +86,13 @@ class Lesson:
         measured = ((self.python_s, "Python"), (self.r_s, "R"))
         times = [f"{seconds} s ({language})" for seconds, language in measured if seconds is not None]
         return ", ".join(times) + " on a 2-core CPU"
+
+    def notes(self, notebook=None):
+        """What the short words of this lesson's rows mean, for ``notebook`` (or for both notebooks)."""
+        used = [key for key in ("replicas", self.data) if key in self.devices or key == self.data]
+        if notebook is None or notebook.endswith("_R"):
+            used.append(self.r_packages if self.r_packages == KERAS3_TWIN else "kerasdist")
+        return " ".join(NOTES[key] for key in used)
 
     def checks(self, notebook):
         """The doctor's check keys that ``notebook`` (one of :attr:`notebooks`) needs."""
@@ -166,7 +176,7 @@ def readme_table():
         python = "—" if lesson.python_s is None else f"{lesson.python_s} s"
         lines.append(f"| {lesson.number} {lesson.title} ({links}) | {python} / {lesson.r_s} s "
                      f"| {lesson.devices} | {lesson.processes} | {lesson.backend} | {lesson.data} |")
-    return "\n".join(lines + ["", LEGEND])
+    return "\n".join(lines + ["", " ".join(NOTES.values())])
 
 
 def with_readme_table(text):

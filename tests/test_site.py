@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import threading
+import zipfile
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -18,6 +19,7 @@ import pytest
 
 import browser
 from kerasdist import lesson_needs
+from kerasdist.exercises import exercises_of
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON, TWIN = "notebooks/01_quickstart", "notebooks/01_quickstart_R"
@@ -120,6 +122,16 @@ def test_the_site_has_every_page_and_no_broken_link(site):
     assert broken_links(site) == []
 
 
+def test_the_landing_page_offers_the_whole_course_to_take_home(site):
+    assert 'href="../kerasdist-course.zip"' in (site / "docs" / "index.html").read_text(encoding="utf-8")
+    with zipfile.ZipFile(site / "kerasdist-course.zip") as archive:
+        names = set(archive.namelist())
+    committed = subprocess.run(["git", "ls-tree", "-r", "--name-only", "HEAD"], cwd=ROOT, capture_output=True,
+                               text=True, check=True, timeout=60).stdout.split()
+    assert {f"kerasdist/{name}" for name in committed} <= names
+    assert {"kerasdist/Makefile", "kerasdist/notebooks/01_quickstart.ipynb"} <= names
+
+
 def test_the_link_check_finds_a_broken_link(tmp_path):
     (tmp_path / "a.html").write_text('<p id="here"><a href="b.html">b</a> <a href="#here">x</a> '
                                      '<a href="#gone">y</a> <img src="c.png"> <a href="https://example.org/">z</a>')
@@ -176,10 +188,26 @@ def test_every_lesson_page_opens_with_its_needs_from_the_single_source(site):
             assert shown == lesson.rows(), name
             # Both twins' notebooks to download, as the executed .ipynb files.
             downloads = re.findall(r'<a class="reference download internal" download="" href="([^"]+\.ipynb)"', text)
-            assert [Path(link).name for link in downloads] == [f"{notebook}.ipynb" for notebook in lesson.notebooks]
+            own_first = sorted(lesson.notebooks, key=lambda notebook: notebook.endswith("_R") != name.endswith("_R"))
+            assert [Path(link).name for link in downloads] == [f"{notebook}.ipynb" for notebook in own_first]
             for link in downloads:
                 assert (site / "notebooks" / link).read_bytes() == (ROOT / "notebooks" / Path(link).name).read_bytes()
-            assert "Run it yourself" in text and "make lab" in text
+            words = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", text)))
+            assert "Run it yourself" in words and "run make lab" in words and f"Open notebooks/{name}.ipynb" in words
+
+
+def test_exercises_show_the_cell_as_handed_out_and_the_filled_one_in_the_solution(site):
+    for lesson in lesson_needs.LESSONS:
+        count = len(exercises_of(lesson.number))
+        for name in lesson.notebooks:
+            text = (site / "notebooks" / f"{name}.html").read_text(encoding="utf-8")
+            for hidden in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "NBVAL_", "assert_correct"):
+                assert hidden not in text, f"{name} shows {hidden}"
+            assert text.count("# YOUR CODE HERE") == count, name
+            # The filled-in cell sits in a Solution dropdown, right after its title and explanation.
+            solutions = text.split('<div class="dropdown lesson-solution admonition">')[1:]
+            filled = [part for part in solutions if "The cell, filled in:" in part.split('class="dropdown')[0]]
+            assert len(filled) == count, name
 
 
 def test_solutions_and_hints_are_dropdowns_not_raw_details(site):
@@ -189,6 +217,13 @@ def test_solutions_and_hints_are_dropdowns_not_raw_details(site):
     text = (site / "notebooks" / "03_convergence.html").read_text(encoding="utf-8")
     source = (ROOT / "notebooks" / "03_convergence.ipynb").read_text(encoding="utf-8")
     assert text.count("dropdown lesson-solution admonition") == source.count("<summary>Solution</summary>") >= 3
+
+
+def test_python_pages_step_over_the_r_only_lesson(site):
+    landing = (site / "docs" / "index.html").read_text(encoding="utf-8")
+    first = (site / "notebooks" / "01_quickstart.html").read_text(encoding="utf-8")
+    assert re.search(r'<a class="right-next"\s+href="\.\./notebooks/01_quickstart.html"', landing)
+    assert re.search(r'<a class="left-prev"\s+href="\.\./docs/index.html"', first)
 
 
 def test_previous_and_next_links_follow_the_course_in_each_language(site):
@@ -267,9 +302,14 @@ def test_the_language_switch_keeps_the_section_and_the_readers_choice(site):
             == "05_multi_worker_R.html"
         assert page.evaluate("document.querySelector('a.right-next').getAttribute('href')") == \
             "06_strategy_map_R.html"
-        # Back to Python: chosen from now on.
-        page.click(".language-switch a[data-language='python']")
-        page.wait_for(f"location.href.startsWith({json.dumps(base + 'notebooks/05_multi_worker.html')})")
+        # On the landing page, the course map's "Python" link of a lesson is a choice too.
+        page.open(f"{base}docs/index.html")
+        page.evaluate("[...document.querySelectorAll('.bd-article a')].find(link => link.innerText === 'Python' && "
+                      "link.getAttribute('href').endsWith('04_input_pipelines.html')).click()")
+        page.wait_for(f"location.href === {json.dumps(base + 'notebooks/04_input_pipelines.html')} && "
+                      "document.readyState === 'complete'")
+        assert page.evaluate("document.querySelector('.language-switch .active').innerText") == "Python"
+        # Python is chosen from now on: an R page's address leads to its Python lesson.
         page.open(f"{base}{r}.html")
         page.wait_for(f"location.href === {json.dumps(f'{base}{python}.html')} && document.readyState === 'complete'")
 
@@ -292,15 +332,29 @@ OVERFLOWING_TEXT = """[...document.querySelectorAll(
   .map(element => element.tagName + ': ' + element.innerText.slice(0, 60))"""
 
 
+def test_on_a_phone_the_sidebar_button_opens_the_lessons(site):
+    with serve(site) as base, browser.Page() as page:
+        page.set_viewport(390, 844, mobile=True)
+        page.open(f"{base}notebooks/03_convergence.html")
+        page.click(".header-article-items__start .primary-toggle")
+        page.wait_for("document.getElementById('pst-primary-sidebar-modal').open")
+        visible = page.evaluate("[...document.querySelectorAll('#pst-primary-sidebar-modal a')]"
+                                ".filter(link => link.getBoundingClientRect().width > 0).map(link => link.innerText)")
+        assert any("Quickstart" in text for text in visible), visible
+        # On a wide window the same button folds the sidebar away.
+        page.set_viewport(1280, 800)
+        page.open(f"{base}notebooks/03_convergence.html")
+        page.click(".header-article-items__start .primary-toggle")
+        page.wait_for("document.getElementById('pst-primary-sidebar').classList.contains('pst-sidebar-hidden')")
+
+
 @pytest.mark.parametrize("width, height", [(1280, 800), (390, 844)])
 def test_the_landing_page_and_a_lesson_fit_the_window_without_cut_text(site, tmp_path, width, height):
     with serve(site) as base, browser.Page() as page:
         page.set_viewport(width, height, mobile=width < 500)
         for name, url in (("landing", "docs/index.html"), ("lesson", "notebooks/03_convergence.html")):
             page.open(base + url)
-            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), \
-                f"{name} scrolls sideways at {width} px"
-            assert page.evaluate(OVERFLOWING_TEXT) == [], f"{name} at {width} px"
+            _assert_fits(page, f"{name} at {width} px")
             # The landing page's lesson tables, shown: every lesson row is on screen in full width.
             if name == "landing":
                 assert page.evaluate("[...document.querySelectorAll('.bd-article table')]"
@@ -308,6 +362,16 @@ def test_the_landing_page_and_a_lesson_fit_the_window_without_cut_text(site, tmp
             page.save_screenshot(tmp_path / f"{name}-{width}.png")
             assert browser.png_size(tmp_path / f"{name}-{width}.png") == (width, height)
             assert (tmp_path / f"{name}-{width}.png").stat().st_size > 20_000
+        if width < 500:  # every lesson on a phone
+            for notebook in sorted((site / "notebooks").glob("*.html")):
+                page.open(f"{base}notebooks/{notebook.name}")
+                _assert_fits(page, f"{notebook.stem} at {width} px")
+
+
+def _assert_fits(page, where):
+    """The page does not scroll sideways and no text in it is cut."""
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), f"{where} scrolls sideways"
+    assert page.evaluate(OVERFLOWING_TEXT) == [], where
 
 
 def _image_sizes(page):

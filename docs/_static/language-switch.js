@@ -41,13 +41,12 @@ function twinURL(link, sections) {
   return url.href;
 }
 
-// Point links to lesson pages (sidebar, previous/next, course map) at the chosen language's page.
+// Point the sidebar's and the previous/next links to lesson pages at the chosen language's page.
 function followLanguage(language) {
   if (language !== "r") return;
   const current = new URL(window.location.href);
   current.hash = "";
-  for (const link of document.querySelectorAll("a[href]")) {
-    if (link.closest(".language-switch")) continue;
+  for (const link of document.querySelectorAll(".bd-sidebar-primary a[href], .prev-next-area a[href]")) {
     const url = new URL(link.getAttribute("href"), window.location.href);
     const match = url.pathname.match(/(notebooks\/[^/]+)\.html$/);
     if (!match || !(match[1] in kerasdistTwins)) continue;
@@ -59,6 +58,17 @@ function followLanguage(language) {
       link.closest("li")?.classList.add("current", "active");
     }
   }
+}
+
+// A link in the text that names a lesson in one language (the course map's "Python" and "R") is a choice.
+function rememberChosenLinks() {
+  const twins = new Set(Object.keys(kerasdistTwins).flatMap((python) => [python, kerasdistTwins[python]]));
+  document.querySelector(".bd-article")?.addEventListener("click", (event) => {
+    const link = event.target.closest("a[href]");
+    if (!link) return;
+    const match = new URL(link.href, window.location.href).pathname.match(/(notebooks\/[^/]+)\.html$/);
+    if (match && twins.has(match[1])) storeLanguage(match[1].endsWith("_R") ? "r" : "python");
+  });
 }
 
 function setUpSwitch() {
@@ -89,6 +99,7 @@ function setUpSwitch() {
   }
   // Before the reader chose, the links follow the language of the page they are on.
   followLanguage(chosen || (nav && nav.dataset.current));
+  rememberChosenLinks();
 }
 
 if (document.readyState === "loading") {
