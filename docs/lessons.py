@@ -165,10 +165,8 @@ def details_to_dropdowns(app, doctree):
 
 
 def _with_text(block, text):
-    """A copy of the literal block ``block`` holding ``text``."""
-    copy = block.copy()
-    copy += nodes.Text(text)
-    return copy
+    """``block`` copied to hold ``text``, as its source too (Sphinx highlights only then)."""
+    return block.__class__(text, text, **block.attributes)
 
 
 def exercises_for_reading(app, doctree):
@@ -180,9 +178,9 @@ def exercises_for_reading(app, doctree):
     markers and nbgrader's hidden tests are left out of every cell.
     """
     for block in list(doctree.findall(nodes.literal_block)):
-        text = HIDDEN_TESTS.sub("", TEST_MARKER.sub("", block.astext())).rstrip("\n")
+        text = HIDDEN_TESTS.sub("", TEST_MARKER.sub("", block.astext()))
         if text != block.astext():
-            block.replace_self(_with_text(block, text))
+            block.replace_self(_with_text(block, text.rstrip("\n")))
     for block in list(doctree.findall(nodes.literal_block)):
         cell = block.parent.parent if block.parent is not None else None
         if not SOLUTION.search(block.astext()) or cell is None or "cell" not in cell.get("classes", []):
