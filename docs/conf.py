@@ -7,7 +7,7 @@ same paths on the site as in the repository; only ``docs/`` and the lessons are 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # the site's own extensions: lessons.py, course_archive.py
+sys.path.insert(0, str(Path(__file__).parent))  # the site's own extensions, beside this file
 
 project = "kerasdist"
 author = "the kerasdist authors"
@@ -18,7 +18,7 @@ include_patterns = ["docs/**", "notebooks/[0-9][0-9]_*.ipynb"]
 # Folders never to walk (the virtualenv, the build output, what lessons and runs write).
 exclude_patterns = [".*", "**/.*", "build", "results", "notebooks/results", "r/*.Rcheck"]
 
-extensions = ["myst_nb", "sphinx_togglebutton", "lessons", "course_archive"]
+extensions = ["myst_nb", "sphinx_togglebutton", "lessons", "lesson_exercises", "course_archive"]
 # The lessons are committed executed: the site shows their stored outputs and never runs them.
 nb_execution_mode = "off"
 myst_heading_anchors = 3

@@ -6,9 +6,9 @@ the twin (without JavaScript), and with ``language-switch.js`` a link to the sam
 also remembers the reader's choice. The sidebar lists each lesson once (the Python page, or
 lesson 00's R page); an R page's previous/next links follow the R twins. Under a lesson's title
 come what it needs (``kerasdist.lesson_needs``, the table the README and the doctor read), its
-notebooks to download and how to run it yourself. Solutions and hints (``<details>`` in the
-lessons) become sphinx-togglebutton dropdowns; the lessons' links to the README's course map
-lead to the landing page; R cells of the Python-kernel notebooks are highlighted as R.
+notebooks to download and how to run it yourself. The lessons' links to the README's course map
+lead to the landing page; R cells of the Python-kernel notebooks are highlighted as R. How
+exercises read on the site is ``lesson_exercises.py``'s concern.
 """
 
 import json
@@ -18,22 +18,13 @@ from docutils import nodes
 from sphinx import addnodes
 
 from kerasdist import lesson_needs
-from kerasdist.course import CODE_STUB
 from kerasdist.doctor.checks import INSTALL_R
 
 LESSONS_FOLDER = "notebooks/"
 R_SUFFIX = "_R"
 # A code cell whose first line runs the rest as R (rpy2's %%R) or saves it as an R script.
 R_CELL = re.compile(r"%%R\b|%%writefile\s+\S+\.R\s*$")
-DETAILS_TAG = re.compile(r"\s*(</details>|<details>\s*<summary>.*?</summary>)\s*", re.DOTALL)
-DETAILS_OPEN = re.compile(r"^\s*<details>\s*<summary>(.*?)</summary>\s*$", re.DOTALL)
-DETAILS_CLOSE = re.compile(r"^\s*</details>\s*$")
-# What only nbval and nbgrader read: their markers, the hidden tests, and an answer cell's solution.
-TEST_MARKER = re.compile(r"^[ \t]*# NBVAL_\w+[ \t]*\n", re.MULTILINE)
-HIDDEN_TESTS = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\n.*?### END HIDDEN TESTS[ \t]*\n?",
-                          re.MULTILINE | re.DOTALL)
-SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
-SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?### END SOLUTION[ \t]*$", re.MULTILINE | re.DOTALL)
+
 
 
 def twin_of(docname):
@@ -139,68 +130,6 @@ def _run_it_yourself(docname, lesson):
                             classes=["dropdown", "run-it-yourself"])
 
 
-def details_to_dropdowns(app, doctree):
-    """Turn a lesson's ``<details><summary>X</summary> ... </details>`` into a dropdown titled X."""
-    # One raw HTML block may hold several tags ("</details>" then the next "<details><summary>"): one each.
-    for raw in list(doctree.findall(nodes.raw)):
-        tags, rest = DETAILS_TAG.findall(raw.astext()), DETAILS_TAG.split(raw.astext())[::2]
-        if raw.get("format") == "html" and len(tags) > 1 and not "".join(rest):
-            raw.replace_self([nodes.raw("", tag, format="html") for tag in tags])
-    for opening in list(doctree.findall(nodes.raw)):
-        match = DETAILS_OPEN.match(opening.astext()) if opening.get("format") == "html" else None
-        if not match or opening.parent is None:
-            continue
-        parent = opening.parent
-        start = parent.index(opening)
-        closings = (index for index in range(start + 1, len(parent))
-                    if isinstance(parent[index], nodes.raw) and DETAILS_CLOSE.match(parent[index].astext()))
-        end = next(closings, None)
-        if end is None:
-            continue
-        summary = match.group(1).strip()
-        dropdown = nodes.admonition("", nodes.title("", summary),
-                                    classes=["dropdown", "lesson-" + summary.split()[0].lower()])
-        dropdown.extend(node.deepcopy() for node in parent[start + 1:end])
-        parent[start:end + 1] = [dropdown]
-
-
-def _with_text(block, text):
-    """``block`` copied to hold ``text``, as its source too (Sphinx highlights only then)."""
-    return block.__class__(text, text, **block.attributes)
-
-
-def exercises_for_reading(app, doctree):
-    """Show a checked exercise as a student meets it: the cell as handed out, the filled one in a dropdown.
-
-    The committed lessons hold each answer cell with its solution filled in (nbval checks that the
-    check prints Correct). On the site the cell shows its starter with the solution replaced by
-    ``# YOUR CODE HERE``; the filled-in cell moves into the exercise's Solution dropdown. nbval's
-    markers and nbgrader's hidden tests are left out of every cell.
-    """
-    for block in list(doctree.findall(nodes.literal_block)):
-        text = HIDDEN_TESTS.sub("", TEST_MARKER.sub("", block.astext()))
-        if text != block.astext():
-            block.replace_self(_with_text(block, text.rstrip("\n")))
-    for block in list(doctree.findall(nodes.literal_block)):
-        cell = block.parent.parent if block.parent is not None else None
-        if not SOLUTION.search(block.astext()) or cell is None or "cell" not in cell.get("classes", []):
-            continue
-        handed_out = cell.deepcopy()
-        starter = SOLUTION.sub(lambda match: match.group(1) + CODE_STUB, block.astext())
-        for copy in handed_out.findall(nodes.literal_block):
-            copy.replace_self(_with_text(copy, starter))
-        before = cell.parent[cell.parent.index(cell) - 1] if cell.parent.index(cell) else None
-        if not (isinstance(before, nodes.admonition) and "lesson-solution" in before["classes"]):
-            before = nodes.admonition("", nodes.title("", "Solution"),
-                                      classes=["dropdown", "lesson-solution"])
-            cell.parent.insert(cell.parent.index(cell), before)
-        cell.replace_self(handed_out)
-        filled = SOLUTION_MARKER.sub("", block.astext()).rstrip("\n")
-        block.replace_self(_with_text(block, filled))
-        before += nodes.paragraph("", "The cell, filled in:")
-        before += cell
-
-
 def link_readme_to_landing_page(app, doctree):
     """Point the lessons' links to the README (not part of the site) at the landing page, same anchor."""
     for node in doctree.findall(addnodes.pending_xref):
@@ -270,8 +199,8 @@ def keep_python_readers_off_r_only_lessons(app, pagename, templatename, context,
             context[key] = _relation_link(app, pagename, beyond) if beyond else None
 
 
-def add_twin_table(app):
-    """Tell language-switch.js which pages are twins: {python page: R page}, site-relative, without .html."""
+def add_assets(app):
+    """The site's scripts and style; language-switch.js learns the twins ({Python page: R page})."""
     twins = {LESSONS_FOLDER + lesson.notebooks[0]: LESSONS_FOLDER + lesson.notebooks[1]
              for lesson in lesson_needs.LESSONS if len(lesson.notebooks) == 2}
     app.add_js_file(None, body=f"const kerasdistTwins = {json.dumps(twins)};")
@@ -285,12 +214,10 @@ def setup(app):
     """Register the doctree and page hooks and the switch's script and style."""
     # Before Sphinx's own collectors (priority 500): the header's download links must be collected.
     app.connect("doctree-read", add_lesson_header, priority=400)
-    app.connect("doctree-read", details_to_dropdowns, priority=400)
-    app.connect("doctree-read", exercises_for_reading, priority=400)
     app.connect("doctree-read", keep_r_twins_out_of_the_sidebar)
     app.connect("doctree-read", link_readme_to_landing_page)
     app.connect("doctree-read", highlight_r_cells_as_r)
     app.connect("html-page-context", add_language_switch)
     app.connect("html-page-context", keep_python_readers_off_r_only_lessons)
-    app.connect("builder-inited", add_twin_table)
+    app.connect("builder-inited", add_assets)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
