@@ -237,6 +237,7 @@ def test_previous_and_next_links_follow_the_course_in_each_language(site):
             assert re.search(rf'<a class="left-prev"\s+href="{before}.html"', back), after
 
 
+@pytest.mark.slow
 def test_a_browser_shows_the_landing_page_a_lesson_and_its_twin(site, tmp_path):
     with serve(site) as base:
         with browser.Page() as page:
@@ -276,6 +277,7 @@ SECTION_IN_VIEW = ("(() => {{ const top = document.getElementById({!r}).getBound
                    " return top >= -5 && top < window.innerHeight * 0.3; }})()")
 
 
+@pytest.mark.slow
 def test_the_language_switch_keeps_the_section_and_the_readers_choice(site):
     python, r = "notebooks/03_convergence", "notebooks/03_convergence_R"
     with serve(site) as base, browser.Page() as page:
@@ -314,6 +316,7 @@ def test_the_language_switch_keeps_the_section_and_the_readers_choice(site):
         page.wait_for(f"location.href === {json.dumps(f'{base}{python}.html')} && document.readyState === 'complete'")
 
 
+@pytest.mark.slow
 def test_without_javascript_the_switch_is_a_plain_link_to_the_twin(site):
     with serve(site) as base, browser.Page() as page:
         page.disable_scripts()
@@ -332,6 +335,7 @@ OVERFLOWING_TEXT = """[...document.querySelectorAll(
   .map(element => element.tagName + ': ' + element.innerText.slice(0, 60))"""
 
 
+@pytest.mark.slow
 def test_on_a_phone_the_sidebar_button_opens_the_lessons(site):
     with serve(site) as base, browser.Page() as page:
         page.set_viewport(390, 844, mobile=True)
@@ -348,6 +352,7 @@ def test_on_a_phone_the_sidebar_button_opens_the_lessons(site):
         page.wait_for("document.getElementById('pst-primary-sidebar').classList.contains('pst-sidebar-hidden')")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width, height", [(1280, 800), (390, 844)])
 def test_the_landing_page_and_a_lesson_fit_the_window_without_cut_text(site, tmp_path, width, height):
     with serve(site) as base, browser.Page() as page:
