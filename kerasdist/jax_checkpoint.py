@@ -152,7 +152,8 @@ class JaxCheckpointStore:
                   for index, variable in enumerate(variables)}
         _check_finite(arrays, self.variables(), epoch, step_in_epoch)
         path = os.path.join(self.directory, f"{CHECKPOINT_NAME}-{global_step}.npz")
-        if not self.writer:
+        if not self.writer:  # process 0 writes this step's checkpoint for every process
+            self.latest_checkpoint = path
             return path
         arrays["position"] = np.array([epoch, step_in_epoch, global_step], np.int64)
         arrays["identity"] = np.array(identity_text(self.run_config))

@@ -15,7 +15,8 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Lowest first. A module may import modules of its own layer or of a lower one.
 LAYERS = {
-    "base": ["kerasdist", "errors", "startup", "checks", "json_child", "files", "locking", "interrupt", "run_state", "result"],
+    "base": ["kerasdist", "errors", "startup", "checks", "json_child", "files", "locking", "interrupt", "run_state", "result",
+             "lesson_needs"],
     "devices": ["devices", "strategy"],
     "data and model": ["data", "model"],
     "training": ["options", "engines", "divergence", "callbacks", "checkpoint", "metrics_log", "loop", "train",

@@ -52,12 +52,13 @@ def test_time_calls_reports_the_median_inside_its_spread():
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_gemm_rate_at_a_shape_is_a_finite_rate_with_its_spread(jit_compile):
     median, low, high = speed.gemm_flops_per_s(16, 32, 8, jit_compile=jit_compile, products=4, rounds=3)
-    assert math.isfinite(median) and 1e6 < low <= median <= high
+    # The median, not the slowest round, is held to a rate: one round can stall on a loaded machine.
+    assert math.isfinite(median) and 0 < low <= median <= high and median > 1e6
 
 
 def test_memory_bandwidth_is_a_rate_of_gigabytes():
     median, low, high = speed.memory_bytes_per_s(megabytes=16, rounds=3)
-    assert 1e8 < low <= median <= high
+    assert 0 < low <= median <= high and median > 1e8
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -87,13 +87,9 @@ function setUpSwitch() {
     }
     for (const option of nav.querySelectorAll("a.language-switch-option")) {
       option.addEventListener("click", (event) => {
-        storeLanguage(option.dataset.language);
-        if (option.classList.contains("active")) {
-          event.preventDefault();
-          return;
-        }
         event.preventDefault();
-        window.location.href = twinURL(option, sections);
+        storeLanguage(option.dataset.language);
+        if (!option.classList.contains("active")) window.location.href = twinURL(option, sections);
       });
     }
   }
