@@ -89,7 +89,7 @@ class Lesson:
 
     def notes(self, notebook=None):
         """What the short words of this lesson's rows mean, for ``notebook`` (or for both notebooks)."""
-        used = [key for key in ("replicas", self.data) if key in self.devices or key == self.data]
+        used = (["replicas"] if "replicas" in self.devices else []) + [self.data]
         if notebook is None or notebook.endswith("_R"):
             used.append(self.r_packages if self.r_packages == KERAS3_TWIN else "kerasdist")
         return " ".join(NOTES[key] for key in used)
