@@ -11,7 +11,8 @@ import os
 import sys
 import warnings
 
-from kerasdist import checks, cluster, data, files, interrupt
+from kerasdist import checks, cluster, data, interrupt
+from kerasdist.state import files
 from kerasdist.cluster import peers, slurm
 from kerasdist.errors import ClusterError, KerasdistError, StateWriteError, TrainingDivergedError
 from kerasdist.options import TrainingOptions
@@ -339,7 +340,7 @@ def _run_jax_worker(args):
 
 
 def run_launch(args):
-    from kerasdist import locking
+    from kerasdist.state import locking
     from kerasdist.cluster import launcher
 
     ports = launch_ports(args)

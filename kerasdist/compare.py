@@ -4,7 +4,8 @@ import dataclasses
 
 from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file path) in every notebook
 
-from kerasdist import checks, locking
+from kerasdist import checks
+from kerasdist.state import locking
 from kerasdist import data as data_module
 from kerasdist.backends import run_training
 from kerasdist.comparison_files import check_creatable_directory, write_comparison

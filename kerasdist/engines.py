@@ -11,7 +11,7 @@ import json
 import os
 from importlib import metadata
 
-from kerasdist import files
+from kerasdist.state import files
 from kerasdist.errors import StateWriteError
 
 

@@ -12,7 +12,7 @@ TensorFlow is broken, keras-team/keras#20585):
 - several processes join through ``keras.distribution.initialize`` (JAX's
   gloo collectives between CPU processes, NCCL between GPUs); each feeds its
   own share of every global batch;
-- checkpoints (``kerasdist.jax_checkpoint``) hold weights, optimizer state and
+- checkpoints (``kerasdist.state.jax_checkpoint``) hold weights, optimizer state and
   the position, mid-epoch included, written by process 0; a run killed at any
   step and run again ends with the same weights as one never interrupted.
 
@@ -39,7 +39,7 @@ import numpy as np
 from kerasdist import data as data_module
 from kerasdist import interrupt
 from kerasdist.errors import KerasdistError
-from kerasdist.run_state import RunPosition
+from kerasdist.state.run_state import RunPosition
 
 STRATEGY_NAME = "DataParallel"
 ENGINE_NAME = "fit"
@@ -141,8 +141,8 @@ class _JaxRun:
 
     def __init__(self, keras, options, mnist, devices, process):
         from kerasdist.callbacks import standard_callbacks
-        from kerasdist.jax_checkpoint import JaxCheckpointStore
-        from kerasdist.metrics_log import MetricsLog
+        from kerasdist.state.jax_checkpoint import JaxCheckpointStore
+        from kerasdist.state.metrics_log import MetricsLog
         from kerasdist.model import build_model, learning_rate_for, model_signature
 
         self.keras, self.options, self.mnist, self.process = keras, options, mnist, process
@@ -211,7 +211,7 @@ class _JaxRun:
 
     def host_weights(self):
         """The model's weights as NumPy arrays (this process's copy), in ``model.weights`` order."""
-        from kerasdist.jax_checkpoint import host_value
+        from kerasdist.state.jax_checkpoint import host_value
 
         self.model.jax_state_sync()
         return [host_value(variable) for variable in self.model.weights]
@@ -317,7 +317,7 @@ def run_worker(process, options):
         >>> record = run_worker(Process("127.0.0.1:23456", 2, 0), options)                  # doctest: +SKIP
     """
     result = run_training(options, process)  # loads Keras on JAX first
-    from kerasdist.jax_checkpoint import host_value
+    from kerasdist.state.jax_checkpoint import host_value
     from kerasdist.model import weights_digest
 
     digest = weights_digest([host_value(variable) for variable in result.model.weights])

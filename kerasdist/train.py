@@ -9,10 +9,10 @@ import tensorflow as tf
 from kerasdist import data as data_module
 from kerasdist import engines, interrupt, loop
 from kerasdist.callbacks import standard_callbacks
-from kerasdist.checkpoint import CheckpointStore, RunPosition
+from kerasdist.state.checkpoint import CheckpointStore, RunPosition
 from kerasdist.devices import configure_replicas
 from kerasdist.errors import KerasdistError
-from kerasdist.metrics_log import MetricsLog
+from kerasdist.state.metrics_log import MetricsLog
 from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
 from kerasdist.options import TrainingOptions
 from kerasdist.result import TrainingResult

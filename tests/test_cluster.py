@@ -287,7 +287,7 @@ def test_sigterm_to_launch_stops_every_worker_at_the_same_step_and_a_rerun_resum
 
 def test_launch_and_compare_on_a_directory_in_use_fail_at_once_naming_the_holder(tmp_path, capsys):
     holder = subprocess.Popen(
-        [sys.executable, "-c", ("import sys, time; from kerasdist import locking; "
+        [sys.executable, "-c", ("import sys, time; from kerasdist.state import locking; "
                                 "lock = locking.hold(sys.argv[1]); print('held', flush=True); time.sleep(300)"),
          str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import checkpoint_tensors
 from kerasdist import cli, divergence, run_training
-from kerasdist.checkpoint import CheckpointStore
+from kerasdist.state.checkpoint import CheckpointStore
 from kerasdist.errors import TrainingDivergedError
 from kerasdist.model import build_model
 

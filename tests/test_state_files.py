@@ -19,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kerasdist import cli, engines, files
-from kerasdist.checkpoint import RUN_CONFIG_FILE
+from kerasdist import cli, engines
+from kerasdist.state import files
+from kerasdist.state.checkpoint import RUN_CONFIG_FILE
 from kerasdist.train import run_training
 
 CHECKPOINT = "ckpt-52"  # 3,333 training digits / 64 per step: step 52 ends epoch 1

@@ -6,7 +6,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from kerasdist import locking, run_training
+from kerasdist import run_training
+from kerasdist.state import locking
 from kerasdist.errors import KerasdistError
 
 RECORD_KEYS = {
@@ -64,7 +65,7 @@ def test_truncated_newest_checkpoint_is_skipped_for_the_previous_one(sample_data
 
 
 def _files(directory):
-    # The lock names whoever opened the directory last (kerasdist.locking); it holds no training state.
+    # The lock names whoever opened the directory last (kerasdist.state.locking); it holds no training state.
     return {name: os.path.getmtime(directory / name) for name in os.listdir(directory)
             if name != locking.LOCK_FILE}
 

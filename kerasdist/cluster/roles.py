@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from kerasdist import data as data_module
 from kerasdist import loop
-from kerasdist.checkpoint import CheckpointStore
+from kerasdist.state.checkpoint import CheckpointStore
 from kerasdist.cluster.config import TRAINING_ROLES, tf_config
 from kerasdist.cluster.peers import DEFAULT_PEER_TIMEOUT_S, describe_peers, resolve_hosts
 from kerasdist.cluster.ports import check_port_free

@@ -8,10 +8,10 @@ import shutil
 
 import tensorflow as tf
 
-from kerasdist import files, locking
+from kerasdist.state import files, locking
 from kerasdist.divergence import check_weights
 from kerasdist.errors import KerasdistError
-from kerasdist.run_state import (
+from kerasdist.state.run_state import (
     CHECKPOINT_NAME,
     RUN_CONFIG_FILE,
     RunPosition,
@@ -49,7 +49,7 @@ class CheckpointStore:
         run_config: a JSON-able dict; the ``IDENTITY_KEYS`` entries must match
             those of earlier runs in ``directory``.
         max_to_keep: how many checkpoints to keep.
-        exclusive: hold the directory's lock (``kerasdist.locking``) while the
+        exclusive: hold the directory's lock (``kerasdist.state.locking``) while the
             store exists, so that no other process writes there; a reader such
             as the evaluator passes False.
 

@@ -1,7 +1,7 @@
 """What both engines' checkpoints share: a run's position, its identity, and which backend wrote a directory.
 
-TensorFlow-free and JAX-free, so either engine's store (``kerasdist.checkpoint``,
-``kerasdist.jax_checkpoint``) can refuse a checkpoint directory of the other
+TensorFlow-free and JAX-free, so either engine's store (``kerasdist.state.checkpoint``,
+``kerasdist.state.jax_checkpoint``) can refuse a checkpoint directory of the other
 before it loads anything.
 """
 

@@ -4,7 +4,7 @@ import json
 import os
 import shutil
 
-from kerasdist import files
+from kerasdist.state import files
 from kerasdist.errors import KerasdistError
 
 METRICS_LOG_FILE = "metrics.jsonl"

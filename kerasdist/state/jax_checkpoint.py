@@ -16,10 +16,10 @@ import zipfile
 
 import numpy as np
 
-from kerasdist import files, locking
+from kerasdist.state import files, locking
 from kerasdist.divergence import non_finite_weights
 from kerasdist.errors import KerasdistError
-from kerasdist.run_state import (
+from kerasdist.state.run_state import (
     CHECKPOINT_NAME,
     RUN_CONFIG_FILE,
     RunPosition,
@@ -42,7 +42,7 @@ def host_value(variable):
 class JaxCheckpointStore:
     """Saves and restores a JAX-backend model's weights, optimizer state and run position exactly.
 
-    The same contract as ``kerasdist.checkpoint.CheckpointStore``: the newest
+    The same contract as ``kerasdist.state.checkpoint.CheckpointStore``: the newest
     checkpoint by step that loads is restored (a damaged one is skipped with
     one line), another run's or another backend's checkpoints are refused,
     a missing ``run_config.json`` is written again from the checkpoint, and a
