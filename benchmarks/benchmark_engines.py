@@ -159,8 +159,8 @@ def run_worker(setup, source, epochs):
 
     task = cluster.parse_tf_config(os.environ["TF_CONFIG"])
     if setup.get("backend") == "jax":
-        from kerasdist import jax_engine
-        from kerasdist.options import TrainingOptions
+        from kerasdist.engines import jax_engine
+        from kerasdist.engines.options import TrainingOptions
 
         options = TrainingOptions(backend="jax", epochs=epochs, global_batch_size=GLOBAL_BATCH_SIZE,
                                   data=benchmark_data(source), seed=SEED, verbose=0)

@@ -11,11 +11,12 @@ import os
 import sys
 import warnings
 
-from kerasdist import checks, cluster, data, interrupt
+from kerasdist import checks, cluster, data
+from kerasdist.engines import interrupt
 from kerasdist.state import files
 from kerasdist.cluster import peers, slurm
 from kerasdist.errors import ClusterError, KerasdistError, StateWriteError, TrainingDivergedError
-from kerasdist.options import TrainingOptions
+from kerasdist.engines.options import TrainingOptions
 from kerasdist.startup import import_tensorflow_quietly
 
 EXIT_USER_ERROR = 2
@@ -216,7 +217,7 @@ def run_devices(args):
 
 
 def run_train(args):
-    from kerasdist.backends import run_training
+    from kerasdist.engines.backends import run_training
 
     with interrupt.stop_on_signals():
         options = TrainingOptions.from_args(args, verbose=_progress_verbosity())
@@ -324,7 +325,7 @@ def run_worker(args):
 
 
 def _run_jax_worker(args):
-    from kerasdist import jax_engine
+    from kerasdist.engines import jax_engine
 
     if uses_slurm(args):
         process = jax_engine.Process(*slurm.slurm_process(args.slurm_port_base))

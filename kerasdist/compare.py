@@ -7,10 +7,10 @@ from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file
 from kerasdist import checks
 from kerasdist.state import locking
 from kerasdist import data as data_module
-from kerasdist.backends import run_training
+from kerasdist.engines.backends import run_training
 from kerasdist.comparison_files import check_creatable_directory, write_comparison
 from kerasdist.devices import configure_replicas, on_virtual_cpus
-from kerasdist.options import TrainingOptions
+from kerasdist.engines.options import TrainingOptions
 from kerasdist.result import steady_samples_per_s
 from kerasdist.startup import use_backend
 
@@ -93,7 +93,7 @@ def run_comparison(replicas=(1, 2), epochs=3, global_batch_size=64, data="auto",
         warmup_epochs: warm-up length for fixed_per_replica.
         engine: "fit", "loop" or "auto" (per strategy, see ``run_training``).
         verbose: 0 silent; 1 a progress bar across runs.
-        backend: "tensorflow" or "jax" (every run in this process; see ``kerasdist.backends``).
+        backend: "tensorflow" or "jax" (every run in this process; see ``kerasdist.engines.backends``).
 
     Returns:
         A ``ComparisonResult``.
@@ -114,7 +114,7 @@ def run_comparison(replicas=(1, 2), epochs=3, global_batch_size=64, data="auto",
         out_dir = checks.path("out_dir", out_dir, "name a folder for the results")
         check_creatable_directory(out_dir)
     if backend == "jax":
-        from kerasdist.jax_engine import import_keras_on_jax, on_cpu
+        from kerasdist.engines.jax_engine import import_keras_on_jax, on_cpu
 
         import_keras_on_jax(max(n for _, n, _ in plan))
         virtual_cpus = on_cpu()

@@ -1,6 +1,6 @@
 """The NaN/inf guard: stop at the first non-finite loss, and never checkpoint non-finite weights.
 
-Both engines use it through ``kerasdist.callbacks.DivergenceGuard`` (a Keras
+Both engines use it through ``kerasdist.engines.callbacks.DivergenceGuard`` (a Keras
 callback placed before the checkpoint saver); ``CheckpointStore.save`` calls
 ``check_weights``. The error is a ``TrainingDivergedError`` (exit status 3):
 the checkpoints written before it hold finite weights, so a rerun with a

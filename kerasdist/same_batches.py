@@ -11,7 +11,7 @@ It trains from a ``.weights.h5`` file (a backend-neutral format) on the arrays
 under ``tf.distribute.MirroredStrategy`` with its default all-reduce, and
 prints one JSON line (``replicas``, each step's ``losses``, the weights'
 ``digest``); ``--save-weights OUT.npz`` writes the final weights. The JAX side
-of the lesson's comparisons is kerasdist's JAX engine (``kerasdist.jax_engine``).
+of the lesson's comparisons is kerasdist's JAX engine (``kerasdist.engines.jax_engine``).
 User errors print one line to stderr and exit 2.
 """
 

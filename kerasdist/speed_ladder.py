@@ -165,7 +165,7 @@ def _train_fit(setting, data, epochs, batch_size):
 
 
 def _train_kerasdist(setting, data, epochs, batch_size):
-    from kerasdist.train import run_training
+    from kerasdist.engines.train import run_training
 
     timer = TrainingTimer()
     result = run_training(replicas=1, epochs=epochs, global_batch_size=batch_size, data=data, seed=SEED,

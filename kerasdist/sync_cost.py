@@ -258,7 +258,7 @@ def time_synchronous_step(strategy, images, labels, steps_per_call=20, rounds=5)
     """The :class:`~kerasdist.speed.Timing` of one training step of the course's MLP on ``strategy``'s
     replicas, with ``images`` and ``labels`` (numpy arrays) as the global batch, in seconds per step.
 
-    The steps are kerasdist's loop (:class:`~kerasdist.loop.DistributedSteps`): forward, backward, the
+    The steps are kerasdist's loop (:class:`~kerasdist.engines.loop.DistributedSteps`): forward, backward, the
     gradients' all-reduce over the strategy's cross-device ops and Adam's update, ``steps_per_call`` steps
     per ``tf.function`` call, so the host's overhead per call is spread over them.
 
@@ -268,7 +268,7 @@ def time_synchronous_step(strategy, images, labels, steps_per_call=20, rounds=5)
     """
     import tensorflow as tf
 
-    from kerasdist.loop import DistributedSteps
+    from kerasdist.engines.loop import DistributedSteps
     from kerasdist.model import build_model
     from kerasdist.speed import Timing, time_calls
 
@@ -343,7 +343,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 request = json.loads(sys.stdin.read())
 if "tf_config" in request:
     os.environ["TF_CONFIG"] = request["tf_config"]
-    from kerasdist.strategy import make_strategy
+    from kerasdist.engines.strategy import make_strategy
     strategy = make_strategy("multi_worker", collective_timeout_s=request["timeout_s"], verbose=False)
 else:
     from kerasdist.devices import configure_replicas

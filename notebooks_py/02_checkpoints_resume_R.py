@@ -721,7 +721,7 @@ import keras  # noqa: F401
 #   dead child nobody reaps is a zombie, and `tools::pskill(pid, 0)` stays TRUE for it.
 # - **Expect a warning before the kill.** Cloud preemption and batch schedulers usually send
 #   `SIGTERM` and wait a grace period before `SIGKILL`. Catch it, finish the step, save, exit:
-#   kerasdist's trainer does this (`kerasdist/interrupt.py`), and TensorFlow's
+#   kerasdist's trainer does this (`kerasdist/engines/interrupt.py`), and TensorFlow's
 #   `tf$distribute$experimental$PreemptionCheckpointHandler` does it for a custom loop under
 #   `MultiWorkerMirroredStrategy`, with every worker saving at the same step (unless told otherwise
 #   it treats `SIGTERM` as the notice, and `TerminationConfig(grace_period = ...)` lets it train on

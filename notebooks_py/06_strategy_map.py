@@ -86,7 +86,7 @@ import time
 import h5py
 import kerasdist
 import kerasdist.data
-import kerasdist.loop
+import kerasdist.engines.loop
 import kerasdist.model
 import keras
 import numpy as np
@@ -725,7 +725,7 @@ assert abs(float(val_accuracy.result()) - evaluated["sparse_categorical_accuracy
 #
 # kerasdist's loop engine (`engine="loop"`, and every multi-worker run of lesson 5) is this loop
 # with one change: it runs **many steps per `tf.function` call**. `DistributedSteps._train_steps`
-# in `kerasdist/loop.py` loops over `tf.range(num_steps)` inside the function, calling `strategy.run`
+# in `kerasdist/engines/loop.py` loops over `tf.range(num_steps)` inside the function, calling `strategy.run`
 # once per step, keeps each step's loss sum, correct predictions and example count on the replicas,
 # and reduces them once per call; Python is entered once per call instead of once per step. Its
 # replica step is the one above (`compute_average_loss` over the global batch, and
@@ -733,8 +733,8 @@ assert abs(float(val_accuracy.result()) - evaluated["sparse_categorical_accuracy
 
 # %%
 # The training function and the replica step of kerasdist's loop engine.
-print(inspect.getsource(kerasdist.loop.DistributedSteps._train_steps))
-print(inspect.getsource(kerasdist.loop.DistributedSteps._gradients_on_replica))
+print(inspect.getsource(kerasdist.engines.loop.DistributedSteps._train_steps))
+print(inspect.getsource(kerasdist.engines.loop.DistributedSteps._gradients_on_replica))
 
 # %%
 # The same epoch with kerasdist's DistributedSteps, all steps in ONE tf.function call, against our loop.
@@ -745,7 +745,7 @@ with strategy.scope():
                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     engine_model.optimizer.build(engine_model.trainable_variables)
 steps = len(loop_losses)
-engine = kerasdist.loop.DistributedSteps(engine_model, strategy, GLOBAL_BATCH_SIZE, steps_per_execution=steps)
+engine = kerasdist.engines.loop.DistributedSteps(engine_model, strategy, GLOBAL_BATCH_SIZE, steps_per_execution=steps)
 totals = engine.train(iter(strategy.experimental_distribute_dataset(train_batches)), steps)
 engine_cross_entropy = totals[:, 0] / totals[:, 2]  # per step: summed loss / examples (the L2 term is not in it)
 engine_loss_difference = float(np.max(np.abs(engine_cross_entropy - loop_losses[:, 1])))

@@ -776,7 +776,7 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 #
 # kerasdist's loop engine (`engine = "loop"`, and every multi-worker run of lesson 5) is this loop
 # with one change: it runs **many steps per `tf.function` call**. `DistributedSteps._train_steps`
-# in `kerasdist/loop.py` loops over `tf.range(num_steps)` inside the function, calling `strategy.run`
+# in `kerasdist/engines/loop.py` loops over `tf.range(num_steps)` inside the function, calling `strategy.run`
 # once per step, keeps each step's loss sum, correct predictions and example count on the replicas,
 # and reduces them once per call; Python is entered once per call instead of once per step. Its
 # replica step is the one above (`compute_average_loss` over the global batch, and
@@ -784,7 +784,7 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 
 # %% language="R"
 # # The training function and the replica step of kerasdist's loop engine.
-# kerasdist_loop <- import("kerasdist.loop")
+# kerasdist_loop <- import("kerasdist.engines.loop")
 # inspect <- import("inspect")
 # cat(inspect$getsource(kerasdist_loop$DistributedSteps$`_train_steps`), "\n")
 # cat(inspect$getsource(kerasdist_loop$DistributedSteps$`_gradients_on_replica`), "\n")

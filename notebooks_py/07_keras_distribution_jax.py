@@ -502,7 +502,7 @@ q2.assert_correct()
 # one machine: this is the multi-worker `fit()` that the TensorFlow backend cannot run today
 # (keras-team/keras#20585, lesson 5).
 #
-# kerasdist's JAX engine (`kerasdist/jax_engine.py`, the course package's trainer for the JAX
+# kerasdist's JAX engine (`kerasdist/engines/jax_engine.py`, the course package's trainer for the JAX
 # backend) trains the course's MLP this way. Like kerasdist's TensorFlow trainer of lessons 2 and 5,
 # it writes checkpoints that a rerun resumes from. `kerasdist launch --backend jax
 # --workers 2` starts two processes on 127.0.0.1, which play two machines with one CPU device each.
@@ -808,7 +808,7 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 #    Splitting rows instead, `("model", None)`, splits the 256 inputs of the layer.
 #
 #    </details>
-# 3. In kerasdist's JAX engine (`kerasdist/jax_engine.py`, where `_JaxRun` makes the
+# 3. In kerasdist's JAX engine (`kerasdist/engines/jax_engine.py`, where `_JaxRun` makes the
 #    `DataParallel`), use the default `auto_shard_dataset=True` and run the launch cell again. What
 #    does a failing process print? (Drop `auto_shard_dataset=False` in `_JaxRun.__init__`: the
 #    package is installed in editable mode and the workers are new processes, so no restart is

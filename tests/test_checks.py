@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from helpers import kerasdist_command
 from kerasdist import checks, cli, data, run_comparison, run_training
 from kerasdist.errors import KerasdistError
-from kerasdist.options import TrainingOptions
+from kerasdist.engines.options import TrainingOptions
 
 # `<what> must be <rule>. Received: <name>=<value>; <what to do>`, all on one line.
 MESSAGE = re.compile(r"^\S.* must be .+\. Received: [^=;]+=.*; \S.*$")

@@ -1,4 +1,4 @@
-"""Tests for kerasdist/doctor/ and kerasdist/engines.py: the table, the advice, the engine auto picks.
+"""Tests for kerasdist/doctor/ and kerasdist/engines/choice.py: the table, the advice, the engine auto picks.
 
 In this process R answers through stand-ins (what Rscript and rpy2 found, as the doctor parses it);
 the real R, Rscript and rpy2 subprocesses run end to end in test_doctor_command_prints_the_table_and_json_last.
@@ -11,9 +11,10 @@ import numpy
 import pytest
 
 from helpers import last_json_line, run_cli
-from kerasdist import doctor, engines, lesson_needs, run_training
+from kerasdist import doctor, lesson_needs, run_training
+from kerasdist.engines import choice as engines
 from kerasdist.doctor import checks, probes
-from kerasdist.strategy import STRATEGIES
+from kerasdist.engines.strategy import STRATEGIES
 
 STATUSES = {doctor.OK, doctor.MISSING, doctor.BROKEN}
 

@@ -115,7 +115,7 @@ def test_importing_kerasdist_loads_no_tensorflow_and_makes_its_start_quiet(first
     assert done.stderr == ""
 
 
-@pytest.mark.parametrize("first", ["kerasdist", "kerasdist.backends", "kerasdist.jax_engine", "kerasdist.cli"])
+@pytest.mark.parametrize("first", ["kerasdist", "kerasdist.engines.backends", "kerasdist.engines.jax_engine", "kerasdist.cli"])
 def test_importing_kerasdist_or_its_jax_engine_loads_neither_backend(first):
     # The backend is chosen when Keras loads: importing kerasdist must leave that choice open.
     code = (f"import sys, {first}\n"

@@ -1,12 +1,12 @@
-"""Tests for kerasdist/loop.py: the loop trains like fit, with and without XLA, and resumes exactly."""
+"""Tests for kerasdist/engines/loop.py: the loop trains like fit, with and without XLA, and resumes exactly."""
 
 import keras
 import numpy as np
 import pytest
 
 from helpers import checkpoint_tensors, kill_when_logged, last_json_line, run_cli
-from kerasdist import loop
-from kerasdist.train import run_training
+from kerasdist.engines import loop
+from kerasdist.engines.train import run_training
 
 # Loop and fit at the same seed, data order and global batch: every logged running loss and accuracy,
 # every validation value and the test result agree within this (measured: 3e-7, float32 rounding).

@@ -1,4 +1,4 @@
-"""Tests for kerasdist/options.py: one definition of the training options drives every entry point.
+"""Tests for kerasdist/engines/options.py: one definition of the training options drives every entry point.
 
 The command line's flags, the worker argv ``launch`` forwards, ``run_training``'s keywords and the R
 wrappers' arguments (r/R/train.R, r/R/compare.R) must all agree with ``TrainingOptions``.
@@ -15,7 +15,7 @@ import pytest
 
 from kerasdist import run_comparison, run_training
 from kerasdist.errors import KerasdistError
-from kerasdist.options import TrainingOptions
+from kerasdist.engines.options import TrainingOptions
 
 R_SOURCES = Path(__file__).resolve().parents[1] / "r" / "R"
 # Where kd_train's default differs on purpose: R consoles draw no progress bar, so one line per epoch.

@@ -1,9 +1,9 @@
-"""Tests for kerasdist/strategy.py: strategies by name, and clear refusals."""
+"""Tests for kerasdist/engines/strategy.py: strategies by name, and clear refusals."""
 
 import pytest
 
 from kerasdist.errors import KerasdistError
-from kerasdist.strategy import make_strategy
+from kerasdist.engines.strategy import make_strategy
 
 
 @pytest.mark.parametrize(

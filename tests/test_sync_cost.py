@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from kerasdist import cli
 from kerasdist.errors import KerasdistError
-from kerasdist.strategy import make_strategy
+from kerasdist.engines.strategy import make_strategy
 from kerasdist.sync_cost import (
     LOCAL_TRANSPORTS,
     TRANSPORTS,

@@ -1,4 +1,4 @@
-"""Tests for kerasdist/train.py: the result record, resuming to a target, refusing bad checkpoints."""
+"""Tests for kerasdist/engines/train.py: the result record, resuming to a target, refusing bad checkpoints."""
 
 import json
 import os

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run_pytest
-from kerasdist import engines
+from kerasdist.engines import choice as engines
 
 REPO = Path(__file__).resolve().parents[1]
 

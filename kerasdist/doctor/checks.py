@@ -14,7 +14,8 @@ import subprocess
 import sys
 from importlib import metadata
 
-from kerasdist import data, engines, lesson_needs
+from kerasdist import data, lesson_needs
+from kerasdist.engines import choice as engines
 
 OK, MISSING, BROKEN = "OK", "missing", "broken"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -119,7 +120,7 @@ def _jax_collectives_check(needed_by, timeout_s):
 
     coordinator = f"127.0.0.1:{free_ports(1)[0]}"
     environment = {name: value for name, value in os.environ.items() if name != "XLA_FLAGS"}
-    commands = [[sys.executable, "-m", "kerasdist.jax_engine", "gather", coordinator, "2", str(index)]
+    commands = [[sys.executable, "-m", "kerasdist.engines.jax_engine", "gather", coordinator, "2", str(index)]
                 for index in range(2)]
     processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=environment) for command in commands]

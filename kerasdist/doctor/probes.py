@@ -4,7 +4,7 @@ Each probe trains a 4-input model for a few steps on the CPU, in a process
 forked from a host process that imported TensorFlow once
 (``kerasdist/doctor/probe_host.py``), so a crash or hang cannot take the
 caller down; it answers whether the bug is present. ``kerasdist doctor``
-saves the answers with ``kerasdist.engines.save_answers``.
+saves the answers with ``kerasdist.engines.choice.save_answers``.
 """
 
 import json
@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-from kerasdist.engines import PROBES
+from kerasdist.engines.choice import PROBES
 
 HOST_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe_host.py")
 

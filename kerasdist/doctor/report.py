@@ -2,7 +2,7 @@
 
 Anything that could crash or hang (R, rpy2's embedded R, the probes of
 upstream bugs) runs in a subprocess with a timeout, all at the same time.
-The probes' answers are saved for ``--engine auto`` (``kerasdist.engines``).
+The probes' answers are saved for ``--engine auto`` (``kerasdist.engines.choice``).
 """
 
 import concurrent.futures
@@ -10,10 +10,11 @@ import dataclasses
 import os
 import time
 
-from kerasdist import engines, lesson_needs
+from kerasdist import lesson_needs
+from kerasdist.engines import choice as engines
 from kerasdist.doctor import checks, probes
 from kerasdist.doctor.checks import OK
-from kerasdist.strategy import STRATEGIES
+from kerasdist.engines.strategy import STRATEGIES
 
 FOUND_WIDTH = 60  # longer findings are cut in the table (kept whole in --json)
 

@@ -82,7 +82,7 @@ def prepare_process(lesson, replicas):
 
         configure_replicas(replicas)
     else:
-        from kerasdist.jax_engine import import_keras_on_jax
+        from kerasdist.engines.jax_engine import import_keras_on_jax
 
         import_keras_on_jax(replicas)
 

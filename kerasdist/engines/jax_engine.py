@@ -1,7 +1,7 @@
 """The JAX engine: the course's MLP trained with Keras' ``fit()`` on JAX, under ``keras.distribution``.
 
 The same data sources, global batch, metrics log, result record and
-checkpoint guarantees as the TensorFlow path (``kerasdist.train``), the way
+checkpoint guarantees as the TensorFlow path (``kerasdist.engines.train``), the way
 Keras 3 recommends beyond one machine (its multi-worker ``fit()`` on
 TensorFlow is broken, keras-team/keras#20585):
 
@@ -21,7 +21,7 @@ Epoch k's order is ``kerasdist.data.epoch_order`` (NumPy), a function of
 of the model on every process (the same numbers everywhere).
 
 Example:
-    >>> from kerasdist.backends import run_training
+    >>> from kerasdist.engines.backends import run_training
     >>> result = run_training(backend="jax", replicas=2, epochs=1, data="sample")  # doctest: +SKIP
 """
 
@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from kerasdist import data as data_module
-from kerasdist import interrupt
+from kerasdist.engines import interrupt
 from kerasdist.errors import KerasdistError
 from kerasdist.state.run_state import RunPosition
 
@@ -105,7 +105,7 @@ def run_training(options, process=None):
         KerasdistError: for invalid options, data or checkpoints, before anything is written.
 
     Example:
-        >>> from kerasdist.options import TrainingOptions
+        >>> from kerasdist.engines.options import TrainingOptions
         >>> options = TrainingOptions(backend="jax", replicas=2, epochs=1, data="sample")
         >>> run_training(options).test["accuracy"] > 0.8  # doctest: +SKIP
         True
@@ -140,7 +140,7 @@ class _JaxRun:
     """One run's model, distribution, checkpoint store, log and callbacks."""
 
     def __init__(self, keras, options, mnist, devices, process):
-        from kerasdist.callbacks import standard_callbacks
+        from kerasdist.engines.callbacks import standard_callbacks
         from kerasdist.state.jax_checkpoint import JaxCheckpointStore
         from kerasdist.state.metrics_log import MetricsLog
         from kerasdist.model import build_model, learning_rate_for, model_signature
@@ -258,7 +258,7 @@ def _agreed_stop(store, steps_per_epoch):
     """
     from jax.experimental import multihost_utils
 
-    from kerasdist.callbacks import StopOnSignal
+    from kerasdist.engines.callbacks import StopOnSignal
 
     class AgreedStop(StopOnSignal):
         def __init__(self):
@@ -346,8 +346,8 @@ def gather_check(process, timeout_s=30):
 
 
 def main(argv=None):
-    """``python -m kerasdist.jax_engine gather COORDINATOR COUNT INDEX``: print the sum as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m kerasdist.jax_engine", description=main.__doc__)
+    """``python -m kerasdist.engines.jax_engine gather COORDINATOR COUNT INDEX``: print the sum as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m kerasdist.engines.jax_engine", description=main.__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("gather", help="one process of the doctor's collectives check")
     check.add_argument("coordinator")

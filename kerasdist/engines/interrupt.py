@@ -2,7 +2,7 @@
 
 The command line turns the signals into a *request* (``stop_on_signals``);
 both engines look at it after each step (``fit``, through
-``kerasdist.callbacks.StopOnSignal``) or each call (the loop), save a
+``kerasdist.engines.callbacks.StopOnSignal``) or each call (the loop), save a
 checkpoint at that step and raise ``TrainingInterrupted``. A second signal
 while stopping interrupts at once.
 """

@@ -3,21 +3,21 @@
 Keras reads ``KERAS_BACKEND`` at its first import and keeps that backend for
 the life of the process. ``run_training(backend=...)`` sets it before Keras
 loads (whoever calls: the command line, Python, or R through reticulate),
-then hands over to the engine of that backend: ``kerasdist.train`` on
-TensorFlow, ``kerasdist.jax_engine`` on JAX. In a process where Keras is
+then hands over to the engine of that backend: ``kerasdist.engines.train`` on
+TensorFlow, ``kerasdist.engines.jax_engine`` on JAX. In a process where Keras is
 already loaded on the other backend it stops with one line saying so.
 """
 
-from kerasdist.options import TrainingOptions
+from kerasdist.engines.options import TrainingOptions
 from kerasdist.startup import use_backend
 
 
 def run_training(**options):
     """Train the guide's MLP with ``replicas`` synchronous replicas up to ``epochs`` epochs in all.
 
-    The engine is the backend's: ``kerasdist.train.run_training`` on
+    The engine is the backend's: ``kerasdist.engines.train.run_training`` on
     TensorFlow (tf.distribute, Keras ``fit`` or kerasdist's loop),
-    ``kerasdist.jax_engine.run_training`` on JAX (``keras.distribution``).
+    ``kerasdist.engines.jax_engine.run_training`` on JAX (``keras.distribution``).
     With a ``checkpoint_dir`` a rerun resumes exactly where the last
     checkpoint left off, on either backend.
 
@@ -40,10 +40,10 @@ def run_training(**options):
     checked = TrainingOptions(**options)
     use_backend(checked.backend)
     if checked.backend == "jax":
-        from kerasdist import jax_engine
+        from kerasdist.engines import jax_engine
 
         return jax_engine.run_training(checked)
-    from kerasdist import train
+    from kerasdist.engines import train
 
     return train.run_training(**options)
 

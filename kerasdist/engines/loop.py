@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasdist import data as data_module
-from kerasdist import interrupt
+from kerasdist.engines import interrupt
 from kerasdist.errors import KerasdistError
 from kerasdist.model import ACCURACY_METRIC, LOSS_METRIC
 
@@ -223,7 +223,7 @@ def train_epochs(context, callbacks, stop):
     step; after a mid-epoch checkpoint it continues at the next batch.
 
     Args:
-        context: a ``kerasdist.train.TrainingContext``.
+        context: a ``kerasdist.engines.train.TrainingContext``.
         callbacks: the Keras callbacks; their ``StopOnSignal`` reads ``stop.requested``.
         stop: the ``AgreedStop`` of ``context.strategy``.
 

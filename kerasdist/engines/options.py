@@ -13,7 +13,7 @@ import inspect
 from kerasdist import checks
 from kerasdist.data import SOURCES
 from kerasdist.errors import KerasdistError
-from kerasdist.strategy import STRATEGIES
+from kerasdist.engines.strategy import STRATEGIES
 
 ENGINES = ("auto", "fit", "loop")
 BACKENDS = ("tensorflow", "jax")
@@ -140,7 +140,7 @@ class TrainingOptions:
     backend: str = option(
         "tensorflow", lambda name, value: checks.choice(name, value, BACKENDS),
         '"tensorflow" (tf.distribute, both engines) or "jax" (``keras.distribution.DataParallel`` and '
-        "``fit()``; see ``kerasdist.jax_engine``). Keras takes its backend when it loads: choose before "
+        "``fit()``; see ``kerasdist.engines.jax_engine``). Keras takes its backend when it loads: choose before "
         "anything in the process imports Keras.",
         "--backend", "Keras backend: tensorflow (tf.distribute) or jax (keras.distribution) "
         "(default tensorflow)",

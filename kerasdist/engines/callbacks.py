@@ -1,7 +1,7 @@
 """The Keras callbacks both engines drive: the NaN guard, the metrics log, checkpoints, the stop on a signal.
 
 ``fit`` calls them itself; kerasdist's loop calls the same ones through a
-``keras.callbacks.CallbackList`` (``kerasdist.loop``), so both engines log,
+``keras.callbacks.CallbackList`` (``kerasdist.engines.loop``), so both engines log,
 save, stop and guard against divergence the same way.
 """
 
@@ -11,7 +11,8 @@ import time
 
 import keras
 
-from kerasdist import divergence, interrupt
+from kerasdist import divergence
+from kerasdist.engines import interrupt
 
 
 class EpochStepCallback(keras.callbacks.Callback):
