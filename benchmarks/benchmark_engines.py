@@ -15,7 +15,7 @@ runs down). The machine's limit is the measured matmul throughput (float32,
 and bfloat16 for the mixed-precision rows) divided by the model's training
 FLOPs per sample; each row's share of it is printed.
 
-The ladder (``--part ladder``) trains each rung of ``kerasdist.speed_ladder``
+The ladder (``--part ladder``) trains each rung of ``kerasdist.measure.speed_ladder``
 (TensorFlow's fit, steps_per_execution, XLA, kerasdist's loop, Keras on JAX,
 a ``jax.lax.scan`` epoch), each in a fresh process, ``--repeats`` rounds
 (default 3 for the ladder), and prints each rung's median samples/s of
@@ -106,7 +106,7 @@ def run_seed_code(source, epochs):
     """The seed's single-host code as the TensorFlow guide writes it: plain Keras ``fit``, batch 64."""
     import tensorflow as tf
 
-    from kerasdist.speed_ladder import guide_model
+    from kerasdist.measure.speed_ladder import guide_model
 
     data = benchmark_data(source)
     keras.utils.set_random_seed(SEED)
@@ -240,7 +240,7 @@ def table(rows, limit):
 
 def ladder(source, epochs, repeats, limit):
     """Every rung of the speed ladder, ``repeats`` rounds of fresh processes; a Markdown table of medians."""
-    from kerasdist import speed_ladder
+    from kerasdist.measure import speed_ladder
 
     rates = {rung: [] for rung in speed_ladder.RUNGS}
     accuracy = {}

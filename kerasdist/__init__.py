@@ -28,9 +28,9 @@ _EXPORTS = {
     "TrainingResult": "kerasdist.result",
     "run_training": "kerasdist.engines.backends",
     "run_comparison": "kerasdist.compare",
-    "training_flops_per_sample": "kerasdist.speed",
-    "matmul_flops_per_s": "kerasdist.speed",
-    "cpu_bfloat16_instructions": "kerasdist.speed",
+    "training_flops_per_sample": "kerasdist.measure.speed",
+    "matmul_flops_per_s": "kerasdist.measure.speed",
+    "cpu_bfloat16_instructions": "kerasdist.measure.speed",
 }
 
 

@@ -417,7 +417,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, _sh
 
 
 def run_sync_cost(args):
-    from kerasdist import sync_cost
+    from kerasdist.measure import sync_cost
 
     if min(args.replicas) < 2 or args.repeats < 1:
         raise KerasdistError("--replicas must be 2 or more each and --repeats 1 or more. Received: "

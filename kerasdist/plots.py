@@ -306,12 +306,12 @@ def plot_ring_steps(steps, devices):
     device sends to the next (reduce-scatter adds it there, all-gather copies it).
 
     Args:
-        steps: the steps ``kerasdist.sync_cost.ring_allreduce`` recorded.
+        steps: the steps ``kerasdist.measure.sync_cost.ring_allreduce`` recorded.
         devices: how many devices the ring had.
 
     Example:
         >>> import numpy as np
-        >>> from kerasdist.sync_cost import ring_allreduce
+        >>> from kerasdist.measure.sync_cost import ring_allreduce
         >>> figure = plot_ring_steps(ring_allreduce([np.ones(8)] * 4)[1], 4)
     """
     figure, axis = plt.subplots(figsize=(1.3 * devices + 2.6, 0.5 * len(steps) + 1.2))
@@ -338,7 +338,7 @@ def plot_allreduce_fits(rows):
     """Measured all-reduce seconds against size, log-log, with each transport's fitted alpha-beta ring model.
 
     Args:
-        rows: ``kerasdist.sync_cost.measure_transports``' rows (transport, replicas, nbytes, seconds,
+        rows: ``kerasdist.measure.sync_cost.measure_transports``' rows (transport, replicas, nbytes, seconds,
             alpha, beta, relative_rms_error).
 
     Example:
@@ -346,7 +346,7 @@ def plot_allreduce_fits(rows):
         ...        "alpha": 5e-5, "beta": 9e-10, "relative_rms_error": 0.02}
         >>> figure = plot_allreduce_fits([row])
     """
-    from kerasdist.sync_cost import ring_seconds
+    from kerasdist.measure.sync_cost import ring_seconds
 
     figure, axis = plt.subplots(figsize=(8, 4.6))
     transports = list(dict.fromkeys(row["transport"] for row in rows))

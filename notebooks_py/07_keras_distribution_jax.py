@@ -72,7 +72,7 @@
 # it first starts its CPU client. Both are set here, before anything imports Keras or JAX. That is
 # also why this lesson runs kerasdist's TensorFlow work elsewhere: it needs Keras on the TensorFlow
 # backend (lessons 1-6), which cannot share a process with Keras on JAX: the TensorFlow run is a
-# command of its own (`python -m kerasdist.same_batches mirrored`), and so are the processes of
+# command of its own (`python -m kerasdist.measure.same_batches mirrored`), and so are the processes of
 # kerasdist's JAX engine (`kerasdist launch --backend jax`). kerasdist's data loader needs no
 # backend and runs here. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full MNIST
 # when available; the test suite sets it to `sample`.
@@ -295,7 +295,7 @@ for shard in kernel.value.addressable_shards:
 # TensorFlow's MirroredStrategy on the same batches, in a TensorFlow process.
 mirrored_weights_file = os.path.join(workdir, "mirrored_final.npz")
 mirrored_run = subprocess.run(
-    [sys.executable, "-m", "kerasdist.same_batches", "mirrored", "--arrays", arrays_file,
+    [sys.executable, "-m", "kerasdist.measure.same_batches", "mirrored", "--arrays", arrays_file,
      "--weights", weights_file, "--global-batch-size", str(GLOBAL_BATCH_SIZE), "--replicas", str(NUM_DEVICES),
      "--save-weights", mirrored_weights_file],
     capture_output=True, text=True, timeout=WAIT_S,

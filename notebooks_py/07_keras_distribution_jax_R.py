@@ -76,7 +76,7 @@
 # loads Keras; in particular the Python side of this notebook imports nothing but rpy2's magic
 # (kerasdist's TensorFlow work needs Keras on the TensorFlow backend, which cannot share a process
 # with Keras on JAX): the TensorFlow run is a command of its own (`python -m
-# kerasdist.same_batches mirrored`), and so are the processes of kerasdist's JAX engine
+# kerasdist.measure.same_batches mirrored`), and so are the processes of kerasdist's JAX engine
 # (`kerasdist launch --backend jax`). kerasdist's data loader needs no backend and runs in this
 # session. `KERASDIST_DATA` chooses the data: `auto` (the default) takes full MNIST when
 # available; the test suite sets it to `sample`.
@@ -291,7 +291,7 @@
 # # NBVAL_CHECK_OUTPUT
 # # TensorFlow's MirroredStrategy on the same batches, in a TensorFlow process.
 # mirrored_weights_file <- file.path(workdir, "mirrored_final.npz")
-# mirrored_run <- processx::run(python, c("-m", "kerasdist.same_batches", "mirrored", "--arrays", arrays_file,
+# mirrored_run <- processx::run(python, c("-m", "kerasdist.measure.same_batches", "mirrored", "--arrays", arrays_file,
 #                                         "--weights", weights_file, "--global-batch-size", global_batch_size,
 #                                         "--replicas", num_devices, "--save-weights", mirrored_weights_file),
 #                               timeout = wait_s, error_on_status = FALSE)

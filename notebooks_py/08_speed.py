@@ -71,8 +71,8 @@ import tensorflow as tf
 from kerasdist import data as data_module
 from kerasdist import model as model_module
 from kerasdist import plots
-from kerasdist import speed_ladder
-from kerasdist.speed import (ADAM_BYTES_PER_WEIGHT, Timing, gemm_flops_per_s, memory_bytes_per_s, step_kernels,
+from kerasdist.measure import speed_ladder
+from kerasdist.measure.speed import (ADAM_BYTES_PER_WEIGHT, Timing, gemm_flops_per_s, memory_bytes_per_s, step_kernels,
                              time_calls)
 from kerasdist.exercises.lesson08 import q1, q2, q3  # this lesson's checked exercises
 

@@ -85,8 +85,8 @@ import keras  # noqa: F401
 # library(reticulate)
 # kerasdist <- import("kerasdist")
 # kd_data <- import("kerasdist.data")
-# kd_speed <- import("kerasdist.speed")
-# speed_ladder <- import("kerasdist.speed_ladder")
+# kd_speed <- import("kerasdist.measure.speed")
+# speed_ladder <- import("kerasdist.measure.speed_ladder")
 # library(kerasdist)  # the course's R package: this lesson's checked exercises
 # ex <- kd_exercises("08")
 # # KERASDIST_SPEED_DATA can name another source: the test suite runs the lesson on a small stand-in.
@@ -395,7 +395,7 @@ import keras  # noqa: F401
 #
 # Each part is called eleven times after a warm-up call, each call timed with `Sys.time()` (which
 # resolves microseconds); the tables give the **median** and the spread (25th to 75th percentile) of
-# those calls, as `kerasdist.speed.time_calls` does in the Python lesson. On a shared machine a few
+# those calls, as `kerasdist.measure.speed.time_calls` does in the Python lesson. On a shared machine a few
 # calls are slowed down by other programs: the median ignores them, the spread shows them.
 
 # %% language="R"
@@ -627,7 +627,7 @@ import keras  # noqa: F401
 # (`a = b + 3 c`, on every core). Adam's update is the memory-bound part: per weight it reads the
 # gradient, both moments and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
 # (Its state, a few MB here, can stay in the CPU's caches, which are faster than main memory.)
-# The step's matrix products, with the batch of 64, from `kerasdist.speed`'s `step_kernels()`:
+# The step's matrix products, with the batch of 64, from `kerasdist.measure.speed`'s `step_kernels()`:
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT

@@ -17,7 +17,7 @@
 #
 # This is the R twin of [09_sync_cost.ipynb](09_sync_cost.ipynb): the same sections, measurements and
 # printed lines, written with the R packages keras3, tfdatasets and tensorflow, and reticulate for
-# kerasdist's Python pieces (`kerasdist.sync_cost`, `kerasdist.jax_collectives`, `kerasdist.speed`:
+# kerasdist's Python pieces (`kerasdist.measure.sync_cost`, `kerasdist.measure.jax_collectives`, `kerasdist.measure.speed`:
 # the ring by hand, the timings in processes of their own and their fits, which R calls exactly as
 # the Python lesson does). The notebook runs on a Python kernel; the R code lives in `%%R` cells
 # (rpy2), and R draws the figures too (`%%R -w -h` sets a figure's size in inches).
@@ -97,9 +97,9 @@ import keras  # noqa: F401
 # library(tensorflow, exclude = c("shape", "set_random_seed"))
 # library(reticulate)
 # kerasdist <- import("kerasdist")
-# sync_cost <- import("kerasdist.sync_cost")
-# jax_collectives <- import("kerasdist.jax_collectives")
-# kd_speed <- import("kerasdist.speed")
+# sync_cost <- import("kerasdist.measure.sync_cost")
+# jax_collectives <- import("kerasdist.measure.jax_collectives")
+# kd_speed <- import("kerasdist.measure.speed")
 # library(kerasdist)  # the course's R package: this lesson's checked exercises
 # ex <- kd_exercises("09")
 # comma <- function(x) formatC(x, format = "f", digits = 0, big.mark = ",")

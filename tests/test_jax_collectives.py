@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from kerasdist.errors import KerasdistError
-from kerasdist.jax_collectives import (
+from kerasdist.measure.jax_collectives import (
     LAYOUTS,
     _in_child,
     count_collectives,
@@ -117,7 +117,7 @@ def test_devices_that_cannot_split_the_model_are_refused():
 def test_without_jax_the_error_names_the_extra():
     code = ("import sys\n"
             "sys.modules['jax'] = None  # JAX made impossible to import in this process\n"
-            "from kerasdist.jax_collectives import layout_costs\n"
+            "from kerasdist.measure.jax_collectives import layout_costs\n"
             "layout_costs()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == ("kerasdist.errors.KerasdistError: JAX is not installed: install "

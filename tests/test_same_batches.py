@@ -1,4 +1,4 @@
-"""kerasdist.same_batches: lesson 07's TensorFlow reference (fit() under MirroredStrategy on fixed batches
+"""kerasdist.measure.same_batches: lesson 07's TensorFlow reference (fit() under MirroredStrategy on fixed batches
 from a weights file), its one-line errors; and the weights digest the lesson compares runs by."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from kerasdist import model as model_module
 from kerasdist.model import weights_digest
-from kerasdist.same_batches import load_final_weights
+from kerasdist.measure.same_batches import load_final_weights
 
 GLOBAL_BATCH_SIZE = 64
 STEPS = 6
@@ -28,7 +28,7 @@ def start(tmp_path_factory, sample_data):
 
 
 def command(*arguments, timeout=240):
-    return subprocess.run([sys.executable, "-m", "kerasdist.same_batches", *arguments],
+    return subprocess.run([sys.executable, "-m", "kerasdist.measure.same_batches", *arguments],
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -1,4 +1,4 @@
-"""Tests for kerasdist/speed.py (the machine's limits: FLOPs, bytes, rates, timings) and training under a
+"""Tests for kerasdist/measure/speed.py (the machine's limits: FLOPs, bytes, rates, timings) and training under a
 mixed-precision policy."""
 
 import math
@@ -8,7 +8,8 @@ import keras
 import pytest
 
 import kerasdist
-from kerasdist import model, speed
+from kerasdist import model
+from kerasdist.measure import speed
 
 
 def test_training_flops_per_sample_counts_each_dense_kernel_forward_and_backward():

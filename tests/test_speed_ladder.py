@@ -1,4 +1,4 @@
-"""Tests for kerasdist/speed_ladder.py: lesson 08's rungs train the model they claim to, in the right process."""
+"""Tests for kerasdist/measure/speed_ladder.py: lesson 08's rungs train the model they claim to, in the right process."""
 
 import json
 import os
@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from kerasdist import speed_ladder
+from kerasdist.measure import speed_ladder
 from kerasdist.errors import KerasdistError
 
 # One step of the scan epoch against Keras' own train_on_batch on JAX, from the same weights and batch.
 SCAN_STEP_AGAINST_KERAS = """
 import json, numpy as np, keras, jax, jax.numpy as jnp
-from kerasdist import speed_ladder
+from kerasdist.measure import speed_ladder
 rng = np.random.default_rng(0)
 x, y = rng.random((128, 784), dtype=np.float32), rng.integers(0, 10, 128).astype(np.int32)
 keras.utils.set_random_seed(0)
@@ -66,7 +66,7 @@ def test_an_unknown_rung_is_refused_in_one_line():
 
 def test_a_rung_run_under_the_wrong_backend_exits_2_in_one_line():
     environment = dict(os.environ, KERAS_BACKEND="tensorflow")
-    completed = subprocess.run([sys.executable, "-m", "kerasdist.speed_ladder", "JAX lax.scan epoch"],
+    completed = subprocess.run([sys.executable, "-m", "kerasdist.measure.speed_ladder", "JAX lax.scan epoch"],
                                capture_output=True, text=True, env=environment, timeout=300, check=False)
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines()[-1] == (

@@ -12,7 +12,7 @@ import tensorflow as tf
 from kerasdist import cli
 from kerasdist.errors import KerasdistError
 from kerasdist.engines.strategy import make_strategy
-from kerasdist.sync_cost import (
+from kerasdist.measure.sync_cost import (
     LOCAL_TRANSPORTS,
     TRANSPORTS,
     LinkFit,

@@ -22,7 +22,7 @@ GUIDE = "fit (guide)"
 # The self-test's stand-in for a ladder (the lesson's `runs` holds the student's own): epoch seconds in
 # which "kerasdist loop + XLA" is fastest and the scan epoch is not, so a hard-coded answer fails.
 LADDER = {
-    "python": "from kerasdist import speed_ladder\n"
+    "python": "from kerasdist.measure import speed_ladder\n"
               "runs = {\n"
               "    'fit (guide)': {'epoch_seconds': [9.0, 6.1, 6.3], 'samples_per_epoch': 50000},\n"
               "    'kerasdist loop': {'epoch_seconds': [5.0, 2.4, 2.2], 'samples_per_epoch': 50000},\n"
@@ -158,7 +158,7 @@ PARTS = ("forward", "backward", "optimizer update", "host overhead per call", "r
 # The self-test's stand-in for the lesson's timings (milliseconds per step: median, low, high), and the
 # lesson's own code for `median` and `parts`.
 TIMINGS = {
-    "python": "from kerasdist.speed import Timing\n"
+    "python": "from kerasdist.measure.speed import Timing\n"
               "timings = {'input pipeline': Timing(0.21, 0.2, 0.23), 'forward': Timing(0.06, 0.05, 0.07),\n"
               "           'forward + backward': Timing(0.16, 0.15, 0.18), 'optimizer update': Timing(0.3, 0.28, 0.33),\n"
               "           'whole step': Timing(0.5, 0.48, 0.55), 'whole step, 1 per call': Timing(1.4, 1.3, 1.6),\n"
@@ -272,7 +272,7 @@ def _attainable(kernels, flop_rate, bandwidth, bound=max):
 def _check_attainable(answers, language):
     import keras
 
-    from kerasdist.speed import step_kernels
+    from kerasdist.measure.speed import step_kernels
 
     model = keras.Sequential([keras.Input(shape=(784,)), keras.layers.Dense(256, activation="relu"),
                               keras.layers.Dense(256, activation="relu"), keras.layers.Dense(10)])

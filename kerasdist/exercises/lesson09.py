@@ -20,7 +20,7 @@ import numpy as np
 
 from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
 from kerasdist.exercises.fixtures import call_answer
-from kerasdist.sync_cost import STATE_BYTES, ring_seconds
+from kerasdist.measure.sync_cost import STATE_BYTES, ring_seconds
 
 # The self-test's stand-in for the lesson's `timings` (one transport's measured all-reduce medians): a ring
 # of 2 replicas on a link of alpha 80 us and 2.5 GB/s, with +-5 % noise, so that a hard-coded answer fails.
@@ -294,7 +294,7 @@ def _check_state_bytes(answers, language):
                       call, language)
         share = devices if sharded else 1
         exact = BYTES_PER_PARAMETER * parameters / share
-        # Each part's bytes rounded up on each device (as kerasdist.sync_cost.training_state_bytes does).
+        # Each part's bytes rounded up on each device (as kerasdist.measure.sync_cost.training_state_bytes does).
         rounded = sum(-(-parameters * per // share) for per in STATE_BYTES["float32"].values())
         if _is_bytes(got, exact) or _is_bytes(got, rounded):
             continue

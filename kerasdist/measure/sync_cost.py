@@ -32,7 +32,7 @@ import numpy as np
 
 from kerasdist import checks
 from kerasdist.errors import KerasdistError
-from kerasdist.json_child import run_json_child
+from kerasdist.measure.json_child import run_json_child
 
 BYTES_PER_FLOAT32 = 4
 
@@ -255,7 +255,7 @@ GPU_PEAK_FLOPS = {"name": "NVIDIA H100 SXM", "bfloat16": 989e12, "float32": 67e1
 
 
 def time_synchronous_step(strategy, images, labels, steps_per_call=20, rounds=5):
-    """The :class:`~kerasdist.speed.Timing` of one training step of the course's MLP on ``strategy``'s
+    """The :class:`~kerasdist.measure.speed.Timing` of one training step of the course's MLP on ``strategy``'s
     replicas, with ``images`` and ``labels`` (numpy arrays) as the global batch, in seconds per step.
 
     The steps are kerasdist's loop (:class:`~kerasdist.engines.loop.DistributedSteps`): forward, backward, the
@@ -270,7 +270,7 @@ def time_synchronous_step(strategy, images, labels, steps_per_call=20, rounds=5)
 
     from kerasdist.engines.loop import DistributedSteps
     from kerasdist.model import build_model
-    from kerasdist.speed import Timing, time_calls
+    from kerasdist.measure.speed import Timing, time_calls
 
     with strategy.scope():
         model = build_model()
@@ -317,7 +317,7 @@ def training_state_bytes(parameters, devices, sharded=False, precision="float32"
 # The transports timed here: a plain MirroredStrategy's all-reduce (CollectiveAllReduce), ReductionToOneDevice
 # (kerasdist's choice on CPUs), both on virtual CPU devices of one process, and MultiWorkerMirroredStrategy's
 # collectives between worker processes (one device each) over loopback TCP, and JAX's CPU collectives
-# (a psum, see kerasdist.jax_collectives).
+# (a psum, see kerasdist.measure.jax_collectives).
 TRANSPORTS = ("collective ring", "reduction to one device", "worker processes over loopback",
               "JAX CPU collectives")
 LOCAL_TRANSPORTS = TRANSPORTS[:2]
@@ -349,10 +349,10 @@ else:
     from kerasdist.devices import configure_replicas
     devices = configure_replicas(request["replicas"], device_type="CPU")
     import tensorflow as tf
-    from kerasdist.sync_cost import cross_device_ops
+    from kerasdist.measure.sync_cost import cross_device_ops
     reduction = cross_device_ops(request["transport"])
     strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=reduction)
-from kerasdist.sync_cost import allreduce_values, time_allreduce
+from kerasdist.measure.sync_cost import allreduce_values, time_allreduce
 if "values" in request:
     print(json.dumps([summed.tolist() for summed in allreduce_values(strategy, request["values"])]))
 else:
@@ -382,7 +382,7 @@ def measure_transports(replica_counts=(2, 4), sizes=DEFAULT_SIZES, repeats=5, ti
             if transport in LOCAL_TRANSPORTS:
                 seconds = _time_in_child(transport, replicas, sizes, repeats, timeout_s)
             elif transport == "JAX CPU collectives":
-                from kerasdist.jax_collectives import jax_allreduce_seconds
+                from kerasdist.measure.jax_collectives import jax_allreduce_seconds
 
                 seconds = jax_allreduce_seconds(replicas, sizes, repeats, timeout_s)
             else:

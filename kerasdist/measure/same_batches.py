@@ -4,7 +4,7 @@ Lesson 07 trains the course's MLP on JAX in its kernel and compares it step by
 step with TensorFlow. Keras takes one backend per process, so the TensorFlow
 run is a command of its own:
 
-    python -m kerasdist.same_batches mirrored --arrays train.npz --weights initial.weights.h5
+    python -m kerasdist.measure.same_batches mirrored --arrays train.npz --weights initial.weights.h5
 
 It trains from a ``.weights.h5`` file (a backend-neutral format) on the arrays
 ``x``, ``y`` of an ``.npz``, in that order, batch after batch (no shuffling),
@@ -126,7 +126,7 @@ def run_mirrored(arrays, weights, replicas, global_batch_size, epochs, save_weig
 
 
 def _parser():
-    parser = argparse.ArgumentParser(prog="python -m kerasdist.same_batches",
+    parser = argparse.ArgumentParser(prog="python -m kerasdist.measure.same_batches",
                                      description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     mirrored = commands.add_parser("mirrored", help="fit() under MirroredStrategy (TensorFlow backend)")

@@ -2,12 +2,12 @@
 and collectives, measured in a JAX process of its own.
 
 A process holds one Keras backend (lesson 07), and JAX fixes its number of CPU devices when it starts,
-so every measurement runs in a child, ``python -m kerasdist.jax_collectives REQUEST``, with
+so every measurement runs in a child, ``python -m kerasdist.measure.jax_collectives REQUEST``, with
 ``KERAS_BACKEND=jax``, ``JAX_PLATFORMS=cpu`` and ``XLA_FLAGS=--xla_force_host_platform_device_count=N``,
 bounded by a timeout. The public functions import neither JAX nor TensorFlow; the child's do.
 
 Example:
-    >>> from kerasdist.sync_cost import fit_alpha_beta
+    >>> from kerasdist.measure.sync_cost import fit_alpha_beta
     >>> seconds = jax_allreduce_seconds(2, sizes=(1024, 1 << 20))  # doctest: +SKIP
     >>> fit_alpha_beta((1024, 1 << 20), seconds, 2).bandwidth  # doctest: +SKIP
     5860000000.0
@@ -25,7 +25,7 @@ import time
 
 from kerasdist import checks
 from kerasdist.errors import KerasdistError
-from kerasdist.json_child import run_json_child
+from kerasdist.measure.json_child import run_json_child
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 # An instruction's opcode follows its shape and a space; an asynchronous pair counts once, by its -start.
@@ -122,7 +122,7 @@ def _in_child(request, what, timeout_s):
                              "(pip install 'kerasdist[jax]')")
     environment = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
                        XLA_FLAGS=f"--xla_force_host_platform_device_count={request['devices']}")
-    return run_json_child([sys.executable, "-m", "kerasdist.jax_collectives"], request, f"{what} on JAX",
+    return run_json_child([sys.executable, "-m", "kerasdist.measure.jax_collectives"], request, f"{what} on JAX",
                           timeout_s, environment, on_timeout="pass a larger timeout_s")
 
 

@@ -6,7 +6,7 @@ the same epochs on the same data and reports each epoch's training seconds
 (kerasdist's loop validates after each epoch: that pass is not counted) and
 the test accuracy. A rung runs in the calling process when it uses the backend
 Keras loaded there, and otherwise in a process of its own
-(``python -m kerasdist.speed_ladder RUNG``), because Keras chooses its
+(``python -m kerasdist.measure.speed_ladder RUNG``), because Keras chooses its
 backend once, before it loads; every wait for such a process is bounded.
 
 Example:
@@ -80,7 +80,7 @@ def measure(rung, data_source="fashion", epochs=3, data=None, precision="float32
 
             data = load_mnist(data_source, seed=SEED, verbose=False)
         return _train(rung, data, epochs, precision, batch_size)
-    command = [sys.executable, "-m", "kerasdist.speed_ladder", rung, "--data", str(data_source),
+    command = [sys.executable, "-m", "kerasdist.measure.speed_ladder", rung, "--data", str(data_source),
                "--epochs", str(epochs), "--precision", precision, "--batch-size", str(batch_size)]
     environment = dict(os.environ, KERAS_BACKEND=RUNGS[rung]["backend"])
     try:
@@ -236,8 +236,8 @@ def _train_scan(data, epochs, batch_size):
 
 
 def main(argv=None):
-    """``python -m kerasdist.speed_ladder RUNG``: train one rung here; print its result as one JSON line."""
-    parser = argparse.ArgumentParser(prog="python -m kerasdist.speed_ladder", description=main.__doc__)
+    """``python -m kerasdist.measure.speed_ladder RUNG``: train one rung here; print its result as one JSON line."""
+    parser = argparse.ArgumentParser(prog="python -m kerasdist.measure.speed_ladder", description=main.__doc__)
     parser.add_argument("rung", choices=list(RUNGS))
     parser.add_argument("--data", default="fashion")
     parser.add_argument("--epochs", type=int, default=3)
