@@ -27,7 +27,7 @@ _EXPORTS = {
     "TrainingOptions": "kerasdist.engines.options",
     "TrainingResult": "kerasdist.result",
     "run_training": "kerasdist.engines.backends",
-    "run_comparison": "kerasdist.compare",
+    "run_comparison": "kerasdist.experiments.compare",
     "training_flops_per_sample": "kerasdist.measure.speed",
     "matmul_flops_per_s": "kerasdist.measure.speed",
     "cpu_bfloat16_instructions": "kerasdist.measure.speed",

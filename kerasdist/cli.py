@@ -225,7 +225,7 @@ def run_train(args):
 
 
 def run_compare(args):
-    from kerasdist.compare import run_comparison
+    from kerasdist.experiments.compare import run_comparison
 
     modes = ("fixed_global", "fixed_per_replica") if args.mode == "both" else (args.mode.replace("-", "_"),)
     result = run_comparison(

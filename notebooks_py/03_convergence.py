@@ -93,7 +93,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
 from IPython.display import Markdown, display
-from kerasdist import compare, model, plots
+from kerasdist import model
+from kerasdist.experiments import compare, plots
 from kerasdist.exercises.lesson03 import q1, q2, q3  # this lesson's checked exercises
 
 # %%

@@ -77,7 +77,7 @@ import kerasdist.model
 import keras
 import numpy as np
 import tensorflow as tf
-from kerasdist import plots
+from kerasdist.experiments import plots
 from kerasdist.exercises.lesson04 import q1, q2, q3  # this lesson's checked exercises
 
 # %%

@@ -70,7 +70,7 @@ import numpy as np
 import tensorflow as tf
 from kerasdist import data as data_module
 from kerasdist import model as model_module
-from kerasdist import plots
+from kerasdist.experiments import plots
 from kerasdist.measure import speed_ladder
 from kerasdist.measure.speed import (ADAM_BYTES_PER_WEIGHT, Timing, gemm_flops_per_s, memory_bytes_per_s, step_kernels,
                              time_calls)

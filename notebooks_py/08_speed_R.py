@@ -833,7 +833,7 @@ import keras  # noqa: F401
 # model_bandwidth_bytes_per_s <- 10e9  # a PCIe-class link,
 # model_latency_s <- 10e-6            # latency per hop of the ring,
 # model_input_s <- 0.1e-3             # input time not hidden by prefetching
-# # Seconds per step on n devices (kerasdist.plots.step_time_model): compute / n + ring all-reduce + input.
+# # Seconds per step on n devices (kerasdist.experiments.plots.step_time_model): compute / n + ring all-reduce + input.
 # step_time_model <- function(n, compute_s) {
 #   all_reduce <- 0
 #   if (n > 1) {

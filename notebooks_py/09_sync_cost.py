@@ -78,7 +78,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import tensorflow as tf
-from kerasdist import plots
+from kerasdist.experiments import plots
 from kerasdist.measure import jax_collectives, speed, sync_cost
 from kerasdist import model as model_module
 from kerasdist.exercises.lesson09 import q1, q2, q3  # this lesson's checked exercises

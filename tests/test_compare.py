@@ -1,4 +1,4 @@
-"""Tests for kerasdist/compare.py and plots.py: 1 vs N replicas, results files, figure."""
+"""Tests for kerasdist/experiments/compare.py and plots.py: 1 vs N replicas, results files, figure."""
 
 import csv
 import dataclasses
@@ -11,10 +11,10 @@ import pytest
 
 from helpers import last_json_line, run_cli
 from kerasdist import run_comparison
-from kerasdist.compare import steady_samples_per_s
+from kerasdist.experiments.compare import steady_samples_per_s
 from kerasdist.errors import KerasdistError
 from kerasdist.model import build_model, learning_rate_for
-from kerasdist.plots import (
+from kerasdist.experiments.plots import (
     CPU_REPLICAS_NOTE,
     coinciding_curves,
     plot_convergence,

@@ -1,4 +1,4 @@
-"""Tests for kerasdist.plots.plot_grouped_bars: grouped bars annotated with speed-ups."""
+"""Tests for kerasdist.experiments.plots.plot_grouped_bars: grouped bars annotated with speed-ups."""
 
 import matplotlib
 
@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from kerasdist.plots import plot_grouped_bars  # noqa: E402
+from kerasdist.experiments.plots import plot_grouped_bars  # noqa: E402
 
 
 def test_bars_are_grouped_and_annotated_with_speed_ups_over_the_first_label():

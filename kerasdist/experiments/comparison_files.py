@@ -32,7 +32,7 @@ def write_comparison(comparison, out_dir):
     """Write comparison.json, comparison.csv (tidy rows) and convergence.png; return their paths."""
     import matplotlib.pyplot as plt  # here: a comparison without files needs no matplotlib
 
-    from kerasdist.plots import plot_convergence
+    from kerasdist.experiments.plots import plot_convergence
 
     try:
         os.makedirs(out_dir, exist_ok=True)

@@ -8,7 +8,7 @@ from kerasdist import checks
 from kerasdist.state import locking
 from kerasdist import data as data_module
 from kerasdist.engines.backends import run_training
-from kerasdist.comparison_files import check_creatable_directory, write_comparison
+from kerasdist.experiments.comparison_files import check_creatable_directory, write_comparison
 from kerasdist.devices import configure_replicas, on_virtual_cpus
 from kerasdist.engines.options import TrainingOptions
 from kerasdist.result import steady_samples_per_s
