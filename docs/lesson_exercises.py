@@ -11,7 +11,7 @@ import re
 
 from docutils import nodes
 
-from kerasdist.course import CODE_STUB
+from kerasdist.course.instructor import CODE_STUB
 
 DETAILS_TAG = re.compile(r"\s*(</details>|<details>\s*<summary>.*?</summary>)\s*", re.DOTALL)
 DETAILS_OPEN = re.compile(r"^\s*<details>\s*<summary>(.*?)</summary>\s*$", re.DOTALL)

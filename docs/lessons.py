@@ -5,7 +5,7 @@ section headings. Every lesson page gets, in its header, a Python | R switch: a 
 the twin (without JavaScript), and with ``language-switch.js`` a link to the same section that
 also remembers the reader's choice. The sidebar lists each lesson once (the Python page, or
 lesson 00's R page); an R page's previous/next links follow the R twins. Under a lesson's title
-come what it needs (``kerasdist.lesson_needs``, the table the README and the doctor read), its
+come what it needs (``kerasdist.course.lesson_needs``, the table the README and the doctor read), its
 notebooks to download and how to run it yourself. The lessons' links to the README's course map
 lead to the landing page; R cells of the Python-kernel notebooks are highlighted as R. How
 exercises read on the site is ``lesson_exercises.py``'s concern.
@@ -17,7 +17,7 @@ import re
 from docutils import nodes
 from sphinx import addnodes
 
-from kerasdist import lesson_needs
+from kerasdist.course import lesson_needs
 from kerasdist.doctor.checks import INSTALL_R
 
 LESSONS_FOLDER = "notebooks/"

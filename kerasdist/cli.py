@@ -434,7 +434,7 @@ def run_sync_cost(args):
 
 
 def run_course(args):
-    from kerasdist import course
+    from kerasdist.course import instructor as course
 
     if args.course_command == "student":
         lessons = [course.lesson_assignment(number) for number in args.lesson]

@@ -124,7 +124,7 @@ import keras
 import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
-from kerasdist.exercises.lesson01 import q1, q2, q3  # this lesson's checked exercises
+from kerasdist.course.exercises.lesson01 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # Settings for this lesson: where the digits come from, how many replicas, how long to train.

@@ -79,7 +79,7 @@ import keras
 import matplotlib.pyplot as plt
 import pandas as pd
 import tensorflow as tf
-from kerasdist.exercises.lesson02 import q1, q2, q3  # this lesson's checked exercises
+from kerasdist.course.exercises.lesson02 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # Settings: data source, replicas, batch and epochs, checkpoint interval, and an empty folder for this lesson.

@@ -95,7 +95,7 @@ import tensorflow as tf
 from IPython.display import Markdown, display
 from kerasdist import model
 from kerasdist.experiments import compare, plots
-from kerasdist.exercises.lesson03 import q1, q2, q3  # this lesson's checked exercises
+from kerasdist.course.exercises.lesson03 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # NBVAL_CHECK_OUTPUT

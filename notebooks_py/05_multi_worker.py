@@ -79,7 +79,7 @@ import kerasdist.cluster.slurm
 import keras
 import matplotlib.pyplot as plt
 import tensorflow as tf
-from kerasdist.exercises.lesson05 import q1, q2, q3  # this lesson's checked exercises
+from kerasdist.course.exercises.lesson05 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # Settings for this lesson: the workers' data, a folder for their script and outputs, and the longest wait.

@@ -92,7 +92,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 from kerasdist.experiments import plots
-from kerasdist.exercises.lesson06 import q1, q2, q3  # this lesson's checked exercises
+from kerasdist.course.exercises.lesson06 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # Settings for this lesson: where the digits come from, how many devices, the global batch.

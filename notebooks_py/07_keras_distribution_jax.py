@@ -102,7 +102,7 @@ import keras
 import matplotlib.pyplot as plt
 import numpy as np
 
-from kerasdist.exercises.lesson07 import q1, q2, q3  # this lesson's checked exercises
+from kerasdist.course.exercises.lesson07 import q1, q2, q3  # this lesson's checked exercises
 
 print("Keras backend:", keras.config.backend())
 

@@ -74,7 +74,7 @@ from kerasdist.experiments import plots
 from kerasdist.measure import speed_ladder
 from kerasdist.measure.speed import (ADAM_BYTES_PER_WEIGHT, Timing, gemm_flops_per_s, memory_bytes_per_s, step_kernels,
                              time_calls)
-from kerasdist.exercises.lesson08 import q1, q2, q3  # this lesson's checked exercises
+from kerasdist.course.exercises.lesson08 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -81,7 +81,7 @@ import tensorflow as tf
 from kerasdist.experiments import plots
 from kerasdist.measure import jax_collectives, speed, sync_cost
 from kerasdist import model as model_module
-from kerasdist.exercises.lesson09 import q1, q2, q3  # this lesson's checked exercises
+from kerasdist.course.exercises.lesson09 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -27,7 +27,7 @@ from conftest import user_state_environment  # noqa: E402
 CELLS = [
     ("markdown", "### Exercise q1: the per-replica batch\n\nWrite `per_replica_batch(global_batch, "
                  "num_replicas)` that returns how many examples of one global batch each replica gets."),
-    ("code", "from kerasdist.exercises.lesson01 import q1\n\n"
+    ("code", "from kerasdist.course.exercises.lesson01 import q1\n\n"
              "def per_replica_batch(global_batch, num_replicas):\n    return global_batch / num_replicas\n\n"
              "q1.check()"),
     ("code", "q1.hint(2)"),

@@ -9,8 +9,8 @@ import pytest
 from nbclient import NotebookClient
 
 from helpers import run_cli
-from kerasdist import course
-from kerasdist.exercises import exercises_of
+from kerasdist.course import instructor as course
+from kerasdist.course.exercises import exercises_of
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def instructor_lines_outside_answers(path):
 
 
 def course_free(cell):
-    from kerasdist.course_preprocessors import SOLUTION_BLOCK
+    from kerasdist.course.preprocessors import SOLUTION_BLOCK
 
     return SOLUTION_BLOCK.sub("", cell.source) if cell.cell_type == "markdown" else cell.source
 

@@ -11,7 +11,8 @@ import numpy
 import pytest
 
 from helpers import last_json_line, run_cli
-from kerasdist import doctor, lesson_needs, run_training
+from kerasdist import doctor, run_training
+from kerasdist.course import lesson_needs
 from kerasdist.engines import choice as engines
 from kerasdist.doctor import checks, probes
 from kerasdist.engines.strategy import STRATEGIES
@@ -177,7 +178,7 @@ def test_doctor_command_prints_the_table_and_json_last():
     report = last_json_line(done.stdout)
     assert {"checks", "lessons", "engines", "problems", "seconds"} <= set(report)
     assert report["engines"]["multi_worker"]["engine"] == "loop"
-    # One lesson row per notebook of kerasdist.lesson_needs, printed as the table's lesson lines.
+    # One lesson row per notebook of kerasdist.course.lesson_needs, printed as the table's lesson lines.
     notebooks = [name for lesson in lesson_needs.LESSONS for name in lesson.notebooks]
     assert [row["lesson"] for row in report["lessons"]] == notebooks
     assert [line.split()[1] for line in done.stdout.splitlines() if line.startswith("lesson  ")] == notebooks

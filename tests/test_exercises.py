@@ -15,9 +15,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kerasdist.exercises import Language, exercises_of
-from kerasdist.exercises.core import CORRECT, NOT_ATTEMPTED
-from kerasdist.exercises.selftest import run_lesson
+from kerasdist.course.exercises import Language, exercises_of
+from kerasdist.course.exercises.core import CORRECT, NOT_ATTEMPTED
+from kerasdist.course.exercises.selftest import run_lesson
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -112,7 +112,7 @@ def test_the_r_session_is_bounded_and_each_case_it_did_not_reach_is_an_error(mon
 @pytest.mark.xdist_group("lessons")
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_each_exercise_passes_its_solution_and_fails_its_starter_and_wrong_answers(lesson):
-    run = subprocess.run([sys.executable, "-m", "kerasdist.exercises", "selftest", lesson],
+    run = subprocess.run([sys.executable, "-m", "kerasdist.course.exercises", "selftest", lesson],
                          capture_output=True, text=True, timeout=1500, env=with_r_package(os.environ), cwd=REPO)
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert rows, run.stderr[-3000:]

@@ -1,10 +1,10 @@
-"""Tests for kerasdist.lesson_needs: the one table of what each lesson needs, and who reads it (README, doctor)."""
+"""Tests for kerasdist.course.lesson_needs: the one table of what each lesson needs, and who reads it (README, doctor)."""
 
 from pathlib import Path
 
 import pytest
 
-from kerasdist import lesson_needs
+from kerasdist.course import lesson_needs
 from kerasdist.doctor import checks, report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +20,7 @@ def test_every_lesson_notebook_has_exactly_one_row_and_every_row_a_notebook():
 def test_the_readme_table_is_the_one_the_source_writes():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert lesson_needs.readme_table() in readme
-    assert lesson_needs.with_readme_table(readme) == readme, "run: python -m kerasdist.lesson_needs README.md"
+    assert lesson_needs.with_readme_table(readme) == readme, "run: python -m kerasdist.course.lesson_needs README.md"
 
 
 def test_a_changed_source_changes_the_readme_table(monkeypatch):

@@ -18,8 +18,8 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 
 import browser
-from kerasdist import lesson_needs
-from kerasdist.exercises import exercises_of
+from kerasdist.course import lesson_needs
+from kerasdist.course.exercises import exercises_of
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON, TWIN = "notebooks/01_quickstart", "notebooks/01_quickstart_R"

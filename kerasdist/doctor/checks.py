@@ -14,7 +14,8 @@ import subprocess
 import sys
 from importlib import metadata
 
-from kerasdist import data, lesson_needs
+from kerasdist import data
+from kerasdist.course import lesson_needs
 from kerasdist.engines import choice as engines
 
 OK, MISSING, BROKEN = "OK", "missing", "broken"

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import time
 
-from kerasdist import lesson_needs
+from kerasdist.course import lesson_needs
 from kerasdist.engines import choice as engines
 from kerasdist.doctor import checks, probes
 from kerasdist.doctor.checks import OK
@@ -70,7 +70,7 @@ def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
 
 
 def lesson_rows(checks_by_key):
-    """One row per lesson notebook: whether this machine has what ``kerasdist.lesson_needs`` says it needs.
+    """One row per lesson notebook: whether this machine has what ``kerasdist.course.lesson_needs`` says it needs.
 
     Args:
         checks_by_key: the doctor's checks, keyed by ``Check.key``.

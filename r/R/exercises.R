@@ -3,7 +3,7 @@
 #' A lesson's checked exercises
 #'
 #' Each lesson's exercises (`q1`, `q2`, ...) are checked by the Python package
-#' `kerasdist.exercises`; from R, [kd_check()] hands it the objects your
+#' `kerasdist.course.exercises`; from R, [kd_check()] hands it the objects your
 #' answer defined (reticulate converts them: numbers, vectors, lists, R
 #' functions, keras3 models) and prints the verdict in R's terms.
 #'
@@ -27,7 +27,7 @@ kd_exercises <- function(lesson) {
     kd_abort(sprintf("lesson must be a lesson number such as \"01\". Received: %s", deparse_short(lesson)))
   }
   kd_module()
-  exercises <- kd_call(reticulate::import("kerasdist.exercises")$exercises_of(lesson))
+  exercises <- kd_call(reticulate::import("kerasdist.course.exercises")$exercises_of(lesson))
   structure(
     lapply(exercises, function(exercise) structure(list(python = exercise), class = "kd_exercise")),
     names = vapply(exercises, function(exercise) r_value(exercise$name), "")

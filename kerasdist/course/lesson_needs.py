@@ -1,6 +1,6 @@
 """What each lesson needs and how long it runs: the one table the README, the course site and the doctor read.
 
-``python -m kerasdist.lesson_needs README.md`` rewrites the README's table from it; the site puts
+``python -m kerasdist.course.lesson_needs README.md`` rewrites the README's table from it; the site puts
 each lesson's rows at the top of its page; ``kerasdist doctor`` checks this machine for them.
 """
 
@@ -192,15 +192,15 @@ def with_readme_table(text):
 
 
 def main(argv):
-    """Rewrite the README named in ``argv`` (``python -m kerasdist.lesson_needs README.md``)."""
+    """Rewrite the README named in ``argv`` (``python -m kerasdist.course.lesson_needs README.md``)."""
     if len(argv) != 1:
-        print("usage: python -m kerasdist.lesson_needs README.md", file=sys.stderr)
+        print("usage: python -m kerasdist.course.lesson_needs README.md", file=sys.stderr)
         return 2
     try:
         with open(argv[0], encoding="utf-8") as handle:
             text = with_readme_table(handle.read())
     except (OSError, ValueError) as error:
-        print(f"kerasdist.lesson_needs: error: {error}", file=sys.stderr)
+        print(f"kerasdist.course.lesson_needs: error: {error}", file=sys.stderr)
         return 2
     with open(argv[0], "w", encoding="utf-8") as handle:
         handle.write(text)

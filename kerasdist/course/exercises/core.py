@@ -181,14 +181,14 @@ class Exercise:
 
 
 def exercises_of(lesson):
-    """The exercises of ``lesson`` ("01" ... "09"), in order, from ``kerasdist.exercises.lessonNN``.
+    """The exercises of ``lesson`` ("01" ... "09"), in order, from ``kerasdist.course.exercises.lessonNN``.
 
     Example:
         >>> [q.name for q in exercises_of("01")]
         ['q1', 'q2', 'q3']
     """
     try:
-        module = importlib.import_module(f"kerasdist.exercises.lesson{lesson}")
+        module = importlib.import_module(f"kerasdist.course.exercises.lesson{lesson}")
     except ModuleNotFoundError:
         from kerasdist.errors import KerasdistError
 

@@ -5,7 +5,7 @@ Incorrect with its message. Python answers run in this process; R answers in an 
 that hosts Python through reticulate, checked by the R package's ``kd_verdict()``, which an R twin's
 ``kd_check()`` calls. What cannot run here (R without keras3) is a row with the reason.
 
-    python -m kerasdist.exercises selftest 01 --language both
+    python -m kerasdist.course.exercises selftest 01 --language both
 
 Example:
     >>> rows = list(run_lesson("01", languages=("python",), only=("q1",)))  # doctest: +SKIP
@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from kerasdist.exercises.core import CORRECT, INCORRECT, NOT_ATTEMPTED, exercises_of
+from kerasdist.course.exercises.core import CORRECT, INCORRECT, NOT_ATTEMPTED, exercises_of
 
 SKIPPED = "skipped"
 
@@ -50,7 +50,7 @@ def _python_verdict(exercise, code):
 # Python from an R function that Python called without holding the GIL, which aborts the process.)
 R_RUNNER = """
 suppressPackageStartupMessages(library(kerasdist))
-selftest <- reticulate::import("kerasdist.exercises.selftest")
+selftest <- reticulate::import("kerasdist.course.exercises.selftest")
 arguments <- commandArgs(TRUE)  # lesson, replicas, exercises (comma-separated, or "" for all)
 selftest$prepare_process(arguments[[1]], as.integer(arguments[[2]]))
 has_keras3 <- requireNamespace("keras3", quietly = TRUE)
@@ -72,7 +72,7 @@ for (case in cases) {
 
 def prepare_process(lesson, replicas):
     """Choose the lesson's Keras backend and make ``replicas`` devices, before Keras is imported."""
-    lesson_module = importlib.import_module(f"kerasdist.exercises.lesson{lesson}")
+    lesson_module = importlib.import_module(f"kerasdist.course.exercises.lesson{lesson}")
     backend = getattr(lesson_module, "BACKEND", "tensorflow")
     from kerasdist import startup
 
@@ -173,7 +173,7 @@ def run_lesson(lesson, languages=("python", "r"), only=(), replicas=2, timeout_s
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m kerasdist.exercises",
+    parser = argparse.ArgumentParser(prog="python -m kerasdist.course.exercises",
                                      description="Run a lesson's exercises with their answer key.")
     commands = parser.add_subparsers(dest="command", required=True)
     selftest = commands.add_parser("selftest", help="solution, starter and wrong answers of every exercise")

@@ -14,8 +14,8 @@ import math
 import statistics
 from typing import Mapping
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import call_answer
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import call_answer
 
 GUIDE = "fit (guide)"
 

@@ -8,8 +8,8 @@ Example:
 
 import numpy as np
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import (
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import (
     call_answer,
     digits_of_every_class,
     error_line,

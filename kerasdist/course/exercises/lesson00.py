@@ -9,8 +9,8 @@ Example:
 
 import numpy as np
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import call_answer
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import call_answer
 
 
 def _device_names(names):

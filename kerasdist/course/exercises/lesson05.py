@@ -5,7 +5,7 @@ Each check hands the student's answer to TensorFlow: the TF_CONFIG text to its
 the resolver to the same questions a ``MultiWorkerMirroredStrategy`` asks.
 
 Example:
-    >>> from kerasdist.exercises.lesson05 import q2
+    >>> from kerasdist.course.exercises.lesson05 import q2
     >>> print(q2.verdict({"keeps_logs": lambda cluster, task_type, index: task_type == "chief"}))
     Incorrect: keeps_logs returned False for worker 0 of a cluster of worker, but without a chief in the cluster, worker 0 keeps the checkpoints and logs.
 """
@@ -13,8 +13,8 @@ Example:
 import json
 import os
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import call_answer
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import call_answer
 
 TF_CONTEXT = {
     "python": "import tensorflow as tf",

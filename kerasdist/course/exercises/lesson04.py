@@ -5,7 +5,7 @@ shares of 2 replicas, the reads and the order of 2 epochs, the keys 2 simulated 
 after TensorFlow's own auto-shard rewrite.
 
 Example:
-    >>> from kerasdist.exercises.lesson04 import q1
+    >>> from kerasdist.course.exercises.lesson04 import q1
     >>> print(q1.verdict({"distribute_batches": None}))
     Not attempted: define distribute_batches (it is still None), then run the check again.
 """
@@ -14,8 +14,8 @@ import itertools
 
 import numpy as np
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import call_answer, digit_batch, two_replicas
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import call_answer, digit_batch, two_replicas
 
 CONTEXT = {
     "python": "import tensorflow as tf",

@@ -7,8 +7,8 @@ Example:
 
 import numpy as np
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import (
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import (
     as_arrays,
     call_answer,
     digits_of_every_class,
@@ -251,8 +251,8 @@ q3 = Exercise(
                     "the optimizer was created outside"),
     ),
     context={
-        "python": CONTEXT["python"] + "\nfrom kerasdist.exercises.fixtures import mlp as build_mlp",
-        "r": CONTEXT["r"] + "\nbuild_mlp <- function() reticulate::import('kerasdist.exercises.fixtures')$mlp()",
+        "python": CONTEXT["python"] + "\nfrom kerasdist.course.exercises.fixtures import mlp as build_mlp",
+        "r": CONTEXT["r"] + "\nbuild_mlp <- function() reticulate::import('kerasdist.course.exercises.fixtures')$mlp()",
     },
     needs=("keras3",),
 )

@@ -18,8 +18,8 @@ from typing import Mapping
 
 import numpy as np
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import call_answer
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import call_answer
 from kerasdist.measure.sync_cost import STATE_BYTES, ring_seconds
 
 # The self-test's stand-in for the lesson's `timings` (one transport's measured all-reduce medians): a ring

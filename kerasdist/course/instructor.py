@@ -33,7 +33,7 @@ from pathlib import Path
 
 from kerasdist.errors import KerasdistError
 
-SOURCE = Path(__file__).resolve().parent.parent / "notebooks"
+SOURCE = Path(__file__).resolve().parents[2] / "notebooks"
 # A stub that is a comment in Python and in R, so an answer cell of an R twin (%%R) still runs.
 CODE_STUB = "# YOUR CODE HERE"
 DEFAULT_TIMEOUT_S = 600.0
@@ -44,7 +44,7 @@ c.CourseDirectory.db_url = "sqlite:///" + {db!r}
 c.ClearSolutions.code_stub = {{"python": {stub!r}}}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 from nbgrader.converters import GenerateAssignment
-from kerasdist.course_preprocessors import ClearExerciseOutputs, RemoveSolutionBlocks
+from kerasdist.course.preprocessors import ClearExerciseOutputs, RemoveSolutionBlocks
 from nbgrader.preprocessors import ClearOutput
 c.GenerateAssignment.preprocessors = [RemoveSolutionBlocks] + [
     ClearExerciseOutputs if p is ClearOutput else p

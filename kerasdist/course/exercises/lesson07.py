@@ -10,8 +10,8 @@ Example:
 
 import numpy as np
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import call_answer, error_line
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import call_answer, error_line
 
 BACKEND = "jax"  # the self-test loads Keras on JAX for this lesson
 CONTEXT = {"python": "import keras", "r": "library(keras3)"}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import (
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import (
     call_answer,
     digits_of_every_class,
     error_line,

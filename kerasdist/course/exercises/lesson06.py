@@ -11,8 +11,8 @@ import tempfile
 
 import numpy as np
 
-from kerasdist.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.exercises.fixtures import call_answer, largest_gap, mlp, quiet_tensorflow
+from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import call_answer, largest_gap, mlp, quiet_tensorflow
 
 CONTEXT = {
     "python": "import keras\nimport tensorflow as tf",

@@ -78,7 +78,7 @@ def largest_gap(first, second):
 
 def call_answer(function, name, *args):
     """Call the student's function; its own error becomes the one sentence of an Incorrect."""
-    from kerasdist.exercises.core import Incorrect
+    from kerasdist.course.exercises.core import Incorrect
 
     try:
         return function(*args)

@@ -1,5 +1,0 @@
-import sys
-
-from kerasdist.exercises.selftest import main
-
-sys.exit(main())
