@@ -12,12 +12,12 @@ import sys
 import warnings
 
 from kerasdist import checks, cluster, data
-from kerasdist.engines import interrupt
-from kerasdist.state import files
 from kerasdist.cluster import peers, slurm
-from kerasdist.errors import ClusterError, KerasdistError, StateWriteError, TrainingDivergedError
+from kerasdist.engines import interrupt
 from kerasdist.engines.options import TrainingOptions
+from kerasdist.errors import ClusterError, KerasdistError, StateWriteError, TrainingDivergedError
 from kerasdist.startup import import_tensorflow_quietly
+from kerasdist.state import files
 
 EXIT_USER_ERROR = 2
 EXIT_WORKER_FAILED = 1
@@ -341,8 +341,8 @@ def _run_jax_worker(args):
 
 
 def run_launch(args):
-    from kerasdist.state import locking
     from kerasdist.cluster import launcher
+    from kerasdist.state import locking
 
     ports = launch_ports(args)
     cluster.check_worker_options(args.replicas, args.global_batch_size, args.workers)

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from helpers import kerasdist_command
 from kerasdist import checks, cli, data, run_comparison, run_training
-from kerasdist.errors import KerasdistError
 from kerasdist.engines.options import TrainingOptions
+from kerasdist.errors import KerasdistError
 
 # `<what> must be <rule>. Received: <name>=<value>; <what to do>`, all on one line.
 MESSAGE = re.compile(r"^\S.* must be .+\. Received: [^=;]+=.*; \S.*$")

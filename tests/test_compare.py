@@ -11,9 +11,8 @@ import pytest
 
 from helpers import last_json_line, run_cli
 from kerasdist import run_comparison
-from kerasdist.experiments.compare import steady_samples_per_s
 from kerasdist.errors import KerasdistError
-from kerasdist.model import build_model, learning_rate_for
+from kerasdist.experiments.compare import steady_samples_per_s
 from kerasdist.experiments.plots import (
     CPU_REPLICAS_NOTE,
     coinciding_curves,
@@ -21,6 +20,7 @@ from kerasdist.experiments.plots import (
     plot_step_time_model,
     step_time_model,
 )
+from kerasdist.model import build_model, learning_rate_for
 
 
 @pytest.fixture(scope="module")

@@ -46,3 +46,30 @@ def test_result_record_keys_are_unchanged(contract, sample_data):
 
     record = json.loads(json.dumps(run_training(epochs=1, data=sample_data, verbose=0).to_dict()))
     assert record_shape(record) == contract["record"]
+
+
+# What ``import kerasdist`` offers; the R package, the lessons and users' scripts call these names.
+PUBLIC = ["KerasdistError", "TrainingOptions", "TrainingResult", "configure_replicas", "cpu_bfloat16_instructions",
+          "describe_devices", "load_mnist", "make_strategy", "matmul_flops_per_s", "run_comparison", "run_training",
+          "training_flops_per_sample"]
+
+
+def test_the_public_names_are_unchanged_and_each_one_resolves():
+    import kerasdist
+
+    assert sorted(kerasdist.__all__) == PUBLIC
+    assert [getattr(kerasdist, name).__name__ for name in PUBLIC] == PUBLIC
+
+
+def test_every_module_the_r_package_imports_exists():
+    import importlib
+    import re
+
+    r_code = os.path.join(os.path.dirname(os.path.dirname(__file__)), "r", "R")
+    named = set()
+    for name in os.listdir(r_code):
+        with open(os.path.join(r_code, name), encoding="utf-8") as stream:
+            named.update(re.findall(r'import\("(kerasdist[\w.]*)"', stream.read()))
+    assert "kerasdist.course.exercises" in named
+    for module in sorted(named):
+        importlib.import_module(module)

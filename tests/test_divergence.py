@@ -9,9 +9,9 @@ import pytest
 
 from helpers import checkpoint_tensors
 from kerasdist import cli, divergence, run_training
-from kerasdist.state.checkpoint import CheckpointStore
 from kerasdist.errors import TrainingDivergedError
 from kerasdist.model import build_model
+from kerasdist.state.checkpoint import CheckpointStore
 
 BATCH = 256  # 13 steps per epoch on the sample: quick
 DIVERGING_RATE = 1e30  # Adam steps of this size overflow float32 within two steps

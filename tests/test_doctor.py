@@ -13,8 +13,8 @@ import pytest
 from helpers import last_json_line, run_cli
 from kerasdist import doctor, run_training
 from kerasdist.course import lesson_needs
-from kerasdist.engines import choice as engines
 from kerasdist.doctor import checks, probes
+from kerasdist.engines import choice as engines
 from kerasdist.engines.strategy import STRATEGIES
 
 STATUSES = {doctor.OK, doctor.MISSING, doctor.BROKEN}

@@ -13,24 +13,19 @@ import pytest
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kerasdist")
 
-# Lowest first. A module may import modules of its own layer or of a lower one.
-LAYERS = {
-    "base": ["kerasdist", "errors", "startup", "checks", "json_child", "files", "locking", "interrupt", "run_state", "result",
-             "lesson_needs"],
-    "devices": ["devices", "strategy"],
-    "data and model": ["data", "model"],
-    "training": ["options", "engines", "divergence", "callbacks", "checkpoint", "metrics_log", "loop", "train",
-                 "jax_checkpoint", "jax_engine", "backends"],
-    "cluster": ["cluster", "cluster.config", "cluster.ports", "cluster.peers", "cluster.watchdog_process",
-                "cluster.watchdog", "cluster.launcher", "cluster.roles", "cluster.slurm"],
-    "experiments": ["compare", "comparison_files", "plots", "speed", "speed_ladder", "same_batches", "sync_cost",
-                    "jax_collectives"],
-    "doctor": ["doctor", "doctor.checks", "doctor.probes", "doctor.probe_host", "doctor.report"],
-    "exercises": ["exercises", "exercises.core", "exercises.fixtures", "exercises.selftest", "exercises.__main__",
-                  *(f"exercises.lesson{n:02d}" for n in range(10)), "course", "course_preprocessors"],
-    "interfaces": ["cli", "__main__"],
-}
-LEVEL = {name: level for level, names in enumerate(LAYERS.values()) for name in names}
+# The package's layers, lowest first: a module may import modules of its own layer or of a lower one.
+# A layer is the base (the modules at the top of kerasdist/) or a folder; docs/reference/architecture.md
+# says what each holds.
+LAYERS = ["base", "state", "engines", "cluster", "measure", "experiments", "course", "doctor", "interfaces"]
+INTERFACES = {"cli", "__main__"}
+
+
+def layer_of(module):
+    """The layer of a module named relative to kerasdist ("" for the package, "state.files", "cli")."""
+    if module in INTERFACES:
+        return "interfaces"
+    folder = module.partition(".")[0]
+    return folder if folder in LAYERS else "base"
 
 
 def module_files():
@@ -74,14 +69,26 @@ def _name(module):
     return module or "kerasdist"
 
 
-def test_every_module_has_a_layer():
-    assert sorted(_name(module) for module in module_files() if _name(module) not in LEVEL) == []
+def test_the_top_level_holds_the_base_and_the_folders_only():
+    # Every folder is a layer, and the base stays small: at most ten modules beside __init__ and __main__.
+    folders = {module.partition(".")[0] for module in module_files() if "." in module}
+    base = sorted(module for module in module_files() if layer_of(module) == "base" and module)
+    assert folders <= set(LAYERS)
+    assert len(base) <= 10, base
+
+
+def test_every_folder_says_what_it_holds():
+    for folder in LAYERS:
+        path = os.path.join(PACKAGE, folder, "__init__.py")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as stream:
+                assert ast.get_docstring(ast.parse(stream.read())), f"{folder}/__init__.py has no docstring"
 
 
 def test_imports_point_down_or_within_a_layer():
     upward = [f"{_name(module)} -> {_name(target)}"
               for module, targets in import_graph().items() for target in targets
-              if LEVEL[_name(target)] > LEVEL[_name(module)]]
+              if LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))]
     assert upward == []
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from kerasdist import run_comparison, run_training
-from kerasdist.errors import KerasdistError
 from kerasdist.engines.options import TrainingOptions
+from kerasdist.errors import KerasdistError
 
 R_SOURCES = Path(__file__).resolve().parents[1] / "r" / "R"
 # Where kd_train's default differs on purpose: R consoles draw no progress bar, so one line per epoch.

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from kerasdist import model as model_module
-from kerasdist.model import weights_digest
 from kerasdist.measure.same_batches import load_final_weights
+from kerasdist.model import weights_digest
 
 GLOBAL_BATCH_SIZE = 64
 STEPS = 6

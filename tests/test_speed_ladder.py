@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from kerasdist.measure import speed_ladder
 from kerasdist.errors import KerasdistError
+from kerasdist.measure import speed_ladder
 
 # One step of the scan epoch against Keras' own train_on_batch on JAX, from the same weights and batch.
 SCAN_STEP_AGAINST_KERAS = """

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from kerasdist import cli
 from kerasdist.engines import choice as engines
+from kerasdist.engines.train import run_training
 from kerasdist.state import files
 from kerasdist.state.checkpoint import RUN_CONFIG_FILE
-from kerasdist.engines.train import run_training
 
 CHECKPOINT = "ckpt-52"  # 3,333 training digits / 64 per step: step 52 ends epoch 1
 STATE_FILES = ("run_config.json", "metrics.jsonl", "checkpoint", f"{CHECKPOINT}.index",

@@ -2,8 +2,8 @@
 
 import pytest
 
-from kerasdist.errors import KerasdistError
 from kerasdist.engines.strategy import make_strategy
+from kerasdist.errors import KerasdistError
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 from kerasdist import cli
-from kerasdist.errors import KerasdistError
 from kerasdist.engines.strategy import make_strategy
+from kerasdist.errors import KerasdistError
 from kerasdist.measure.sync_cost import (
     LOCAL_TRANSPORTS,
     TRANSPORTS,

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from kerasdist import run_training
-from kerasdist.state import locking
 from kerasdist.errors import KerasdistError
+from kerasdist.state import locking
 
 RECORD_KEYS = {
     "replicas", "strategy", "engine", "epochs", "initial_epoch", "epochs_run", "history", "test",

@@ -9,8 +9,8 @@ need no TensorFlow: the command line checks a cluster before it starts.
 
 from kerasdist.cluster.config import ROLES, TRAINING_ROLES, ClusterTask, parse_tf_config, tf_config
 from kerasdist.cluster.ports import LOOPBACK, check_port_free, free_ports, local_cluster
-from kerasdist.errors import ClusterError
 from kerasdist.engines.options import DEFAULT_COLLECTIVE_TIMEOUT_S, check_worker_options
+from kerasdist.errors import ClusterError
 
 __all__ = [
     "DEFAULT_COLLECTIVE_TIMEOUT_S",

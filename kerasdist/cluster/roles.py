@@ -9,16 +9,16 @@ import time
 import tensorflow as tf
 
 from kerasdist import data as data_module
-from kerasdist.engines import loop
-from kerasdist.state.checkpoint import CheckpointStore
 from kerasdist.cluster.config import TRAINING_ROLES, tf_config
 from kerasdist.cluster.peers import DEFAULT_PEER_TIMEOUT_S, describe_peers, resolve_hosts
 from kerasdist.cluster.ports import check_port_free
 from kerasdist.cluster.watchdog import PeerWatchdog
-from kerasdist.errors import ClusterError, KerasdistError
-from kerasdist.model import ACCURACY_METRIC, build_model, model_signature, weights_digest
+from kerasdist.engines import loop
 from kerasdist.engines.options import DEFAULT_COLLECTIVE_TIMEOUT_S, check_worker_options
 from kerasdist.engines.train import run_training
+from kerasdist.errors import ClusterError, KerasdistError
+from kerasdist.model import ACCURACY_METRIC, build_model, model_signature, weights_digest
+from kerasdist.state.checkpoint import CheckpointStore
 
 # What a non-chief worker copies from the chief's directory to resume from the same checkpoint.
 _RESUME_FILES = ("checkpoint", "ckpt-*", "run_config.json", "metrics.jsonl")
@@ -55,7 +55,8 @@ def run_worker(task, training_options, collective_timeout_s=DEFAULT_COLLECTIVE_T
     Raises:
         KerasdistError: for invalid options or a host that does not resolve (before any training).
         ClusterError: if a peer stops or cannot be reached during training.
-        kerasdist.engines.interrupt.TrainingInterrupted: after SIGINT/SIGTERM (every worker saved at the same step).
+        kerasdist.engines.interrupt.TrainingInterrupted: after SIGINT/SIGTERM (every worker saved at the same
+            step).
 
     Example:
         >>> task = parse_tf_config(os.environ["TF_CONFIG"])  # doctest: +SKIP

@@ -12,8 +12,8 @@ import subprocess
 
 from kerasdist.cluster.config import ClusterTask
 from kerasdist.cluster.ports import check_port_free
-from kerasdist.errors import KerasdistError
 from kerasdist.engines.options import check_worker_options
+from kerasdist.errors import KerasdistError
 
 # What srun sets for each task and SlurmClusterResolver reads.
 STEP_VARIABLES = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")

@@ -1,4 +1,4 @@
-"""What the course ships for students and instructors: checked exercises, the editions, grading, each lesson's needs.
+"""What the course ships: checked exercises, the student edition and the grader, what each lesson needs.
 
 ``exercises`` (every lesson's checked exercises and their self-test), ``instructor`` (the student
 edition and the grader, done by nbgrader), ``preprocessors`` (the two nbgrader steps the student

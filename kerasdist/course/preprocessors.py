@@ -1,4 +1,4 @@
-"""The two nbgrader preprocessors the student edition adds (``kerasdist.course.instructor`` names them in its config).
+"""The two nbgrader preprocessors of the student edition (named in ``kerasdist.course.instructor``).
 
 Example:
     >>> SOLUTION_BLOCK.sub("", "Try it.\\n<details><summary>Solution</summary>\\n\\n42\\n\\n</details>\\n")

@@ -11,9 +11,9 @@ import os
 import time
 
 from kerasdist.course import lesson_needs
-from kerasdist.engines import choice as engines
 from kerasdist.doctor import checks, probes
 from kerasdist.doctor.checks import OK
+from kerasdist.engines import choice as engines
 from kerasdist.engines.strategy import STRATEGIES
 
 FOUND_WIDTH = 60  # longer findings are cut in the table (kept whole in --json)
@@ -70,7 +70,8 @@ def diagnose(run_probes=True, probe_timeout_s=60, probe_commands=None):
 
 
 def lesson_rows(checks_by_key):
-    """One row per lesson notebook: whether this machine has what ``kerasdist.course.lesson_needs`` says it needs.
+    """One row per lesson notebook: whether this machine has what ``kerasdist.course.lesson_needs`` says it
+    needs.
 
     Args:
         checks_by_key: the doctor's checks, keyed by ``Check.key``.

@@ -11,8 +11,8 @@ import json
 import os
 from importlib import metadata
 
-from kerasdist.state import files
 from kerasdist.errors import StateWriteError
+from kerasdist.state import files
 
 
 @dataclasses.dataclass(frozen=True)

@@ -141,9 +141,9 @@ class _JaxRun:
 
     def __init__(self, keras, options, mnist, devices, process):
         from kerasdist.engines.callbacks import standard_callbacks
+        from kerasdist.model import build_model, learning_rate_for, model_signature
         from kerasdist.state.jax_checkpoint import JaxCheckpointStore
         from kerasdist.state.metrics_log import MetricsLog
-        from kerasdist.model import build_model, learning_rate_for, model_signature
 
         self.keras, self.options, self.mnist, self.process = keras, options, mnist, process
         self.index = process.index if process else 0
@@ -317,8 +317,8 @@ def run_worker(process, options):
         >>> record = run_worker(Process("127.0.0.1:23456", 2, 0), options)                  # doctest: +SKIP
     """
     result = run_training(options, process)  # loads Keras on JAX first
-    from kerasdist.state.jax_checkpoint import host_value
     from kerasdist.model import weights_digest
+    from kerasdist.state.jax_checkpoint import host_value
 
     digest = weights_digest([host_value(variable) for variable in result.model.weights])
     name = f"worker {process.index}"

@@ -12,8 +12,8 @@ import inspect
 
 from kerasdist import checks
 from kerasdist.data import SOURCES
-from kerasdist.errors import KerasdistError
 from kerasdist.engines.strategy import STRATEGIES
+from kerasdist.errors import KerasdistError
 
 ENGINES = ("auto", "fit", "loop")
 BACKENDS = ("tensorflow", "jax")
@@ -140,8 +140,8 @@ class TrainingOptions:
     backend: str = option(
         "tensorflow", lambda name, value: checks.choice(name, value, BACKENDS),
         '"tensorflow" (tf.distribute, both engines) or "jax" (``keras.distribution.DataParallel`` and '
-        "``fit()``; see ``kerasdist.engines.jax_engine``). Keras takes its backend when it loads: choose before "
-        "anything in the process imports Keras.",
+        "``fit()``; see ``kerasdist.engines.jax_engine``). Keras takes its backend when it loads: "
+        "choose before anything in the process imports Keras.",
         "--backend", "Keras backend: tensorflow (tf.distribute) or jax (keras.distribution) "
         "(default tensorflow)",
         choices=BACKENDS, recorded=True)

@@ -7,16 +7,17 @@ import keras
 import tensorflow as tf
 
 from kerasdist import data as data_module
-from kerasdist.engines import choice as engines, interrupt, loop
-from kerasdist.engines.callbacks import standard_callbacks
-from kerasdist.state.checkpoint import CheckpointStore, RunPosition
 from kerasdist.devices import configure_replicas
-from kerasdist.errors import KerasdistError
-from kerasdist.state.metrics_log import MetricsLog
-from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
+from kerasdist.engines import choice as engines
+from kerasdist.engines import interrupt, loop
+from kerasdist.engines.callbacks import standard_callbacks
 from kerasdist.engines.options import TrainingOptions
-from kerasdist.result import TrainingResult
 from kerasdist.engines.strategy import make_strategy
+from kerasdist.errors import KerasdistError
+from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
+from kerasdist.result import TrainingResult
+from kerasdist.state.checkpoint import CheckpointStore, RunPosition
+from kerasdist.state.metrics_log import MetricsLog
 
 
 @dataclasses.dataclass
@@ -81,7 +82,8 @@ def run_training(**options):
     """
     options = TrainingOptions(**options)
     if options.backend != "tensorflow":
-        raise KerasdistError(f"kerasdist.engines.train trains on TensorFlow. Received: backend={options.backend!r}; "
+        raise KerasdistError("kerasdist.engines.train trains on TensorFlow. "
+                             f"Received: backend={options.backend!r}; "
                              "call kerasdist.run_training, which picks the engine of the backend")
     strategy_name = options.strategy or ("mirrored" if options.replicas > 1 else "default")
     engine, engine_reason = (engines.engine_for(strategy_name) if options.engine == "auto"

@@ -5,14 +5,14 @@ import dataclasses
 from tqdm import tqdm  # not tqdm.auto: without ipywidgets it warns (with a file path) in every notebook
 
 from kerasdist import checks
-from kerasdist.state import locking
 from kerasdist import data as data_module
-from kerasdist.engines.backends import run_training
-from kerasdist.experiments.comparison_files import check_creatable_directory, write_comparison
 from kerasdist.devices import configure_replicas, on_virtual_cpus
+from kerasdist.engines.backends import run_training
 from kerasdist.engines.options import TrainingOptions
+from kerasdist.experiments.comparison_files import check_creatable_directory, write_comparison
 from kerasdist.result import steady_samples_per_s
 from kerasdist.startup import use_backend
+from kerasdist.state import locking
 
 MODES = ("fixed_global", "fixed_per_replica")
 

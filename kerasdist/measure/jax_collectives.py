@@ -122,8 +122,8 @@ def _in_child(request, what, timeout_s):
                              "(pip install 'kerasdist[jax]')")
     environment = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
                        XLA_FLAGS=f"--xla_force_host_platform_device_count={request['devices']}")
-    return run_json_child([sys.executable, "-m", "kerasdist.measure.jax_collectives"], request, f"{what} on JAX",
-                          timeout_s, environment, on_timeout="pass a larger timeout_s")
+    return run_json_child([sys.executable, "-m", "kerasdist.measure.jax_collectives"], request,
+                          f"{what} on JAX", timeout_s, environment, on_timeout="pass a larger timeout_s")
 
 
 def _time_allreduces(devices, sizes, repeats):

@@ -10,7 +10,7 @@ Keras loaded there, and otherwise in a process of its own
 backend once, before it loads; every wait for such a process is bounded.
 
 Example:
-    >>> from kerasdist import speed_ladder
+    >>> from kerasdist.measure import speed_ladder
     >>> result = speed_ladder.measure("JAX lax.scan epoch", "sample", epochs=2)  # doctest: +SKIP
     >>> round(speed_ladder.steady_samples_per_s(result))  # doctest: +SKIP
     41873
@@ -236,8 +236,10 @@ def _train_scan(data, epochs, batch_size):
 
 
 def main(argv=None):
-    """``python -m kerasdist.measure.speed_ladder RUNG``: train one rung here; print its result as one JSON line."""
-    parser = argparse.ArgumentParser(prog="python -m kerasdist.measure.speed_ladder", description=main.__doc__)
+    """``python -m kerasdist.measure.speed_ladder RUNG``: train one rung here; print its result as one JSON
+    line."""
+    parser = argparse.ArgumentParser(prog="python -m kerasdist.measure.speed_ladder",
+                                     description=main.__doc__)
     parser.add_argument("rung", choices=list(RUNGS))
     parser.add_argument("--data", default="fashion")
     parser.add_argument("--epochs", type=int, default=3)

@@ -269,8 +269,8 @@ def time_synchronous_step(strategy, images, labels, steps_per_call=20, rounds=5)
     import tensorflow as tf
 
     from kerasdist.engines.loop import DistributedSteps
-    from kerasdist.model import build_model
     from kerasdist.measure.speed import Timing, time_calls
+    from kerasdist.model import build_model
 
     with strategy.scope():
         model = build_model()

@@ -4,8 +4,8 @@ import json
 import os
 import shutil
 
-from kerasdist.state import files
 from kerasdist.errors import KerasdistError
+from kerasdist.state import files
 
 METRICS_LOG_FILE = "metrics.jsonl"
 

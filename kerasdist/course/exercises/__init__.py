@@ -12,9 +12,9 @@ In a Python lesson the student completes a cell, then asks::
 package's ``kd_exercises()``, ``kd_check()``, ``kd_hint()`` and ``kd_solution()`` reach the same
 checks through reticulate, with the R objects converted and the messages in R's terms.
 
-The course's grading tool (nbgrader, see ``kerasdist.course.instructor``) runs ``assert_correct()`` in the hidden
-test of each check cell; ``python -m kerasdist.course.exercises selftest LESSON`` runs every exercise with
-its solution, its untouched starter code and its typical wrong answers.
+The course's grading tool (nbgrader, see ``kerasdist.course.instructor``) runs ``assert_correct()`` in the
+hidden test of each check cell; ``python -m kerasdist.course.exercises selftest LESSON`` runs every exercise
+with its solution, its untouched starter code and its typical wrong answers.
 
 Example:
     >>> from kerasdist.course.exercises.lesson01 import q1
