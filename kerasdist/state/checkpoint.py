@@ -8,14 +8,15 @@ import shutil
 
 import tensorflow as tf
 
-from kerasdist.state import files, locking
 from kerasdist.divergence import check_weights
 from kerasdist.errors import KerasdistError
+from kerasdist.state import files, locking
 from kerasdist.state.run_state import (
     CHECKPOINT_NAME,
     RUN_CONFIG_FILE,
     RunPosition,
     check_identity,
+    first_line,
     identity_text,
     refuse_other_backend,
 )
@@ -103,7 +104,7 @@ class CheckpointStore:
         try:
             state = tf.train.get_checkpoint_state(self.directory)
         except Exception as error:  # binary garbage: UnicodeDecodeError; bad text: ValueError, ParseError
-            reason = _first_line(error)
+            reason = first_line(error)
         else:
             paths = state.all_model_checkpoint_paths if state else []
             listed = sorted(os.path.basename(path) for path in paths)
@@ -153,7 +154,7 @@ class CheckpointStore:
             except KerasdistError:
                 raise
             except Exception as error:  # truncated files raise IndexError, corrupt ones OpError, ...
-                reason = _first_line(error)
+                reason = first_line(error)
                 if "shape" in str(error).lower():
                     raise KerasdistError(
                         f"{prefix} was written by a different model ({reason}); "
@@ -244,13 +245,7 @@ def _index_text(prefixes):
     return "\n".join(lines) + "\n"
 
 
-def _first_line(error, limit=200):
-    """The first line of an error's message, without TensorFlow's ``{{function_node ...}}`` prefix."""
-    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", str(error).strip())
-    return text.splitlines()[0][:limit] if text else type(error).__name__
-
-
 def _system_reason(error):
     """What the system said of a failed write ("...; No space left on device [Op:SaveV2]" -> the reason)."""
-    text = re.sub(r"\s*\[Op:\w+\]$", "", _first_line(error, limit=None))
+    text = re.sub(r"\s*\[Op:\w+\]$", "", first_line(error, limit=None))
     return text.rpartition("; ")[2][:200]

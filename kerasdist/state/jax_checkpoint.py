@@ -16,14 +16,15 @@ import zipfile
 
 import numpy as np
 
-from kerasdist.state import files, locking
 from kerasdist.divergence import non_finite_weights
 from kerasdist.errors import KerasdistError
+from kerasdist.state import files, locking
 from kerasdist.state.run_state import (
     CHECKPOINT_NAME,
     RUN_CONFIG_FILE,
     RunPosition,
     check_identity,
+    first_line,
     identity_text,
     refuse_other_backend,
 )
@@ -109,7 +110,7 @@ class JaxCheckpointStore:
                 raise
             except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
                 failures.append(path)
-                files.recovered(f"skipping checkpoint {path}: it cannot be loaded ({_first_line(error)})")
+                files.recovered(f"skipping checkpoint {path}: it cannot be loaded ({first_line(error)})")
                 continue
             if self.writer and not os.path.lexists(self.config_path):
                 files.atomic_write_text(self.config_path, json.dumps(self.run_config, indent=1))
@@ -186,8 +187,3 @@ def _check_finite(arrays, variables, epoch, step_in_epoch):
             array = arrays[f"{group}/{index}"]
             if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
                 raise non_finite_weights(variable.path, epoch, step_in_epoch)
-
-
-def _first_line(error, limit=200):
-    text = str(error).strip()
-    return text.splitlines()[0][:limit] if text else type(error).__name__

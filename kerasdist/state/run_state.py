@@ -9,6 +9,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 
 from kerasdist.errors import KerasdistError
 
@@ -98,3 +99,14 @@ def check_identity(directory, run_config, stored, source):
                 f"{key}={json.dumps(run_config.get(key))}{recorded}; "
                 "resume with the same value or use a new --checkpoint-dir"
             )
+
+
+def first_line(error, limit=200):
+    """The first line of an error's message, without TensorFlow's ``{{function_node ...}}`` prefix.
+
+    Example:
+        >>> first_line(OSError("{{function_node __inference_save}} disk full\\nmore"))
+        'disk full'
+    """
+    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", str(error).strip())
+    return text.splitlines()[0][:limit] if text else type(error).__name__
