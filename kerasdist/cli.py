@@ -120,6 +120,9 @@ def build_parser():
     grade.add_argument("--csv", default="grades.csv", help="where to write the grades (default grades.csv)")
     grade.add_argument("--timeout-s", type=_seconds, default=600,
                        help="a student's lesson that runs longer fails all its questions (default 600)")
+    grade.add_argument("--cell-timeout-s", type=_seconds, default=None,
+                       help="a cell that runs longer is stopped and the lesson goes on: only its question "
+                            "fails (default: a third of --timeout-s, at most 120)")
     return parser
 
 
@@ -442,7 +445,8 @@ def run_course(args):
         print(f"{len(written)} notebooks in {args.out}: no solutions, no hidden tests; the checks answer "
               "the students' own code", flush=True)
         return {"notebooks": [str(path) for path in written]}
-    rows = course.grade(args.submissions, args.csv, timeout_s=args.timeout_s)
+    rows = course.grade(args.submissions, args.csv, timeout_s=args.timeout_s,
+                        cell_timeout_s=args.cell_timeout_s)
     print(f"{len(rows)} students graded: {args.csv}", flush=True)
     return {"csv": args.csv, "students": len(rows)}
 

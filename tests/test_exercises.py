@@ -10,13 +10,16 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
-from kerasdist.course.exercises import Language, exercises_of
-from kerasdist.course.exercises.core import CORRECT, NOT_ATTEMPTED
+from kerasdist.course.exercises import Exercise, Language, exercises_of
+from kerasdist.course.exercises.core import CORRECT, INCORRECT, NOT_ATTEMPTED
+from kerasdist.course.exercises.fixtures import real_number, whole_number
 from kerasdist.course.exercises.selftest import run_lesson
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +91,75 @@ def test_verdicts_speak_the_students_language():
     assert "divide with //" in q1.verdict({"per_replica_batch": lambda g, n: g / n}, "python").message
     assert Language.of("r").value([1.0, 2.5]) == "c(1, 2.5)"
     raising = q1.verdict({"per_replica_batch": lambda g, n: 1 // 0})
-    assert raising.message == "per_replica_batch raised ZeroDivisionError: integer division or modulo by zero"
+    assert raising.message.startswith(
+        "per_replica_batch raised ZeroDivisionError: integer division or modulo by zero (line ")
+    assert "1 // 0" in raising.message  # the student's own line
+
+
+def test_a_check_always_ends_in_a_verdict_and_within_its_time_limit():
+    q1 = exercises_of("01")[0]
+
+    def endless(global_batch, replicas):
+        while True:
+            try:
+                pass
+            except Exception:  # an answer's own handler cannot swallow the time limit
+                pass
+
+    started = time.monotonic()
+    verdict = q1.verdict({"per_replica_batch": endless}, time_limit_s=1)
+    assert time.monotonic() - started < 10
+    assert verdict.status == INCORRECT and verdict.message.startswith("your code ran past 1 s")
+    assert not verdict.internal
+    # The limit is gone once the check ends: nothing fires later in the student's kernel.
+    time.sleep(1.5)
+    not_a_function = q1.verdict({"per_replica_batch": 32})
+    assert not_a_function.status == INCORRECT and "not a function" in not_a_function.message
+
+
+def test_an_error_of_the_check_itself_is_an_incorrect_marked_internal():
+    def check(answers, language):
+        return len(answers["n"])  # a check that forgot that n may be a number
+
+    q = Exercise("00", "q9", "n", ("n",), check, hints=("a", "b"), solutions={}, starters={})
+    verdict = q.verdict({"n": 3})
+    assert verdict.status == INCORRECT and verdict.internal
+    assert "TypeError" in verdict.message and "Traceback" not in verdict.message
+
+
+def test_what_an_answer_prints_is_kept_and_check_shows_its_start(capsys):
+    calls = []
+
+    def loud(global_batch, replicas):
+        calls.append(1)
+        print("x" * 100_000)
+        return global_batch // replicas
+
+    exercises_of("01")[0].check({"per_replica_batch": loud})
+    shown = capsys.readouterr().out
+    assert f"[... {len(calls) * 100_001 - 2000} more characters your code printed]" in shown
+    assert f"{CORRECT}\x1b[0m: " in shown and len(shown) < 3000
+
+
+def test_typing_an_exercise_shows_no_solution():
+    for lesson in LESSONS:
+        for exercise in exercises_of(lesson):
+            shown = repr(exercise)
+            assert shown.startswith(f"<exercise {lesson} {exercise.name}") and "def " not in shown
+
+
+def test_whole_numbers_follow_the_students_language():
+    python, r = Language.of("python"), Language.of("r")
+    assert [whole_number(v, python) for v in (3, np.int64(3), tf_scalar(3), 3.0, np.float32(3), True, "3")] == [
+        3, 3, 3, None, None, None, None]
+    assert [whole_number(v, r) for v in (3, 3.0, 3.5)] == [3, 3, None]
+    assert [real_number(v) for v in (0.5, np.float32(0.5), 2, np.bool_(True), None)] == [0.5, 0.5, 2.0, None, None]
+
+
+def tf_scalar(value):
+    import tensorflow as tf
+
+    return tf.constant(value)
 
 
 def with_r_package(environment):

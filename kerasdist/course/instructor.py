@@ -7,11 +7,13 @@ between ``### BEGIN SOLUTION`` and ``### END SOLUTION``) and a check cell (``q1.
 
 - ``student_edition(out)`` writes every lesson without solutions (answer regions become
   ``# YOUR CODE HERE``, a stub valid in Python and in an ``%%R`` cell), without hidden tests and
-  without the collapsed "Solution" blocks, with the exercise cells' outputs cleared.
+  without the collapsed "Solution" blocks, with the exercise cells' outputs cleared, and the course
+  map (``README.md``) its links point to; a later call adds lessons to the same folder.
 - ``grade(submissions, csv_path)`` autogrades ``SUBMISSIONS/<student>/<lesson notebook>.ipynb``: one
-  process per student and lesson, killed when it runs past ``timeout_s`` (the student then fails
-  every question of that lesson, the others are still graded), and one CSV, a row per student and a
-  column per question.
+  process per student and lesson, and one CSV, a row per student and a column per question. A cell
+  that runs past ``cell_timeout_s`` is interrupted and the lesson goes on, so a hanging answer fails
+  its own question only (the CSV's status names it); a lesson that runs past ``timeout_s`` is killed
+  and fails every question of that lesson; the other students are still graded.
 
     kerasdist course student ~/course-student
     kerasdist course grade submissions/ --csv grades.csv --timeout-s 600
@@ -37,6 +39,7 @@ SOURCE = Path(__file__).resolve().parents[2] / "notebooks"
 # A stub that is a comment in Python and in R, so an answer cell of an R twin (%%R) still runs.
 CODE_STUB = "# YOUR CODE HERE"
 DEFAULT_TIMEOUT_S = 600.0
+MAX_DEFAULT_CELL_TIMEOUT_S = 120
 _CONFIG = """\
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = {root!r}
@@ -50,7 +53,7 @@ c.GenerateAssignment.preprocessors = [RemoveSolutionBlocks] + [
     ClearExerciseOutputs if p is ClearOutput else p
     for p in GenerateAssignment.class_traits()["preprocessors"].default()]
 c.Execute.kernel_name = "python3"
-c.Execute.timeout = {timeout!r}
+c.Execute.timeout = {cell_timeout!r}
 c.Execute.interrupt_on_timeout = True
 """
 
@@ -77,11 +80,27 @@ def lesson_assignment(number):
     return f"lesson{int(text):02d}"
 
 
-def _course_directory(root, source, lessons, timeout_s):
+def cell_timeout(timeout_s, cell_timeout_s=None):
+    """A cell's bound in whole seconds: ``cell_timeout_s``, or a third of the lesson's (at most 120).
+
+    Example:
+        >>> cell_timeout(600), cell_timeout(240), cell_timeout(600, 30)
+        (120, 80, 30)
+    """
+    if cell_timeout_s is None:
+        return max(1, min(MAX_DEFAULT_CELL_TIMEOUT_S, int(timeout_s // 3)))
+    if not 0 < cell_timeout_s < timeout_s:
+        raise KerasdistError(f"the cell time limit must be shorter than the lesson's ({timeout_s:g} s), "
+                             "so that a hanging answer fails its own question only. "
+                             f"Received: {cell_timeout_s:g} s")
+    return max(1, int(cell_timeout_s))
+
+
+def _course_directory(root, source, lessons, cell_timeout_s):
     """An nbgrader course in ``root``: its config, and the lessons as source assignments."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "nbgrader_config.py").write_text(_CONFIG.format(
-        root=str(root), db=str(root / "gradebook.db"), stub=CODE_STUB, timeout=float(timeout_s)))
+        root=str(root), db=str(root / "gradebook.db"), stub=CODE_STUB, cell_timeout=int(cell_timeout_s)))
     for notebook in sorted(source.glob("[0-9][0-9]_*.ipynb")):
         assignment = assignment_of(notebook)
         if lessons and assignment not in lessons:
@@ -123,18 +142,23 @@ def _outside(path, source):
 def student_edition(out, source=SOURCE, lessons=(), verbose=True):
     """Write the student edition of the lessons (all, or ``lessons`` like ``["lesson01"]``) into ``out``.
 
-    Returns the notebooks written. ``out`` must be outside the source tree and not hold notebooks.
+    Returns the notebooks written. ``out`` must be outside the source tree; a lesson already in it is
+    refused (a student's work there is never overwritten), others are added beside it.
 
     Example:
         >>> student_edition("/tmp/kerasdist-student", lessons=["lesson01"])  # doctest: +SKIP
         [PosixPath('/tmp/kerasdist-student/01_quickstart.ipynb'), ...]
     """
     out = _outside(out, Path(source))
-    if out.is_dir() and any(out.glob("*.ipynb")):
-        raise KerasdistError(f"{out} already holds notebooks; give an empty or new folder")
+    wanted = [path.name for path in sorted(Path(source).glob("[0-9][0-9]_*.ipynb"))
+              if not lessons or assignment_of(path) in lessons]
+    present = [name for name in wanted if (out / name).exists()]
+    if present:
+        raise KerasdistError(f"{out} already holds {', '.join(present)}; give a new folder, or only lessons "
+                             "it does not hold yet (--lesson NN)")
     with tempfile.TemporaryDirectory(prefix="kerasdist-course-") as work:
         root = Path(work)
-        assignments = _course_directory(root, Path(source), set(lessons), DEFAULT_TIMEOUT_S)
+        assignments = _course_directory(root, Path(source), set(lessons), cell_timeout(DEFAULT_TIMEOUT_S))
         if not assignments:
             raise KerasdistError(f"no lesson notebooks in {source} for {sorted(lessons) or 'all lessons'}")
         written = []
@@ -148,7 +172,23 @@ def student_edition(out, source=SOURCE, lessons=(), verbose=True):
                     print(f"student edition: {out / notebook.name}", flush=True)
             if (release / "figures").is_dir():
                 shutil.copytree(release / "figures", out / "figures", dirs_exist_ok=True)
+    course_map = Path(source).parent / "README.md"
+    if course_map.is_file():
+        (out / "README.md").write_text(handed_out_map(course_map.read_text()))
     return written
+
+
+def handed_out_map(readme):
+    """The README's course map (what each lesson teaches and needs), with links that work beside the lessons.
+
+    Example:
+        >>> handed_out_map("<!-- course-map -->\\n[01](notebooks/01_quickstart.ipynb)\\n<!-- /course-map -->")
+        '# The lessons\\n\\n[01](01_quickstart.ipynb)\\n'
+    """
+    start, end = readme.find("<!-- course-map -->"), readme.find("<!-- /course-map -->")
+    body = readme[start + len("<!-- course-map -->"):end] if 0 <= start < end else ""
+    body = re.sub(r"<!-- /?[\w-]+ -->\n?", "", body).replace("](notebooks/", "](")
+    return f"# The lessons\n\n{body.strip()}\n"
 
 
 def _release(root, assignment):
@@ -184,11 +224,15 @@ def _submissions(folder):
     return found
 
 
-def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, verbose=True):
+def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, verbose=True,
+          cell_timeout_s=None):
     """Autograde every student's lesson notebooks; write one CSV (a row per student, a column per question).
 
     Each student's lesson is executed by ``nbgrader autograde`` in its own process, bounded by
     ``timeout_s``; one that runs past it scores 0 on that lesson's questions and its status says so.
+    A cell that runs past ``cell_timeout_s`` (see ``cell_timeout``) is interrupted and the lesson goes
+    on: its question scores 0 and the status names it (``q1 ran past 80 s``), as it names a check
+    that stopped an answer at the check's own time limit.
     A question of a notebook the student did not hand in (the other twin, another lesson) is left
     empty and not counted in ``max_score``. Returns the rows written.
 
@@ -197,11 +241,12 @@ def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, ver
     """
     from nbgrader.api import Gradebook, MissingEntry
 
+    per_cell = cell_timeout(timeout_s, cell_timeout_s)
     found = _submissions(submissions)
     lessons = {assignment_of(nb) for notebooks in found.values() for nb in notebooks}
     with tempfile.TemporaryDirectory(prefix="kerasdist-grading-") as work:
         root = Path(work)
-        _course_directory(root, Path(source), lessons, timeout_s)
+        _course_directory(root, Path(source), lessons, per_cell)
         for assignment in sorted(lessons):
             _release(root, assignment)  # records the lesson's questions in the gradebook
         status = {}
@@ -216,6 +261,9 @@ def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, ver
                                          "--create", timeout_s=timeout_s)
                 status[student, assignment] = "graded" if code == 0 else (
                     output if code is None else f"error: {_last_error(output)}")
+                if code == 0:
+                    stopped = _stopped_questions(root / "autograded" / student / assignment, per_cell)
+                    status[student, assignment] += "".join(f", {what}" for what in stopped)
                 if verbose:
                     print(f"{student} {assignment}: {status[student, assignment]}", flush=True)
         questions, scores = [], {}
@@ -233,6 +281,29 @@ def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, ver
                         for result in submitted.grades:
                             scores[student, notebook.name, result.name] = result.score
         return _write_csv(csv_path, found, questions, scores, status)
+
+
+def _stopped_questions(folder, per_cell):
+    """What ran past a time limit in a student's graded lesson: ``["01_quickstart q1 ran past 80 s"]``.
+
+    A cell that nbgrader interrupted at ``per_cell`` seconds (an answer cell counts for its question),
+    and a check that stopped the answer at the check's own limit (its verdict says "ran past").
+    """
+    import nbformat
+
+    stopped = []
+    for path in sorted(folder.glob("*.ipynb")):
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type != "code":
+                continue
+            errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "").removesuffix("_answer")
+            where = f"{path.stem} {grade_id or f'cell {index + 1}'}"
+            if any(output.get("ename") == "CellTimeoutError" for output in errors):
+                stopped.append(f"{where} ran past {per_cell} s")
+            elif grade_id and any("ran past" in output.get("evalue", "") for output in errors):
+                stopped.append(f"{where} ran past its check's time limit")
+    return list(dict.fromkeys(stopped))
 
 
 def _question_order(name):

@@ -1,23 +1,41 @@
-"""The two nbgrader preprocessors of the student edition (named in ``kerasdist.course.instructor``).
+"""The nbgrader preprocessors of the student edition (named in ``kerasdist.course.instructor``).
 
 Example:
-    >>> SOLUTION_BLOCK.sub("", "Try it.\\n<details><summary>Solution</summary>\\n\\n42\\n\\n</details>\\n")
+    >>> without_solutions("Try it.\\n<details><summary>Solution</summary>\\n\\n42\\n\\n</details>\\n")
     'Try it.\\n'
+    >>> without_solutions("1. A\\n   <details><summary>Solution</summary>\\n\\n   B\\n   </details>\\n2. C")
+    '1. A\\n\\n2. C'
+    >>> COURSE_MAP_LINK.sub("](README.md)", "back to the [course map](../README.md#lessons).")
+    'back to the [course map](README.md).'
 """
 
 import re
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-SOLUTION_BLOCK = re.compile(r"<details>\s*<summary>\s*Solution\s*</summary>.*?</details>\s*", re.S | re.I)
+# A lesson's link to the course map; the handed-out folder holds the map beside the lessons.
+COURSE_MAP_LINK = re.compile(r"\]\(\.\./README\.md(?:#[\w-]*)?\)")
+SOLUTION_BLOCK = re.compile(r"[ \t]*<details>\s*<summary>\s*Solution\s*</summary>.*?</details>[ \t]*(?:\n|$)",
+                            re.S | re.I)
+
+
+def without_solutions(markdown):
+    """``markdown`` without its collapsed "Solution" blocks.
+
+    What followed a block starts a new paragraph (a blank line), so that a list item or a link
+    after it is not read as part of the HTML block before it.
+    """
+    text = SOLUTION_BLOCK.sub("\n", markdown)
+    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + ("\n" if markdown.endswith("\n") else "")
 
 
 class RemoveSolutionBlocks(NbGraderPreprocessor):
-    """Drop every collapsed "Solution" block (``<details><summary>Solution</summary>``) of markdown."""
+    """Drop every collapsed "Solution" block (``<details><summary>Solution</summary>``) of markdown, and
+    point the links to the course map at the copy beside the handed-out lessons."""
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "markdown":
-            cell.source = SOLUTION_BLOCK.sub("", cell.source)
+            cell.source = COURSE_MAP_LINK.sub("](README.md)", without_solutions(cell.source))
         return cell, resources
 
 

@@ -39,15 +39,20 @@ kd_exercises <- function(lesson) {
 #' `kd_check()` checks the answer your code defined in `envir` (by default
 #' where you call it) and prints `Correct`, `Incorrect` with what is wrong, or
 #' `Not attempted`. `kd_hint()` prints hint `number` (the last one nearly gives
-#' the answer), `kd_solution()` the worked solution in R. `kd_verdict()`
-#' returns the verdict without printing; `kd_assert_correct()` raises an
+#' the answer), `kd_solution()` the worked solution in R. What your code
+#' prints while it is checked is shown first, cut to its first 2000
+#' characters. `kd_verdict()` returns the verdict without printing; `kd_assert_correct()` raises an
 #' error unless it is `Correct` (the autograder's test).
 #'
 #' @param exercise One element of [kd_exercises()].
 #' @param envir Where the answer's objects are.
 #' @param number Which hint, from 1.
+#' @param time_limit_s How long the check may run, your code included (by
+#'   default the exercise's limit); an answer that runs past it is `Incorrect`.
 #' @returns `kd_check()` and `kd_verdict()`: a list with `status` and
-#'   `message` (invisibly for `kd_check()`); the others `NULL`, invisibly.
+#'   `message` (invisibly for `kd_check()`; `kd_verdict()` adds `coloured`,
+#'   `printed` and `internal`, which marks an error of the check itself);
+#'   the others `NULL`, invisibly.
 #' @family exercises
 #' @export
 #' @examples
@@ -61,22 +66,45 @@ kd_exercises <- function(lesson) {
 #' }
 kd_check <- function(exercise, envir = parent.frame()) {
   verdict <- kd_verdict(exercise, envir)
-  cat(verdict$coloured, "\n", sep = "")
+  cat(shown_output(verdict$printed), verdict$coloured, "\n", sep = "")
   invisible(verdict[c("status", "message")])
 }
 
 #' @rdname kd_check
 #' @export
-kd_verdict <- function(exercise, envir = parent.frame()) {
+kd_verdict <- function(exercise, envir = parent.frame(), time_limit_s = NULL) {
   exercise <- as_exercise(exercise)
+  limit <- if (is.null(time_limit_s)) r_value(exercise$time_limit_s) else time_limit_s
+  if (!is.numeric(limit) || length(limit) != 1L || is.na(limit) || limit <= 0) {
+    kd_abort(sprintf("time_limit_s must be a positive number of seconds. Received: %s", deparse_short(limit)))
+  }
+  # Python bounds the check and the answer's Python side; R bounds the answer's R code (each call of
+  # an answer's function, see python_callable) and, a little after Python would, the whole check.
+  check_limit <- r_value(reticulate::import("kerasdist.course.exercises.core")$CHECK_TIME_LIMIT_S)
+  deadline <- proc.time()[["elapsed"]] + check_limit + 2
   names <- unlist(r_value(exercise$answers))
   present <- names[vapply(names, exists, logical(1), envir = envir)]
   answers <- lapply(stats::setNames(present, present), function(name) {
     value <- get(name, envir = envir)
-    if (is.null(value)) reticulate::py_none() else if (is.function(value)) python_callable(value) else value
+    if (is.null(value)) reticulate::py_none() else if (is.function(value)) python_callable(value, limit, deadline) else value
   })
-  verdict <- kd_call(exercise$verdict(reticulate::dict(answers), language = "r"))
-  list(status = r_value(verdict$status), message = r_value(verdict$message), coloured = r_value(verdict$coloured()))
+  setTimeLimit(elapsed = check_limit + 2, transient = TRUE)
+  on.exit(setTimeLimit(elapsed = Inf), add = TRUE)
+  verdict <- NULL
+  printed <- utils::capture.output(
+    verdict <- kd_call(exercise$verdict(reticulate::dict(answers), language = "r", time_limit_s = limit)))
+  setTimeLimit(elapsed = Inf)
+  printed <- paste(c(printed, r_value(verdict$printed)), collapse = "\n")
+  list(status = r_value(verdict$status), message = r_value(verdict$message), coloured = r_value(verdict$coloured()),
+       printed = printed, internal = isTRUE(r_value(verdict$internal)))
+}
+
+# What the answer printed while it was checked, cut as the Python side cuts it.
+shown_output <- function(printed) {
+  if (!nzchar(printed)) return("")
+  limit <- 2000L
+  if (nchar(printed) <= limit) return(paste0(printed, "\n"))
+  sprintf("%s\n[... %d more characters your code printed]\n", substr(printed, 1L, limit), nchar(printed) - limit)
 }
 
 #' @rdname kd_check
@@ -132,9 +160,13 @@ as_exercise <- function(exercise) {
 # The student's R function as a Python callable: its arguments reach it as R values (numbers, arrays,
 # data frames; a Keras model stays itself), its result goes back to Python. The arguments are converted
 # here because older reticulate (1.28, Debian 12's) hands an R function the Python objects themselves.
-python_callable <- function(f) {
+# Each call may run `limit` seconds; then the check's own bound (ending at `deadline`, in proc.time()'s
+# elapsed seconds) holds again.
+python_callable <- function(f, limit = Inf, deadline = Inf) {
   reticulate::r_to_py(function(...) {
     arguments <- lapply(list(...), function(x) if (inherits(x, "python.builtin.object")) reticulate::py_to_r(x) else x)
+    setTimeLimit(elapsed = limit + 1, transient = TRUE)
+    on.exit(setTimeLimit(elapsed = max(deadline - proc.time()[["elapsed"]], 1)), add = TRUE)
     do.call(f, arguments)
   }, convert = TRUE)
 }

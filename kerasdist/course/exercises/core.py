@@ -18,9 +18,16 @@ Example:
     Not attempted: define n (it is still NULL), then run the check again.
 """
 
+import contextlib
 import dataclasses
 import importlib
+import io
+import os
+import signal
 import sys
+import threading
+import time
+import traceback
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -28,10 +35,96 @@ CORRECT, INCORRECT, NOT_ATTEMPTED = "Correct", "Incorrect", "Not attempted"
 # The label's colour in a notebook's output (ANSI: JupyterLab, R's console and the course site show it).
 _COLOURS = {CORRECT: "\x1b[1;32m", INCORRECT: "\x1b[1;31m", NOT_ATTEMPTED: "\x1b[1;33m"}
 _RESET = "\x1b[0m"
+# How long the answer's own code may run in one check (all its calls together), how long the whole
+# check may run (the check's own work on the answer included), and how much of what the answer
+# printed ``check()`` shows.
+DEFAULT_TIME_LIMIT_S = 30.0
+CHECK_TIME_LIMIT_S = 120.0
+SHOWN_OUTPUT_CHARS = 2000
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Incorrect(Exception):
     """Raised by a check with the one sentence that tells the student what is wrong."""
+
+
+class TimeUp(BaseException):
+    """Raised inside a check that runs past its time limit.
+
+    A BaseException, so that an answer's own ``except Exception`` cannot swallow it.
+    """
+
+
+@dataclasses.dataclass
+class Bounds:
+    """The running check's limits: the answer's time left, and the whole check's deadline (monotonic)."""
+
+    answer_s: float
+    answer_left: float
+    check_s: float
+    deadline: float
+
+
+_running = None  # the Bounds of the check running now (checks run in the main thread)
+
+
+def _arm(seconds):
+    # Fire in ``seconds``, then every second: an answer that catches TimeUp meets it again.
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001), 1.0)
+
+
+def _on_alarm(signum, frame):
+    if _running is not None:
+        raise TimeUp()
+
+
+@contextlib.contextmanager
+def bounded(answer_s, check_s=CHECK_TIME_LIMIT_S):
+    """Run a check whose answer may take ``answer_s`` seconds in all (see ``answer_running``) and which
+    may take ``check_s`` in all; past either, ``TimeUp`` is raised in it.
+
+    A SIGALRM timer bounds Python code (a loop, an endless dataset); off the main thread, where no
+    signal reaches, nothing is bounded. An R answer is bounded by R itself (``kd_verdict``).
+
+    Example:
+        >>> with bounded(answer_s=1, check_s=0.2) as limits:
+        ...     try:
+        ...         while True:
+        ...             pass
+        ...     except TimeUp:
+        ...         print("stopped")
+        stopped
+    """
+    global _running
+    if threading.current_thread() is not threading.main_thread():
+        yield Bounds(answer_s, answer_s, check_s, float("inf"))
+        return
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    _running = Bounds(answer_s, answer_s, check_s, time.monotonic() + check_s)
+    _arm(check_s)
+    try:
+        yield _running
+    finally:
+        _running = None  # first: an alarm that still comes raises nothing
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def answer_running():
+    """Count the time spent in the answer's own code against its limit (``fixtures.call_answer`` uses it)."""
+    limits = _running
+    if limits is None:
+        yield
+        return
+    started = time.monotonic()
+    _arm(min(limits.answer_left, limits.deadline - started))
+    try:
+        yield
+    finally:
+        limits.answer_left -= time.monotonic() - started
+        if _running is limits and limits.deadline > time.monotonic():
+            _arm(limits.deadline - time.monotonic())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,10 +176,17 @@ _LANGUAGES = {
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """The outcome of a check: ``status`` (Correct, Incorrect, Not attempted) and one sentence."""
+    """The outcome of a check: ``status`` (Correct, Incorrect, Not attempted) and one sentence.
+
+    ``printed`` is what the answer's code printed while it was checked; ``internal`` marks an
+    Incorrect that came from an error of the check itself, not from the answer (a bug the self-test
+    reports).
+    """
 
     status: str
     message: str
+    printed: str = ""
+    internal: bool = False
 
     def __str__(self):
         return f"{self.status}: {self.message}"
@@ -94,6 +194,13 @@ class Verdict:
     def coloured(self):
         """The verdict with its label in colour, as ``check()`` prints it."""
         return f"{_COLOURS[self.status]}{self.status}{_RESET}: {self.message}"
+
+    def shown_output(self):
+        """What the answer printed during the check, cut to its first ``SHOWN_OUTPUT_CHARS`` characters."""
+        if len(self.printed) <= SHOWN_OUTPUT_CHARS:
+            return self.printed
+        more = len(self.printed) - SHOWN_OUTPUT_CHARS
+        return f"{self.printed[:SHOWN_OUTPUT_CHARS]}\n[... {more} more characters your code printed]\n"
 
     @property
     def correct(self):
@@ -129,19 +236,34 @@ class Exercise:
     wrong: tuple = ()
     context: Mapping[str, str] = dataclasses.field(default_factory=dict)
     needs: tuple = ()  # what the self-test needs beyond TensorFlow: "keras3" (R), "jax" (backend)
+    right: tuple = ()  # right answers written otherwise than the solution: code per language
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S  # the answer's own code, in one check
 
-    def verdict(self, answers, language="python"):
-        """Check ``answers`` (a mapping of this exercise's names to values) and return the Verdict."""
+    def verdict(self, answers, language="python", time_limit_s=None):
+        """Check ``answers`` (a mapping of this exercise's names to values) and return the Verdict.
+
+        Always a verdict: an error of the answer's code is Incorrect with that error, and so is an
+        answer whose code runs past ``time_limit_s`` in all (default: the exercise's), or with which
+        the whole check runs past ``CHECK_TIME_LIMIT_S``.
+        """
         words = Language.of(language)
         for name in self.answers:
             if answers.get(name) is None:
                 state = "it is still " + words.none if name in answers else "it is not defined yet"
                 return Verdict(NOT_ATTEMPTED, f"define {name} ({state}), then run the check again.")
+        limit = self.time_limit_s if time_limit_s is None else time_limit_s
+        printed = io.StringIO()
+        limits = None
         try:
-            praise = self.check_answers(dict(answers), words)
+            with contextlib.redirect_stdout(printed), bounded(limit) as limits:
+                praise = self.check_answers(dict(answers), words)
+            return Verdict(CORRECT, praise, printed.getvalue())
         except Incorrect as wrong:
-            return Verdict(INCORRECT, str(wrong))
-        return Verdict(CORRECT, praise)
+            return Verdict(INCORRECT, str(wrong), printed.getvalue())
+        except TimeUp:
+            return Verdict(INCORRECT, ran_past(limits, words), printed.getvalue())
+        except Exception as error:  # noqa: BLE001  (a student sees a verdict, never a traceback)
+            return Verdict(INCORRECT, unusable_answer(error), printed.getvalue(), internal=True)
 
     def _answers_from(self, namespace):
         return {name: namespace.get(name) for name in self.answers if name in namespace}
@@ -149,7 +271,12 @@ class Exercise:
     def check(self, namespace=None):
         """Check the student's answer (the caller's globals) and print the verdict."""
         namespace = sys._getframe(1).f_globals if namespace is None else namespace
-        print(self.verdict(self._answers_from(namespace)).coloured())
+        verdict = self.verdict(self._answers_from(namespace))
+        print(f"{verdict.shown_output()}{verdict.coloured()}")
+
+    def __repr__(self):
+        # The exercise, not its answer key: a student's kernel shows this for `q1`.
+        return f"<exercise {self.lesson} {self.name}: {self.title}; q.check(), q.hint()>"
 
     def assert_correct(self, namespace=None):
         """The autograder's test: raise AssertionError with the verdict unless it is Correct."""
@@ -178,6 +305,31 @@ class Exercise:
     def solution(self):
         """Print the worked solution."""
         print(f"Solution to {self.name}, {self.title}:\n\n{self.solution_text()}")
+
+
+def ran_past(limits, language):
+    """The Incorrect sentence for an answer stopped at a time limit (``limits``: the check's Bounds)."""
+    endless = language.pick("an endless dataset (.repeat()) or a while loop whose condition stays True",
+                            "a repeat {} or while loop that never breaks, or an endless dataset")
+    if limits.answer_left > 0.05:  # the check's own work on the answer ran out of time
+        return f"the check ran past {limits.check_s:g} s with your answer: look for {endless}."
+    return f"your code ran past {limits.answer_s:g} s, the check's time limit: look for {endless}."
+
+
+def student_frame(error):
+    """The innermost line of the student's own code in an error's traceback, or None."""
+    library = (_PACKAGE, sys.prefix, sys.base_prefix, os.path.dirname(os.__file__))
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not frame.filename.startswith(library)
+              and not any(part in frame.filename for part in ("site-packages", "dist-packages", "rpytools"))]
+    return frames[-1] if frames else None
+
+
+def unusable_answer(error):
+    """The Incorrect sentence when the check itself failed on what the answer gave it."""
+    return (f"the check could not use what your answer gave it ({type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0][:160] if str(error).strip() else 'no message'}): "
+            "make sure it returns what the task asks for (a function that forgets to return gives None).")
 
 
 def exercises_of(lesson):

@@ -7,7 +7,9 @@ Example:
 """
 
 import contextlib
+import copy
 import logging
+import numbers
 
 import numpy as np
 
@@ -77,13 +79,92 @@ def largest_gap(first, second):
 
 
 def call_answer(function, name, *args):
-    """Call the student's function; its own error becomes the one sentence of an Incorrect."""
-    from kerasdist.course.exercises.core import Incorrect
+    """Call the student's function with copies of its plain arguments; its own error becomes an Incorrect.
 
+    Lists, dicts, sets and arrays are passed as copies, so an answer that changes its input cannot
+    change what the check compares it with. The Incorrect names the error and, where the answer's
+    source is known (a notebook cell), its line.
+    """
+    from kerasdist.course.exercises.core import Incorrect, TimeUp, answer_running, student_frame
+
+    if not callable(function):
+        raise Incorrect(f"{name} is {describe(function)}, not a function: define it with "
+                        f"def {name}(...) in Python or {name} <- function(...) in R.")
+    arguments = [copy.deepcopy(arg) if isinstance(arg, _PLAIN) else arg for arg in args]
     try:
-        return function(*args)
+        with answer_running():
+            return function(*arguments)
     except Exception as error:  # noqa: BLE001  (any error of the student's code is the verdict)
-        raise Incorrect(f"{name} raised {type(error).__name__}: {error_line(error)[:200]}") from None
+        if "reached elapsed time limit" in str(error):  # R's own bound (kd_verdict) stopped the answer
+            raise TimeUp() from None
+        frame = student_frame(error)
+        where = f" (line {frame.lineno}: {frame.line.strip()[:80]})" if frame and frame.line else ""
+        raise Incorrect(f"{name} raised {type(error).__name__}: {error_line(error)[:200]}{where}") from None
+
+
+_PLAIN = (list, dict, set, tuple, np.ndarray)
+
+
+def describe(value):
+    """What a value is, for a message: its type and a short repr ("a float, 32.0").
+
+    Example:
+        >>> describe(np.float32(32)), describe("32"), describe(None)
+        ('a float32, 32.0', "a str, '32'", 'None')
+    """
+    if value is None:
+        return "None"
+    kind = type(value).__name__
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}, {text}"
+
+
+def whole_number(value, language):
+    """The int a whole-number answer stands for, or None where the student's language would not write it.
+
+    Python: an int, a NumPy integer or an integer tensor scalar (not a float, not a bool). R: any
+    whole number, since R's numbers are doubles (``floor(g / n)`` is a right answer there).
+
+    Example:
+        >>> from kerasdist.course.exercises.core import Language
+        >>> whole_number(np.int64(32), Language.of("python")), whole_number(32.0, Language.of("python"))
+        (32, None)
+        >>> whole_number(32.0, Language.of("r")), whole_number(32.5, Language.of("r"))
+        (32, None)
+    """
+    value = scalar(value)
+    if isinstance(value, (bool, np.bool_)) or value is None:
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if language.name == "r" and isinstance(value, numbers.Real) and float(value).is_integer():
+        return int(value)
+    return None
+
+
+def real_number(value):
+    """A float from a Python, NumPy or tensor scalar (and R's numbers), or None for anything else.
+
+    Example:
+        >>> real_number(np.float32(0.5)), real_number(True), real_number("1")
+        (0.5, None, None)
+    """
+    value = scalar(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def scalar(value):
+    """A NumPy scalar for a 0-d array or tensor (or a length-1 R vector); anything else as it is."""
+    if hasattr(value, "numpy") and callable(value.numpy):
+        value = value.numpy()
+    if isinstance(value, np.ndarray) and value.size == 1 and value.ndim <= 1:
+        return value.reshape(()).item() if value.dtype.kind in "biuf" else value
+    if isinstance(value, np.generic):
+        return value.item() if value.dtype.kind != "b" else bool(value)
+    return value
 
 
 def error_line(error):

@@ -1,9 +1,13 @@
-"""Every exercise of a lesson run with its solution, its untouched starter and its typical wrong answers.
+"""Every exercise of a lesson run with its answer key: solution, starter, wrong and right answers, breakers.
 
-The expected verdicts: the solution is Correct, the starter Not attempted, each wrong answer
-Incorrect with its message. Python answers run in this process; R answers in an R session (Rscript)
-that hosts Python through reticulate, checked by the R package's ``kd_verdict()``, which an R twin's
-``kd_check()`` calls. What cannot run here (R without keras3) is a row with the reason.
+The expected verdicts: the solution and each right answer written otherwise are Correct, the
+starter Not attempted, each wrong answer Incorrect with its message, and each breaker (an answer
+that raises, returns nothing, never ends or floods the output) Incorrect with what it did. A
+verdict that came from an error of the check itself fails the self-test, whatever its status.
+
+Python answers run in this process; R answers in an R session (Rscript) that hosts Python through
+reticulate, checked by the R package's ``kd_verdict()``, which an R twin's ``kd_check()`` calls.
+What cannot run here (R without keras3) is a row with the reason.
 
     python -m kerasdist.course.exercises selftest 01 --language both
 
@@ -27,22 +31,52 @@ import time
 from kerasdist.course.exercises.core import CORRECT, INCORRECT, NOT_ATTEMPTED, exercises_of
 
 SKIPPED = "skipped"
+# The breakers' time limit: a check that is bounded stops an endless answer at any limit.
+BREAKER_LIMIT_S = 3.0
+# Answers that break a check, for an answer that is a function: (case, code, expected message part).
+BREAKERS = {
+    "python": (
+        ("breaker: raises", "def {name}(*args, **kwargs):\n    raise RuntimeError('broken on purpose')",
+         "RuntimeError: broken on purpose"),
+        ("breaker: returns None", "def {name}(*args, **kwargs):\n    return None", ""),
+        ("breaker: never ends", "def {name}(*args, **kwargs):\n    while True:\n        pass", "ran past"),
+        ("breaker: floods the output", "def {name}(*args, **kwargs):\n    print('x' * 100_000)", ""),
+    ),
+    "r": (
+        ("breaker: raises", "{name} <- function(...) stop('broken on purpose')", "broken on purpose"),
+        ("breaker: returns NULL", "{name} <- function(...) NULL", ""),
+        ("breaker: never ends", "{name} <- function(...) repeat {{}}", "ran past"),
+        ("breaker: floods the output", "{name} <- function(...) {{ cat(strrep('x', 1e5)); NULL }}", ""),
+    ),
+}
+_DEFINES_FUNCTION = {"python": "def {name}(", "r": "{name} <- function("}
 
 
 def cases(exercise, language):
-    """(case, code, expected status, expected message part) for one exercise in one language."""
+    """(case, code, expected status, expected message part, time limit or None) for one exercise."""
     starter = exercise.starters[language]
-    yield "solution", f"{starter}\n{exercise.solutions[language]}", CORRECT, ""
-    yield "starter", starter, NOT_ATTEMPTED, ""
+    yield "solution", f"{starter}\n{exercise.solutions[language]}", CORRECT, "", None
+    yield "starter", starter, NOT_ATTEMPTED, "", None
     for number, wrong in enumerate(exercise.wrong, start=1):
-        yield f"wrong {number}", f"{starter}\n{wrong.code[language]}", INCORRECT, wrong.message
+        yield f"wrong {number}", f"{starter}\n{wrong.code[language]}", INCORRECT, wrong.message, None
+    right = [answer for answer in exercise.right if language in answer]
+    for number, answer in enumerate(right, start=1):
+        yield f"right {number}", f"{starter}\n{answer[language]}", CORRECT, "", None
+    functions = [name for name in exercise.answers
+                 if _DEFINES_FUNCTION[language].format(name=name) in exercise.solutions[language]]
+    for name in functions:
+        for case, code, part in BREAKERS[language]:
+            label = case if len(functions) == 1 else f"{case} ({name})"
+            yield (label, f"{starter}\n{exercise.solutions[language]}\n{code.format(name=name)}", INCORRECT,
+                   part, BREAKER_LIMIT_S)
 
 
-def _python_verdict(exercise, code):
+def _python_verdict(exercise, code, time_limit_s=None):
     namespace = {"__name__": "__main__"}
     exec(exercise.context.get("python", ""), namespace)  # noqa: S102  (the course's own answer key)
     exec(code, namespace)  # noqa: S102
-    return exercise.verdict({name: namespace[name] for name in exercise.answers if name in namespace})
+    answers = {name: namespace[name] for name in exercise.answers if name in namespace}
+    return exercise.verdict(answers, time_limit_s=time_limit_s)
 
 
 # The R cases run in an R session of their own that hosts Python through reticulate, as an R user's
@@ -62,10 +96,12 @@ for (case in cases) {
     tryCatch({
       env <- new.env(parent = globalenv())
       for (part in c(case$context, case$code)) eval(parse(text = part), env)
-      kd_verdict(kd_exercises(case$lesson)[[case$exercise]], envir = env)[c("status", "message")]
-    }, error = function(e) list(status = "error", message = conditionMessage(e)))
+      kd_verdict(kd_exercises(case$lesson)[[case$exercise]], envir = env,
+                 time_limit_s = case$time_limit_s)[c("status", "message", "internal")]
+    }, error = function(e) list(status = "error", message = conditionMessage(e), internal = FALSE))
   }
-  cat(selftest$json_line(case$index, verdict$status, verdict$message), "\n", sep = "")
+  line <- selftest$json_line(case$index, verdict$status, verdict$message, isTRUE(verdict$internal))
+  cat(line, "\n", sep = "")
 }
 """
 
@@ -92,16 +128,17 @@ def r_cases(lesson, only=""):
     found = []
     for exercise in exercises_of(lesson):
         if "r" in exercise.solutions and (not only or exercise.name in only.split(",")):
-            for case, code, expected, part in cases(exercise, "r"):
+            for case, code, expected, part, limit in cases(exercise, "r"):
                 found.append({"index": len(found), "lesson": lesson, "exercise": exercise.name, "case": case,
                               "expected": expected, "expected_message": part, "code": code,
+                              "time_limit_s": limit,
                               "context": exercise.context.get("r", ""),
                               "needs_keras3": "keras3" in exercise.needs})
     return found
 
 
-def json_line(index, status, message):
-    return json.dumps({"index": index, "status": status, "message": message})
+def json_line(index, status, message, internal=False):
+    return json.dumps({"index": index, "status": status, "message": message, "internal": internal})
 
 
 def _r_rows(lesson, only, replicas, timeout_s):
@@ -127,7 +164,7 @@ def _r_rows(lesson, only, replicas, timeout_s):
                 break
             if line and line.startswith("{"):
                 row = json.loads(line)
-                yield _row(wanted[row["index"]], row["status"], row["message"])
+                yield _row(wanted[row["index"]], row["status"], row["message"], row.get("internal", False))
                 done += 1
         if done == len(wanted):
             child.wait(timeout=60)
@@ -149,9 +186,10 @@ def _pass_lines(stream, lines):
     lines.put(None)
 
 
-def _row(case, status, message):
+def _row(case, status, message, internal=False):
     keys = ("lesson", "exercise", "case", "expected", "expected_message")
-    return dict({key: case[key] for key in keys}, language="r", status=status, message=message)
+    return dict({key: case[key] for key in keys}, language="r", status=status, message=message,
+                internal=internal)
 
 
 def run_lesson(lesson, languages=("python", "r"), only=(), replicas=2, timeout_s=1200):
@@ -163,11 +201,13 @@ def run_lesson(lesson, languages=("python", "r"), only=(), replicas=2, timeout_s
         for exercise in exercises_of(lesson):
             if (only and exercise.name not in only) or "python" not in exercise.solutions:
                 continue
-            for case, code, expected, part in cases(exercise, "python"):
-                verdict = _python_verdict(exercise, code)
+            for case, code, expected, part, limit in cases(exercise, "python"):
+                started = time.monotonic()
+                verdict = _python_verdict(exercise, code, limit)
                 yield {"lesson": lesson, "exercise": exercise.name, "language": "python", "case": case,
                        "expected": expected, "expected_message": part, "status": verdict.status,
-                       "message": verdict.message}
+                       "message": verdict.message, "internal": verdict.internal,
+                       "seconds": round(time.monotonic() - started, 2)}
     if "r" in languages:
         yield from _r_rows(lesson, only, replicas, timeout_s)
 
@@ -176,7 +216,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m kerasdist.course.exercises",
                                      description="Run a lesson's exercises with their answer key.")
     commands = parser.add_subparsers(dest="command", required=True)
-    selftest = commands.add_parser("selftest", help="solution, starter and wrong answers of every exercise")
+    selftest = commands.add_parser("selftest", help="every exercise with its answer key: solution, starter, "
+                                   "wrong and right answers, breakers")
     selftest.add_argument("lesson", help='two digits, e.g. "01"')
     selftest.add_argument("--language", choices=("python", "r", "both"), default="both")
     selftest.add_argument("--replicas", type=int, default=2, help="virtual devices to make first")
@@ -187,7 +228,7 @@ def main(argv=None):
     languages = ("python", "r") if args.language == "both" else (args.language,)
     failed = 0
     for row in run_lesson(args.lesson, languages, replicas=args.replicas, timeout_s=args.timeout_s):
-        good = row["status"] == SKIPPED or (row["status"] == row["expected"]
+        good = row["status"] == SKIPPED or (row["status"] == row["expected"] and not row.get("internal")
                                             and row["expected_message"] in row["message"])
         failed += not good
         print(json.dumps(dict(row, ok=good)), flush=True)
