@@ -115,11 +115,14 @@ def build_parser():
     student.add_argument("out", help="a new or empty folder outside the course's source tree")
     student.add_argument("--lesson", action="append", default=[], metavar="NN",
                          help="only this lesson, e.g. 01 (repeatable; default: all)")
-    grade = editions.add_parser("grade", help="autograde submitted notebooks into one CSV")
+    grade = editions.add_parser("grade", help="grade submitted notebooks into one CSV")
     grade.add_argument("submissions", help="a folder of <student>/<lesson notebook>.ipynb")
     grade.add_argument("--csv", default="grades.csv", help="where to write the grades (default grades.csv)")
     grade.add_argument("--timeout-s", type=_seconds, default=600,
                        help="a student's lesson that runs longer fails all its questions (default 600)")
+    grade.add_argument("--whole", action="store_true",
+                       help="execute every student's whole lesson (nbgrader) instead of checking each answer "
+                            "cell in its exercise's context")
     grade.add_argument("--cell-timeout-s", type=_seconds, default=None,
                        help="a cell that runs longer is stopped and the lesson goes on: only its question "
                             "fails (default: a third of --timeout-s, at most 120)")
@@ -446,7 +449,7 @@ def run_course(args):
               "the students' own code", flush=True)
         return {"notebooks": [str(path) for path in written]}
     rows = course.grade(args.submissions, args.csv, timeout_s=args.timeout_s,
-                        cell_timeout_s=args.cell_timeout_s)
+                        cell_timeout_s=args.cell_timeout_s, whole=args.whole)
     print(f"{len(rows)} students graded: {args.csv}", flush=True)
     return {"csv": args.csv, "students": len(rows)}
 

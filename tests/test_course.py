@@ -114,9 +114,8 @@ def answered(notebook, answers):
     return notebook
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("lessons")
-def test_grading_three_submissions_one_correct_one_partly_wrong_one_hanging_on_one_question(student, tmp_path):
+def made_up_class(student, folder):
+    """Three submissions of lesson 01: right, one wrong answer, and one answer cell that never ends."""
     q1, q2, q3 = exercises_of("01")[:3]
     solutions = {f"{q.name}_answer": q.solutions["python"] for q in (q1, q2, q3)}
     submissions = {
@@ -125,28 +124,38 @@ def test_grading_three_submissions_one_correct_one_partly_wrong_one_hanging_on_o
         "carol": dict(solutions, q1_answer="while True:\n    pass"),
     }
     for name, answers in submissions.items():
-        folder = tmp_path / "submitted" / name
-        folder.mkdir(parents=True)
+        (folder / name).mkdir(parents=True)
         notebook = answered(nbformat.read(student / "01_quickstart.ipynb", as_version=4), answers)
-        nbformat.write(notebook, folder / "01_quickstart.ipynb")
-    grades = tmp_path / "grades.csv"
-    bound, cell_bound = 240, 45
-    started = time.monotonic()
-    run = run_cli("course", "grade", str(tmp_path / "submitted"), "--csv", str(grades), "--timeout-s", str(bound),
-                  "--cell-timeout-s", str(cell_bound), timeout=5 * bound)
-    elapsed = time.monotonic() - started
+        nbformat.write(notebook, folder / name / "01_quickstart.ipynb")
+    return folder
+
+
+def graded(folder, csv_path, *options, bound=240):
+    run = run_cli("course", "grade", str(folder), "--csv", str(csv_path), "--timeout-s", str(bound), *options,
+                  timeout=5 * bound)
     assert run.returncode == 0, run.stderr
-    rows = {row["student"]: row for row in csv.DictReader(open(grades))}
+    return {row["student"]: row for row in csv.DictReader(open(csv_path))}
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("lessons")
+def test_grading_a_class_each_answer_alone_equals_running_each_lesson_and_a_hang_costs_its_question(
+        student, tmp_path):
+    submitted = made_up_class(student, tmp_path / "submitted")
+    started = time.monotonic()
+    whole = graded(submitted, tmp_path / "whole.csv", "--whole", "--cell-timeout-s", "45")
+    assert time.monotonic() - started < 3 * 240 + 120  # carol's cell was stopped at its bound, not left to loop
+    fast = graded(submitted, tmp_path / "fast.csv")
     columns = ["01_quickstart:q1", "01_quickstart:q2", "01_quickstart:q3"]
-    assert [float(rows["alice"][c]) for c in columns] == [1.0, 1.0, 1.0]
-    assert [float(rows["bob"][c]) for c in columns] == [1.0, 0.0, 1.0]
+    assert [float(whole["alice"][c]) for c in columns] == [1.0, 1.0, 1.0]
+    assert [float(whole["bob"][c]) for c in columns] == [1.0, 0.0, 1.0]
     # Carol's first answer never ends: that cell is stopped at its bound, and her other answers are graded.
-    assert [float(rows["carol"][c]) for c in columns] == [0.0, 1.0, 1.0]
-    assert rows["alice"]["status"] == "lesson01: graded" and rows["bob"]["status"] == "lesson01: graded"
-    assert rows["carol"]["status"] == f"lesson01: graded, 01_quickstart q1 ran past {cell_bound} s"
-    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) == 3.0  # one twin handed in
-    assert rows["alice"]["01_quickstart_R:q1"] == ""
-    assert elapsed < 3 * bound + 120  # carol's cell was stopped at its bound, not left to loop
+    assert [float(whole["carol"][c]) for c in columns] == [0.0, 1.0, 1.0]
+    assert whole["alice"]["status"] == "lesson01: graded" and whole["bob"]["status"] == "lesson01: graded"
+    assert whole["carol"]["status"] == "lesson01: graded, 01_quickstart q1 ran past its time limit"
+    assert float(whole["alice"]["score"]) == float(whole["alice"]["max_score"]) == 3.0  # one twin handed in
+    assert whole["alice"]["01_quickstart_R:q1"] == ""
+    assert fast == whole  # every answer checked alone gives the same row as the whole lesson run
 
 
 def test_course_commands_refuse_bad_input_in_one_line(tmp_path):

@@ -33,6 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kerasdist.course.exercises.core import CORRECT, exercises_of
 from kerasdist.errors import KerasdistError
 
 SOURCE = Path(__file__).resolve().parents[2] / "notebooks"
@@ -225,31 +226,80 @@ def _submissions(folder):
 
 
 def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, verbose=True,
-          cell_timeout_s=None):
-    """Autograde every student's lesson notebooks; write one CSV (a row per student, a column per question).
+          cell_timeout_s=None, whole=False):
+    """Grade every student's lesson notebooks; write one CSV (a row per student, a column per question).
 
-    Each student's lesson is executed by ``nbgrader autograde`` in its own process, bounded by
-    ``timeout_s``; one that runs past it scores 0 on that lesson's questions and its status says so.
-    A cell that runs past ``cell_timeout_s`` (see ``cell_timeout``) is interrupted and the lesson goes
-    on: its question scores 0 and the status names it (``q1 ran past 80 s``), as it names a check
-    that stopped an answer at the check's own time limit.
-    A question of a notebook the student did not hand in (the other twin, another lesson) is left
-    empty and not counted in ``max_score``. Returns the rows written.
+    Each answer cell is checked in its exercise's own context (``kerasdist.course.grading``: seconds
+    a student); an exercise that needs what its lesson computed, or every exercise with ``whole``,
+    is graded by ``nbgrader autograde`` executing the student's whole lesson in its own process,
+    bounded by ``timeout_s`` (past it, that lesson's questions score 0 and its status says so). A
+    cell that runs past ``cell_timeout_s`` (see ``cell_timeout``) is interrupted and the lesson goes
+    on: its question scores 0 and the status names it, as it names an answer stopped at its check's
+    time limit. A question of a notebook the student did not hand in (the other twin, another
+    lesson) is left empty and not counted in ``max_score``. Returns the rows written.
 
     Example:
         >>> grade("submissions", "grades.csv", timeout_s=300)  # doctest: +SKIP
     """
-    from nbgrader.api import Gradebook, MissingEntry
+    from kerasdist.course import grading
 
     per_cell = cell_timeout(timeout_s, cell_timeout_s)
     found = _submissions(submissions)
     lessons = {assignment_of(nb) for notebooks in found.values() for nb in notebooks}
+    questions = _questions(Path(source), lessons)
+    scores, status = {}, {}
+    for student, notebooks in found.items():
+        for assignment in {assignment_of(nb) for nb in notebooks}:
+            status[student, assignment] = "graded"
+    if not whole:
+        points = {(notebook, question): value for _, notebook, question, value in questions}
+        verdicts = grading.grade_answers(found, verbose)
+        for (student, notebook, question), (verdict, message) in verdicts.items():
+            scores[student, notebook, question] = points[notebook, question] if verdict == CORRECT else 0.0
+            if "ran past" in message:
+                status[student, assignment_of(notebook)] += f", {notebook} {question} ran past its time limit"
+    rest = {student: [nb for nb in notebooks if whole or any(
+                grading.needs_the_lesson(q) for q in exercises_of(nb.name[:2]))]
+            for student, notebooks in found.items()}
+    rest = {student: notebooks for student, notebooks in rest.items() if notebooks}
+    if rest:
+        autograded, autostatus = _autograde(rest, Path(source), timeout_s, per_cell, verbose)
+        for key, score in autograded.items():
+            exercise = {q.name: q for q in exercises_of(key[1][:2])}.get(key[2])
+            if whole or (exercise is not None and grading.needs_the_lesson(exercise)):
+                scores[key] = score
+        for key, text in autostatus.items():
+            status[key] = text if text.startswith(("timed out", "error")) or whole else (
+                status[key] + text.removeprefix("graded"))
+    return _write_csv(csv_path, found, questions, scores, status)
+
+
+def _questions(source, lessons):
+    """(assignment, notebook stem, question, points) of the lessons' checks, in each notebook's order."""
+    import nbformat
+
+    found = []
+    for notebook in sorted(source.glob("[0-9][0-9]_*.ipynb")):
+        if assignment_of(notebook) not in lessons:
+            continue
+        checks = [cell.metadata["nbgrader"] for cell in nbformat.read(notebook, as_version=4).cells
+                  if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade")]
+        found += [(assignment_of(notebook), notebook.stem, meta["grade_id"], float(meta.get("points", 1)))
+                  for meta in sorted(checks, key=lambda meta: _question_order(meta["grade_id"]))]
+    return found
+
+
+def _autograde(found, source, timeout_s, per_cell, verbose):
+    """``nbgrader autograde`` of each student's lessons: ``(scores, status)`` keyed as ``grade`` keys them."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    lessons = {assignment_of(nb) for notebooks in found.values() for nb in notebooks}
+    scores, status = {}, {}
     with tempfile.TemporaryDirectory(prefix="kerasdist-grading-") as work:
         root = Path(work)
-        _course_directory(root, Path(source), lessons, per_cell)
+        _course_directory(root, source, lessons, per_cell)
         for assignment in sorted(lessons):
             _release(root, assignment)  # records the lesson's questions in the gradebook
-        status = {}
         for student, notebooks in found.items():
             for assignment in sorted({assignment_of(nb) for nb in notebooks}):
                 folder = root / "submitted" / student / assignment
@@ -262,16 +312,12 @@ def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, ver
                 status[student, assignment] = "graded" if code == 0 else (
                     output if code is None else f"error: {_last_error(output)}")
                 if code == 0:
-                    stopped = _stopped_questions(root / "autograded" / student / assignment, per_cell)
+                    stopped = _stopped_questions(root / "autograded" / student / assignment)
                     status[student, assignment] += "".join(f", {what}" for what in stopped)
                 if verbose:
                     print(f"{student} {assignment}: {status[student, assignment]}", flush=True)
-        questions, scores = [], {}
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
             for assignment in sorted(lessons):
-                for notebook in gradebook.find_assignment(assignment).notebooks:
-                    for cell in sorted(notebook.grade_cells, key=lambda c: _question_order(c.name)):
-                        questions.append((assignment, notebook.name, cell.name, cell.max_score))
                 for student in found:
                     for notebook in gradebook.find_assignment(assignment).notebooks:
                         try:
@@ -280,13 +326,13 @@ def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, ver
                             continue
                         for result in submitted.grades:
                             scores[student, notebook.name, result.name] = result.score
-        return _write_csv(csv_path, found, questions, scores, status)
+    return scores, status
 
 
-def _stopped_questions(folder, per_cell):
-    """What ran past a time limit in a student's graded lesson: ``["01_quickstart q1 ran past 80 s"]``.
+def _stopped_questions(folder):
+    """What ran past a time limit in a student's graded lesson ("01_quickstart q1 ran past its time limit").
 
-    A cell that nbgrader interrupted at ``per_cell`` seconds (an answer cell counts for its question),
+    A cell that nbgrader interrupted at its bound (an answer cell counts for its question),
     and a check that stopped the answer at the check's own limit (its verdict says "ran past").
     """
     import nbformat
@@ -299,10 +345,9 @@ def _stopped_questions(folder, per_cell):
             errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "").removesuffix("_answer")
             where = f"{path.stem} {grade_id or f'cell {index + 1}'}"
-            if any(output.get("ename") == "CellTimeoutError" for output in errors):
-                stopped.append(f"{where} ran past {per_cell} s")
-            elif grade_id and any("ran past" in output.get("evalue", "") for output in errors):
-                stopped.append(f"{where} ran past its check's time limit")
+            if any(output.get("ename") == "CellTimeoutError" for output in errors) or (
+                    grade_id and any("ran past" in output.get("evalue", "") for output in errors)):
+                stopped.append(f"{where} ran past its time limit")
     return list(dict.fromkeys(stopped))
 
 

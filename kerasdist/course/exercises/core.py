@@ -41,6 +41,9 @@ _RESET = "\x1b[0m"
 DEFAULT_TIME_LIMIT_S = 30.0
 CHECK_TIME_LIMIT_S = 120.0
 SHOWN_OUTPUT_CHARS = 2000
+# In an exercise's ``needs``: its answer reads what the lesson computed before it (graded by running
+# the whole lesson, not in the exercise's own context).
+LESSON_STATE = "lesson state"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -108,6 +111,12 @@ def bounded(answer_s, check_s=CHECK_TIME_LIMIT_S):
         _running = None  # first: an alarm that still comes raises nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def answer_time_left():
+    """Seconds the running check's answer may still take (infinite outside a check)."""
+    limits = _running
+    return float("inf") if limits is None else limits.answer_left
 
 
 @contextlib.contextmanager

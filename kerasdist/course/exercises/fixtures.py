@@ -85,7 +85,13 @@ def call_answer(function, name, *args):
     change what the check compares it with. The Incorrect names the error and, where the answer's
     source is known (a notebook cell), its line.
     """
-    from kerasdist.course.exercises.core import Incorrect, TimeUp, answer_running, student_frame
+    from kerasdist.course.exercises.core import (
+        Incorrect,
+        TimeUp,
+        answer_running,
+        answer_time_left,
+        student_frame,
+    )
 
     if not callable(function):
         raise Incorrect(f"{name} is {describe(function)}, not a function: define it with "
@@ -95,8 +101,8 @@ def call_answer(function, name, *args):
         with answer_running():
             return function(*arguments)
     except Exception as error:  # noqa: BLE001  (any error of the student's code is the verdict)
-        if "reached elapsed time limit" in str(error):  # R's own bound (kd_verdict) stopped the answer
-            raise TimeUp() from None
+        if answer_time_left() <= 0.05 or "reached elapsed time limit" in str(error):
+            raise TimeUp() from None  # R's own bound (kd_verdict) stopped an R answer
         frame = student_frame(error)
         where = f" (line {frame.lineno}: {frame.line.strip()[:80]})" if frame and frame.line else ""
         raise Incorrect(f"{name} raised {type(error).__name__}: {error_line(error)[:200]}{where}") from None

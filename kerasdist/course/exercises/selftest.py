@@ -18,17 +18,11 @@ Example:
 """
 
 import argparse
-import importlib
 import json
-import os
-import queue
-import shutil
-import subprocess
-import sys
-import threading
 import time
 
 from kerasdist.course.exercises.core import CORRECT, INCORRECT, NOT_ATTEMPTED, exercises_of
+from kerasdist.course.exercises.sessions import prepare_process, python_verdict, run_cases
 
 SKIPPED = "skipped"
 # The breakers' time limit: a check that is bounded stops an endless answer at any limit.
@@ -71,58 +65,6 @@ def cases(exercise, language):
                    part, BREAKER_LIMIT_S)
 
 
-def _python_verdict(exercise, code, time_limit_s=None):
-    namespace = {"__name__": "__main__"}
-    exec(exercise.context.get("python", ""), namespace)  # noqa: S102  (the course's own answer key)
-    exec(code, namespace)  # noqa: S102
-    answers = {name: namespace[name] for name in exercise.answers if name in namespace}
-    return exercise.verdict(answers, time_limit_s=time_limit_s)
-
-
-# The R cases run in an R session of their own that hosts Python through reticulate, as an R user's
-# session does; each case prints one line of JSON. (Inside rpy2, Debian 12's reticulate 1.28 calls
-# Python from an R function that Python called without holding the GIL, which aborts the process.)
-R_RUNNER = """
-suppressPackageStartupMessages(library(kerasdist))
-selftest <- reticulate::import("kerasdist.course.exercises.selftest")
-arguments <- commandArgs(TRUE)  # lesson, replicas, exercises (comma-separated, or "" for all)
-selftest$prepare_process(arguments[[1]], as.integer(arguments[[2]]))
-has_keras3 <- requireNamespace("keras3", quietly = TRUE)
-cases <- selftest$r_cases(arguments[[1]], arguments[[3]])
-for (case in cases) {
-  verdict <- if (case$needs_keras3 && !has_keras3) {
-    list(status = "skipped", message = "the R package keras3 is not installed")
-  } else {
-    tryCatch({
-      env <- new.env(parent = globalenv())
-      for (part in c(case$context, case$code)) eval(parse(text = part), env)
-      kd_verdict(kd_exercises(case$lesson)[[case$exercise]], envir = env,
-                 time_limit_s = case$time_limit_s)[c("status", "message", "internal")]
-    }, error = function(e) list(status = "error", message = conditionMessage(e), internal = FALSE))
-  }
-  line <- selftest$json_line(case$index, verdict$status, verdict$message, isTRUE(verdict$internal))
-  cat(line, "\n", sep = "")
-}
-"""
-
-
-def prepare_process(lesson, replicas):
-    """Choose the lesson's Keras backend and make ``replicas`` devices, before Keras is imported."""
-    lesson_module = importlib.import_module(f"kerasdist.course.exercises.lesson{lesson}")
-    backend = getattr(lesson_module, "BACKEND", "tensorflow")
-    from kerasdist import startup
-
-    startup.use_backend(backend)
-    if backend == "tensorflow":
-        from kerasdist.devices import configure_replicas
-
-        configure_replicas(replicas)
-    else:
-        from kerasdist.engines.jax_engine import import_keras_on_jax
-
-        import_keras_on_jax(replicas)
-
-
 def r_cases(lesson, only=""):
     """The R cases of a lesson's exercises (those named in ``only``, comma-separated, or all), numbered."""
     found = []
@@ -137,65 +79,17 @@ def r_cases(lesson, only=""):
     return found
 
 
-def json_line(index, status, message, internal=False):
-    return json.dumps({"index": index, "status": status, "message": message, "internal": internal})
-
-
-def _r_rows(lesson, only, replicas, timeout_s):
-    """Run the R cases in Rscript; yields their rows as they come, and an error row for each case left."""
-    wanted = r_cases(lesson, ",".join(only))
-    if not wanted:
-        return
-    if not shutil.which("Rscript"):
-        problem = (SKIPPED, "R is not installed")
-    else:
-        environment = dict(os.environ, RETICULATE_PYTHON=sys.executable)
-        child = subprocess.Popen(["Rscript", "-e", R_RUNNER, lesson, str(replicas), ",".join(only)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
-        lines = queue.Queue()
-        threading.Thread(target=_pass_lines, args=(child.stdout, lines), daemon=True).start()
-        deadline = time.monotonic() + timeout_s
-        done = 0
-        line = ""
-        while line is not None and done < len(wanted):
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if line and line.startswith("{"):
-                row = json.loads(line)
-                yield _row(wanted[row["index"]], row["status"], row["message"], row.get("internal", False))
-                done += 1
-        if done == len(wanted):
-            child.wait(timeout=60)
-            return
-        child.kill()
-        stderr = [text for text in child.communicate()[1].splitlines() if text.strip()]
-        ended = line is None  # the session closed its output: it stopped (or crashed) before the end
-        reason = f"R ended with exit code {child.returncode}" if ended else f"timed out after {timeout_s} s"
-        problem = ("error", f"{reason} before this case: {stderr[-1] if stderr else 'nothing on stderr'}")
-        wanted = wanted[done:]
-    for case in wanted:
-        yield _row(case, *problem)
-
-
-def _pass_lines(stream, lines):
-    """Put each line of ``stream`` on the queue ``lines``, then None at its end."""
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
-
-
 def _row(case, status, message, internal=False):
     keys = ("lesson", "exercise", "case", "expected", "expected_message")
     return dict({key: case[key] for key in keys}, language="r", status=status, message=message,
                 internal=internal)
 
 
-def run_lesson(lesson, languages=("python", "r"), only=(), replicas=2, timeout_s=1200):
+def run_lesson(lesson, languages=("python", "r"), only=(), replicas=2, timeout_s=None):
     """Run every exercise of ``lesson`` (or those named in ``only``); yields one dict per case and language.
 
-    The Python cases run in this process, which ``prepare_process`` has set up; the R cases in Rscript.
+    The Python cases run in this process, which ``prepare_process`` has set up; the R cases in Rscript,
+    each within its bound (or all within ``timeout_s``).
     """
     if "python" in languages:
         for exercise in exercises_of(lesson):
@@ -203,13 +97,15 @@ def run_lesson(lesson, languages=("python", "r"), only=(), replicas=2, timeout_s
                 continue
             for case, code, expected, part, limit in cases(exercise, "python"):
                 started = time.monotonic()
-                verdict = _python_verdict(exercise, code, limit)
+                verdict = python_verdict(exercise, code, limit)
                 yield {"lesson": lesson, "exercise": exercise.name, "language": "python", "case": case,
                        "expected": expected, "expected_message": part, "status": verdict.status,
                        "message": verdict.message, "internal": verdict.internal,
                        "seconds": round(time.monotonic() - started, 2)}
     if "r" in languages:
-        yield from _r_rows(lesson, only, replicas, timeout_s)
+        found = run_cases(lesson, "r", r_cases(lesson, ",".join(only)), replicas, timeout_s)
+        for case, status, message, internal in found:
+            yield _row(case, status, message, internal)
 
 
 def main(argv=None):
@@ -221,7 +117,8 @@ def main(argv=None):
     selftest.add_argument("lesson", help='two digits, e.g. "01"')
     selftest.add_argument("--language", choices=("python", "r", "both"), default="both")
     selftest.add_argument("--replicas", type=int, default=2, help="virtual devices to make first")
-    selftest.add_argument("--timeout-s", type=int, default=1200, help="bound on the R session's cases")
+    selftest.add_argument("--timeout-s", type=int, default=None,
+                          help="bound on all the R session's cases (default: a bound per case)")
     args = parser.parse_args(argv)
     if args.language != "r":
         prepare_process(args.lesson, args.replicas)
