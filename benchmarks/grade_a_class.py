@@ -1,10 +1,11 @@
 """Grade a made-up class of one lesson and time it: each answer alone, and (for some) each whole lesson.
 
-The class is written from the lesson's student edition and its answer key: each student answers every
-exercise with, in turn, the solution, a right answer written otherwise, a typical wrong answer, an
-answer that raises, and an answer cell that never ends. ``kerasdist course grade`` grades them all by
-checking each answer cell in its exercise's context; ``--compare N`` also grades the first N whole
-(nbgrader executing every lesson) and says whether the two CSVs hold the same rows.
+The class is written from the lesson's student edition and its answer key: each student answers
+every exercise with one of, in rotation, the solution (8 in 20), a right answer written otherwise
+(4), a typical wrong answer (5), an answer cell that raises (2) and one that never ends (1).
+``kerasdist course grade`` grades them all by checking each answer cell in its exercise's context;
+``--compare N`` also grades the first N whole (nbgrader executing every lesson) and says whether the
+two CSVs hold the same rows.
 
     python benchmarks/grade_a_class.py --students 100 --compare 10     # lesson 01, Python twin
 
@@ -28,13 +29,14 @@ CODE_STUB = "# YOUR CODE HERE"
 
 
 def kinds_of_answer(exercise):
-    """(kind, answer code) for one exercise: right, right otherwise, wrong, raising, never ending."""
-    first = exercise.answers[0]
-    yield "solution", exercise.solutions["python"]
-    for right in exercise.right[:1]:
-        yield "right", right["python"]
-    yield "wrong", exercise.wrong[0].code["python"]
-    yield "raises", f"{exercise.solutions['python']}\nraise RuntimeError('a student typo')\n{first} = None"
+    """(kind, answer code) for one exercise, as often as a class might write them (20 in all)."""
+    right = ([answer["python"] for answer in exercise.right if "python" in answer]
+             or [exercise.solutions["python"]])
+    wrong = [answer.code["python"] for answer in exercise.wrong]
+    yield from [("solution", exercise.solutions["python"])] * 8
+    yield from (("right", right[n % len(right)]) for n in range(4))
+    yield from (("wrong", wrong[n % len(wrong)]) for n in range(5))
+    yield from [("raises", "raise RuntimeError('a typo in the answer cell')")] * 2
     yield "never ends", "while True:\n    pass"
 
 

@@ -14,6 +14,7 @@ Example:
     'x <- NULL  # a number\\nx <- 4\\n'
 """
 
+import threading
 from pathlib import Path
 
 from kerasdist.course.exercises.core import CORRECT, LESSON_STATE, exercises_of
@@ -46,11 +47,12 @@ def needs_the_lesson(exercise):
     return LESSON_STATE in exercise.needs
 
 
-def grade_answers(submitted, progress=True):
+def grade_answers(submitted, progress=True, workers=2):
     """Check the answers of ``submitted`` (``{student: [notebook path, ...]}``) one by one.
 
     Returns ``{(student, notebook stem, exercise): (status, message)}`` for every exercise that does
-    not need its lesson's state; exercises missing from a notebook count as not attempted.
+    not need its lesson's state; exercises missing from a notebook count as not attempted. The
+    students of a lesson are shared among ``workers`` child processes that run side by side.
     """
     from tqdm import tqdm
 
@@ -73,9 +75,11 @@ def grade_answers(submitted, progress=True):
     for cases in jobs.values():
         for case in cases:
             left[case["student"]] = left.get(case["student"], 0) + 1
-    with tqdm(total=sum(left.values()), desc="answers checked", unit="answer", disable=not progress) as bar:
-        for (lesson, language), cases in sorted(jobs.items()):
-            for case, status, message, _ in run_cases(lesson, language, cases):
+    lock = threading.Lock()
+
+    def check(lesson, language, cases):
+        for case, status, message, _ in run_cases(lesson, language, cases):
+            with lock:
                 verdicts[case["student"], case["notebook"], case["exercise"]] = (status, message)
                 bar.update()
                 left[case["student"]] -= 1
@@ -83,4 +87,16 @@ def grade_answers(submitted, progress=True):
                     mine = [v for (s, _, _), v in verdicts.items() if s == case["student"]]
                     correct = sum(status == CORRECT for status, _ in mine)
                     bar.write(f"{case['student']}: {correct} of {len(mine)} answers correct")
+
+    with tqdm(total=sum(left.values()), desc="answers checked", unit="answer", disable=not progress) as bar:
+        for (lesson, language), cases in sorted(jobs.items()):
+            students = sorted({case["student"] for case in cases})
+            shares = [[case for case in cases if case["student"] in students[part::workers]]
+                      for part in range(workers)]
+            threads = [threading.Thread(target=check, args=(lesson, language, share))
+                       for share in shares if share]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
     return verdicts

@@ -187,15 +187,16 @@ _LANGUAGES = {
 class Verdict:
     """The outcome of a check: ``status`` (Correct, Incorrect, Not attempted) and one sentence.
 
-    ``printed`` is what the answer's code printed while it was checked; ``internal`` marks an
-    Incorrect that came from an error of the check itself, not from the answer (a bug the self-test
-    reports).
+    ``printed`` is what the answer's code printed while it was checked, ``answer_s`` how long the
+    answer's own code ran in it; ``internal`` marks an Incorrect that came from an error of the check
+    itself, not from the answer (a bug the self-test reports).
     """
 
     status: str
     message: str
     printed: str = ""
     internal: bool = False
+    answer_s: float = 0.0
 
     def __str__(self):
         return f"{self.status}: {self.message}"
@@ -265,14 +266,14 @@ class Exercise:
         limits = None
         try:
             with contextlib.redirect_stdout(printed), bounded(limit) as limits:
-                praise = self.check_answers(dict(answers), words)
-            return Verdict(CORRECT, praise, printed.getvalue())
+                status, message = CORRECT, self.check_answers(dict(answers), words)
         except Incorrect as wrong:
-            return Verdict(INCORRECT, str(wrong), printed.getvalue())
+            status, message = INCORRECT, str(wrong)
         except TimeUp:
-            return Verdict(INCORRECT, ran_past(limits, words), printed.getvalue())
+            status, message = INCORRECT, ran_past(limits, words)
         except Exception as error:  # noqa: BLE001  (a student sees a verdict, never a traceback)
             return Verdict(INCORRECT, unusable_answer(error), printed.getvalue(), internal=True)
+        return Verdict(status, message, printed.getvalue(), answer_s=limits.answer_s - limits.answer_left)
 
     def _answers_from(self, namespace):
         return {name: namespace.get(name) for name in self.answers if name in namespace}

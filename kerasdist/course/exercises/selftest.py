@@ -101,7 +101,8 @@ def run_lesson(lesson, languages=("python", "r"), only=(), replicas=2, timeout_s
                 yield {"lesson": lesson, "exercise": exercise.name, "language": "python", "case": case,
                        "expected": expected, "expected_message": part, "status": verdict.status,
                        "message": verdict.message, "internal": verdict.internal,
-                       "seconds": round(time.monotonic() - started, 2)}
+                       "seconds": round(time.monotonic() - started, 2),
+                       "answer_seconds": round(verdict.answer_s, 2)}
     if "r" in languages:
         found = run_cases(lesson, "r", r_cases(lesson, ",".join(only)), replicas, timeout_s)
         for case, status, message, internal in found:
