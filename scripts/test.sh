@@ -26,5 +26,6 @@ if [ "$tier" = check ]; then
     exec .venv/bin/python -m pytest -n 2 -m "not slow" tests "$@"
 fi
 # Every lesson cell is bounded: a cell (or a dead kernel) that takes over 15 minutes fails, never hangs.
+# The run ends with its 25 slowest tests, so that the suite's budget (docs/reference/tests.md) is seen.
 exec .venv/bin/python -m pytest -n 3 --dist loadgroup --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
-    tests notebooks "$@"
+    --durations=25 tests notebooks "$@"
