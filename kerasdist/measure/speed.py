@@ -1,5 +1,6 @@
 """A machine's limit for training a model: FLOPs and bytes per step, the CPU's matmul and memory rates."""
 
+import collections
 import os
 import statistics
 import threading
@@ -10,6 +11,11 @@ import numpy as np
 
 # A fused Adam update reads gradient, m, v and weight and writes m, v and weight (float32).
 ADAM_BYTES_PER_WEIGHT = 28
+
+
+# Every Timing that ``time_calls`` returned in this process, newest last: the record that lesson 08's check
+# compares a student's ``timings`` with, so that redefining ``timings`` cannot change what it checks.
+_MEASURED = collections.deque(maxlen=256)
 
 
 class Timing(NamedTuple):
@@ -42,7 +48,17 @@ def time_calls(function, *arguments, rounds=11):
         call()
         seconds.append(time.perf_counter() - started)
     low, median, high = statistics.quantiles(seconds, n=4)
-    return Timing(median, low, high)
+    return _remember(Timing(median, low, high))
+
+
+def measured_timings():
+    """The ``Timing``s that ``time_calls`` returned in this process, oldest first (the last 256)."""
+    return list(_MEASURED)
+
+
+def _remember(timing):
+    _MEASURED.append(Timing(*timing))
+    return timing
 
 
 def training_flops_per_sample(model):

@@ -17,6 +17,7 @@ Example:
 """
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -49,6 +50,11 @@ RUNGS = {
     "JAX lax.scan epoch": {"backend": "jax", "kind": "scan"},
 }
 LIMIT_RUNG = "JAX lax.scan epoch"
+# What ``measure`` returned in this process, per (rung, precision, batch size): copies of the last few,
+# oldest first. Lesson 08's check compares a student's ``runs`` with them, so that redefining ``runs``
+# cannot change what it checks.
+_MEASURED = {}
+_KEPT = 8
 
 
 def measure(rung, data_source="fashion", epochs=3, data=None, precision="float32", batch_size=BATCH_SIZE,
@@ -79,7 +85,7 @@ def measure(rung, data_source="fashion", epochs=3, data=None, precision="float32
             from kerasdist.data import load_mnist
 
             data = load_mnist(data_source, seed=SEED, verbose=False)
-        return _train(rung, data, epochs, precision, batch_size)
+        return _remember(rung, _train(rung, data, epochs, precision, batch_size), precision, batch_size)
     command = [sys.executable, "-m", "kerasdist.measure.speed_ladder", rung, "--data", str(data_source),
                "--epochs", str(epochs), "--precision", precision, "--batch-size", str(batch_size)]
     environment = dict(os.environ, KERAS_BACKEND=RUNGS[rung]["backend"])
@@ -91,7 +97,20 @@ def measure(rung, data_source="fashion", epochs=3, data=None, precision="float32
     if completed.returncode:
         raise KerasdistError(f"the rung {rung!r} failed (exit {completed.returncode}):\n"
                              f"{completed.stderr[-STDERR_TAIL_CHARS:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+    return _remember(rung, json.loads(completed.stdout.strip().splitlines()[-1]), precision, batch_size)
+
+
+def measured(rung, precision="float32", batch_size=BATCH_SIZE):
+    """Copies of what ``measure(rung, ...)`` returned in this process at ``precision`` and ``batch_size``,
+    oldest first (the last few)."""
+    return copy.deepcopy(_MEASURED.get((rung, precision, int(batch_size)), []))
+
+
+def _remember(rung, result, precision="float32", batch_size=BATCH_SIZE):
+    kept = _MEASURED.setdefault((rung, precision, int(batch_size)), [])
+    kept.append(copy.deepcopy(result))
+    del kept[:-_KEPT]
+    return result
 
 
 def steady_samples_per_s(result):

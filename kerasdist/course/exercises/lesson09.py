@@ -1,14 +1,13 @@
 """Lesson 09's checked exercises: fit your own link's alpha and beta, the break-even local batch, and each
 device's bytes of training state, replicated and sharded.
 
-The first check reads the student's own all-reduce timings (``timings``) and compares the fitted alpha and
-beta with how well least squares can do on those numbers, never with a fixed figure; its praise prints no
-number. The other two call the student's function on several inputs.
+The first check compares the fitted alpha and beta with how well least squares can do on the student's own
+all-reduce timings, never with a fixed figure; its praise prints no number. It reads kerasdist's own record
+of what ``measure_transports`` timed in this session (``sync_cost.measured_rows``), so that redefining
+``timings`` in the notebook changes nothing it checks; without a record it reads ``timings``, once its shape
+is checked. The other two call the student's function on several inputs.
 
 Example:
-    >>> timings = {"nbytes": [1024, 1048576, 67108864], "seconds": [1.6e-4, 5.8e-4, 2.7e-2], "replicas": 2}
-    >>> print(q1.verdict({"alpha": 8e-5, "beta": 2.5e9, "timings": timings}))
-    Incorrect: beta is 2.5e+09, a bandwidth in bytes per second: beta is seconds per byte, one over the bandwidth.
     >>> print(q3.verdict({"bytes_per_device": lambda parameters, devices, sharded: 16 * parameters / devices}))
     Incorrect: bytes_per_device(1000000, 8, False) divides by devices, but replicated (not sharded) every device holds the whole state: 16 bytes per parameter.
 """
@@ -18,36 +17,50 @@ from typing import Mapping
 
 import numpy as np
 
-from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.course.exercises.fixtures import call_answer
-from kerasdist.measure.sync_cost import STATE_BYTES, ring_seconds
+from kerasdist.course.exercises.core import LESSON_STATE, Exercise, Incorrect, WrongAnswer
+from kerasdist.course.exercises.fixtures import call_answer, describe, real_number
+from kerasdist.measure.sync_cost import STATE_BYTES, measured_rows, ring_seconds
 
-# The self-test's stand-in for the lesson's `timings` (one transport's measured all-reduce medians): a ring
-# of 2 replicas on a link of alpha 80 us and 2.5 GB/s, with +-5 % noise, so that a hard-coded answer fails.
+# The lesson's data: the collective ring's timings on 2 replicas.
+TRANSPORT, REPLICAS = "collective ring", 2
+
+# The self-test's stand-in for the lesson's `timings`: a ring of 4 replicas (the lesson's has 2, where
+# 2(N - 1)/N is 1, so that a fit without that factor fails here) on a link of alpha 60 us and 3 GB/s, with
+# +-5 % noise, so that a hard-coded answer fails. Like measure_transports(), it leaves kerasdist's record.
 SIZES = "1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864"
-SECONDS = "0.0001663, 0.0001582, 0.0001683, 0.0001914, 0.0002706, 0.0006035, 0.001904, 0.007158, 0.02573"
+SECONDS = "0.0003749, 0.0003512, 0.0003866, 0.0003771, 0.0005058, 0.0009285, 0.002334, 0.008924, 0.03324"
 TIMINGS = {
     "python": "import numpy as np\n"
-              f"timings = {{'nbytes': [{SIZES}],\n"
-              f"           'seconds': [{SECONDS}],\n"
-              "           'replicas': 2}",
-    "r": f"timings <- list(nbytes = c({SIZES}),\n"
-         f"                seconds = c({SECONDS}),\n"
-         "                replicas = 2L)",
+              "from kerasdist.measure import sync_cost\n"
+              f"rows = [sync_cost._remember({{'transport': 'collective ring', 'replicas': 4, 'nbytes': [{SIZES}],\n"
+              f"                              'seconds': [{SECONDS}]}})]\n"
+              "ring_4 = rows[0]\n"
+              "timings = {'nbytes': ring_4['nbytes'], 'seconds': ring_4['seconds'], 'replicas': ring_4['replicas']}",
+    "r": "sync_cost <- reticulate::import('kerasdist.measure.sync_cost')\n"
+         f"ring_4 <- sync_cost[['_remember']](list(transport = 'collective ring', replicas = 4L, nbytes = c({SIZES}),\n"
+         f"                                       seconds = c({SECONDS})))\n"
+         "timings <- list(nbytes = unlist(ring_4$nbytes), seconds = unlist(ring_4$seconds), replicas = ring_4$replicas)",
 }
 
 
+def _received(value, language):
+    """What an answer gave, as the student's language shows it (with its type, in Python)."""
+    if language.name == "r" and isinstance(value, (list, tuple)):
+        return f"a vector or list of {len(value)} values"
+    shown = language.value(value) if language.name == "r" and isinstance(value, (str, int, float)) else None
+    if shown is not None and len(shown) <= 60:
+        return shown
+    shown = language.none if value is None else describe(value)
+    return shown if "\n" not in shown else f"a {type(value).__name__}"
+
+
 def _number(value, name, language):
-    """``value`` as a float, or an Incorrect that says it must be one number."""
-    if isinstance(value, (list, tuple)) and len(value) == 1:
-        value = value[0]
-    if isinstance(value, np.ndarray) and value.size == 1:
-        value = value.reshape(())
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        shown = language.value(value) if isinstance(value, (str, list, tuple)) else type(value).__name__
-        raise Incorrect(f"{name} is {shown}: make it one number.") from None
+    """``value`` as a float (a Python, NumPy or tensor scalar, or R's number), or an Incorrect that says what
+    it is."""
+    got = real_number(value)
+    if got is None or not math.isfinite(got):
+        raise Incorrect(f"{name} is {_received(value, language)}: make it one number.")
+    return got
 
 
 def _close(got, expected, rel_tol=1e-6):
@@ -55,21 +68,49 @@ def _close(got, expected, rel_tol=1e-6):
 
 
 def _timings(timings):
-    """(nbytes, seconds, replicas) of the student's own timings, or an Incorrect that says to remeasure."""
-    again = ("timings is not one transport's all-reduce timings (nbytes, seconds and replicas): run the "
-             "timing cell again, then this check.")
+    """(nbytes, seconds, replicas) of one transport's timings, or None where they are not that."""
     if not isinstance(timings, Mapping) or any(key not in timings for key in ("nbytes", "seconds", "replicas")):
-        raise Incorrect(again)
+        return None
     try:
         nbytes = np.atleast_1d(np.asarray(timings["nbytes"], dtype="float64")).ravel()
         seconds = np.atleast_1d(np.asarray(timings["seconds"], dtype="float64")).ravel()
-        replicas = float(np.asarray(timings["replicas"], dtype="float64").ravel()[0])
+        replicas = real_number(np.asarray(timings["replicas"], dtype="float64").ravel()[0])
     except (TypeError, ValueError, IndexError):
-        raise Incorrect(again) from None
-    if nbytes.shape != seconds.shape or nbytes.size < 2 or not np.all(seconds > 0) or replicas < 2 \
-            or not replicas.is_integer():
-        raise Incorrect(again)
+        return None
+    if nbytes.shape != seconds.shape or nbytes.size < 2 or not np.all(np.isfinite(seconds) & (seconds > 0)) \
+            or not np.all(np.isfinite(nbytes) & (nbytes > 0)) or replicas is None or replicas < 2 \
+            or not float(replicas).is_integer():
+        return None
     return nbytes, seconds, int(replicas)
+
+
+def _same(first, second):
+    return first[2] == second[2] and first[0].shape == second[0].shape and \
+        np.allclose(first[0], second[0], rtol=1e-12, atol=0) and np.allclose(first[1], second[1], rtol=1e-12, atol=0)
+
+
+def _measured(timings):
+    """The timings to fit, and whether the student's ``timings`` are not what kerasdist measured.
+
+    kerasdist's record of the collective ring (on the lesson's 2 replicas where it timed them): the
+    student's ``timings`` where they are one of its rows, else its newest row; without a record, the
+    student's ``timings``, or an Incorrect where they are not one transport's timings.
+    """
+    rows = measured_rows(TRANSPORT, REPLICAS) or measured_rows(TRANSPORT)
+    mine = _timings(timings)
+    if not rows:
+        if mine is None:
+            raise Incorrect("timings is not one transport's all-reduce timings (nbytes, seconds and replicas): "
+                            "run the timing cell again, then this check.")
+        return mine, False
+    recorded = [measured for measured in map(_timings, rows) if measured is not None]
+    same = [measured for measured in recorded if mine is not None and _same(mine, measured)]
+    if same:
+        return same[-1], False
+    if not recorded:
+        raise Incorrect("kerasdist's record of the timings is not usable: run the timing cell again, then this "
+                        "check.")
+    return recorded[-1], True
 
 
 def _relative_error(nbytes, seconds, devices, alpha, beta):
@@ -88,20 +129,24 @@ def _least_squares(columns, seconds, weighted=True):
 
 
 def _check_fit(answers, language):
-    nbytes, seconds, devices = _timings(answers["timings"])
-    alpha = _number(answers["alpha"], "alpha", language)
-    beta = _number(answers["beta"], "beta", language)
+    (nbytes, seconds, devices), changed = _measured(answers["timings"])
     latency, per_byte = 2 * (devices - 1), 2 * (devices - 1) / devices
     columns = (np.full_like(nbytes, latency), per_byte * nbytes)
     # The best fit, unclamped: a correct fit with a slightly negative alpha (noise on a fast link) passes.
     best = _relative_error(nbytes, seconds, devices, *_least_squares(columns, seconds))
     allowed = best * 1.05 + 0.005
+    alpha = _number(answers["alpha"], "alpha", language)
+    beta = _number(answers["beta"], "beta", language)
 
     def fits(a, b):
         return _relative_error(nbytes, seconds, devices, a, b) <= allowed
 
     if beta > 0 and fits(alpha, beta):
         return "alpha and beta predict your own timings as well as the least-squares fit does."
+    if changed:
+        raise Incorrect(f"timings is not what measure_transports timed for the {TRANSPORT} in this session, and "
+                        "the check fits kerasdist's own record of it: run the cell that makes timings again, then "
+                        "your fit, then this check.")
     if beta > 1e-3:
         raise Incorrect(f"beta is {beta:.3g}, a bandwidth in bytes per second: beta is seconds per byte, one over "
                         "the bandwidth.")
@@ -116,6 +161,13 @@ def _check_fit(answers, language):
         raise Incorrect(f"alpha and beta are the intercept and slope of a straight line seconds = a + b * nbytes: "
                         f"the ring's model is 2(N - 1) * alpha + 2(N - 1)/N * nbytes * beta, with N = {devices}, "
                         "so fit on those two columns (or divide a by 2(N - 1) and b by 2(N - 1)/N).")
+    if beta > 0 and fits(alpha, beta / per_byte):
+        raise Incorrect(f"beta leaves out the ring's 2(N - 1)/N: each device sends 2(N - 1)/N of the bytes, so "
+                        f"the column of beta is 2(N - 1)/N * nbytes, here with N = {devices} (your timings' "
+                        "replicas), not nbytes.")
+    if beta > 0 and fits(alpha / latency, beta):
+        raise Incorrect(f"alpha is the ring's whole latency 2(N - 1) * alpha: the column of alpha is 2(N - 1), "
+                        f"here {latency} with N = {devices}, not 1.")
     if beta <= 0:
         raise Incorrect(f"beta is {beta:.3g}, but a larger tensor takes longer to send: beta, the seconds per "
                         "byte, is positive.")
@@ -144,11 +196,14 @@ _FIT_SOLUTIONS = {
          "alpha <- coefficients[[1]]\n"
          "beta <- coefficients[[2]]",
 }
+# The solution's first lines (the data), for wrong answers that fit it otherwise.
+_DATA = {language: "\n".join(code.splitlines()[:3]) for language, code in _FIT_SOLUTIONS.items()}
 
 q1 = Exercise(
     "09", "q1", "Fit your link's alpha and beta",
     answers=("alpha", "beta", "timings"),
     check_answers=_check_fit,
+    needs=(LESSON_STATE,),  # its answer reads what the lesson computed
     hints=("The ring's time is linear in alpha and beta: each timing is one equation seconds = 2(N - 1) * alpha + "
            "2(N - 1)/N * nbytes * beta. Put the two columns in a matrix and solve by least squares, each row and "
            "its seconds divided by the seconds, so that the errors are relative and every size counts alike.",
@@ -174,6 +229,55 @@ q1 = Exercise(
         WrongAnswer({"python": _FIT_SOLUTIONS["python"] + "\nalpha, beta = beta, alpha",
                      "r": _FIT_SOLUTIONS["r"] + "\nswapped <- alpha\nalpha <- beta\nbeta <- swapped"},
                     "alpha and beta are swapped"),
+        # Right on the lesson's 2 replicas only, where 2(N - 1)/N is 1.
+        WrongAnswer({"python": _DATA["python"] + "\n"
+                               "terms = np.column_stack([np.full_like(n, 2 * (replicas - 1)), n])\n"
+                               "alpha, beta = np.linalg.lstsq(terms / seconds[:, None], np.ones_like(seconds), rcond=None)[0]",
+                     "r": _DATA["r"] + "\n"
+                          "coefficients <- qr.solve(cbind(2 * (replicas - 1), n) / seconds, rep(1, length(seconds)))\n"
+                          "alpha <- coefficients[[1]]\n"
+                          "beta <- coefficients[[2]]"},
+                    "leaves out the ring's 2(N - 1)/N"),
+        WrongAnswer({"python": _DATA["python"] + "\n"
+                               "terms = np.column_stack([2 * (replicas - 1) * np.ones_like(n), 2 * (replicas - 1) / replicas * n])\n"
+                               "alpha, beta = np.linalg.lstsq(terms, seconds, rcond=None)[0]",
+                     "r": _DATA["r"] + "\n"
+                          "coefficients <- qr.solve(cbind(2 * (replicas - 1), 2 * (replicas - 1) / replicas * n), seconds)\n"
+                          "alpha <- coefficients[[1]]\n"
+                          "beta <- coefficients[[2]]"},
+                    "fit absolute errors"),
+        # Figures typed from another run's printout.
+        WrongAnswer({"python": "alpha, beta = 552.9e-6, 1 / 1.50e9",
+                     "r": "alpha <- 552.9e-6\nbeta <- 1 / 1.50e9"},
+                    "where least squares gets"),
+        # The truth taken from the notebook: timings changed so that the fit matches them, not the measurement.
+        WrongAnswer({"python": "timings['seconds'] = [2 * s for s in timings['seconds']]\n" + _FIT_SOLUTIONS["python"],
+                     "r": "timings$seconds <- 2 * timings$seconds\n" + _FIT_SOLUTIONS["r"]},
+                    "is not what measure_transports timed"),
+        WrongAnswer({"python": _FIT_SOLUTIONS["python"] + "\nalpha = f\"{alpha * 1e6:.1f} us\"",
+                     "r": _FIT_SOLUTIONS["r"] + "\nalpha <- sprintf(\"%.1f us\", alpha * 1e6)"},
+                    "make it one number"),
+    ),
+    right=(
+        {"python": "weights = 1 / np.asarray(timings['seconds'])\n"
+                   "N = int(timings['replicas'])\n"
+                   "a, b = np.linalg.lstsq(np.vstack([weights, np.asarray(timings['nbytes']) * weights]).T,\n"
+                   "                       np.ones_like(weights), rcond=None)[0]\n"
+                   "alpha, beta = a / (2 * (N - 1)), b / (2 * (N - 1) / N)",
+         "r": "N <- timings$replicas\n"
+              "latency <- rep(2 * (N - 1), length(timings$nbytes))\n"
+              "per_byte <- 2 * (N - 1) / N * timings$nbytes\n"
+              "fit <- lm(timings$seconds ~ 0 + latency + per_byte, weights = 1 / timings$seconds^2)\n"
+              "alpha <- coef(fit)[[\"latency\"]]\n"
+              "beta <- coef(fit)[[\"per_byte\"]]"},
+        {"python": _DATA["python"] + "\n"
+                   "A = np.stack([np.full(n.shape, 2.0 * (replicas - 1)), 2.0 * (replicas - 1) / replicas * n], axis=1) / seconds[:, None]\n"
+                   "alpha, beta = np.linalg.solve(A.T @ A, A.T @ np.ones(len(n)))",
+         "r": _DATA["r"] + "\n"
+              "A <- cbind(2 * (replicas - 1), 2 * (replicas - 1) / replicas * n) / seconds\n"
+              "fitted <- solve(crossprod(A), crossprod(A, rep(1, nrow(A))))\n"
+              "alpha <- fitted[1, 1]\n"
+              "beta <- fitted[2, 1]"},
     ),
     context=TIMINGS,
 )
@@ -203,11 +307,17 @@ def _check_break_even(answers, language):
     for flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas in BREAK_EVEN_CASES:
         arguments = (flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas)
         call = f"break_even_batch({', '.join(str(v) if isinstance(v, int) else f'{v:g}' for v in arguments)})"
-        got = _number(call_answer(answers["break_even_batch"], "break_even_batch", *arguments), call, language)
         ring = _ring(gradient_bytes, alpha, beta, replicas)
         per_sample = flops_per_sample / flop_rate
+        got = _number(call_answer(answers["break_even_batch"], "break_even_batch", *arguments), call, language)
         if _is_batch(got, ring / per_sample):
             continue
+        if got.is_integer() and ring / per_sample - 1 < got < ring / per_sample:
+            raise Incorrect(f"{call} rounds down, to a batch whose compute ends before the all-reduce: give the "
+                            "exact batch, or round it up.")
+        if replicas != REPLICAS and _is_batch(got, _ring(gradient_bytes, alpha, beta, REPLICAS) / per_sample):
+            raise Incorrect(f"{call} computes the ring of {REPLICAS} replicas whatever replicas is: use the argument "
+                            "replicas in 2(N - 1) and 2(N - 1)/N.")
         if _is_batch(got, _ring(gradient_bytes, alpha, beta, replicas, bytes_factor=False) / per_sample):
             raise Incorrect(f"{call} has every device send all gradient_bytes: in a ring each sends 2(N - 1)/N of "
                             "them, so the bytes' term is 2 * (replicas - 1) / replicas * gradient_bytes * beta.")
@@ -272,7 +382,41 @@ q2 = Exercise(
                      "r": _break_even_code(_RING, "r").replace(
                          "allreduce_s * flop_rate / flops_per_sample", "allreduce_s * flops_per_sample / flop_rate")},
                     "inverts the compute"),
+        WrongAnswer({language: _break_even_code(_RING.replace("replicas", "2"), language)
+                     for language in ("python", "r")},
+                    "whatever replicas is"),
+        WrongAnswer({"python": _break_even_code(_RING, "python").replace(
+                         "return allreduce_s * flop_rate / flops_per_sample",
+                         "return math.floor(allreduce_s * flop_rate / flops_per_sample)"),
+                     "r": _break_even_code(_RING, "r").replace(
+                         "  allreduce_s * flop_rate / flops_per_sample", "  floor(allreduce_s * flop_rate / flops_per_sample)")},
+                    "rounds down"),
+        WrongAnswer({"python": _break_even_code(_RING, "python").replace(
+                         "return allreduce_s * flop_rate / flops_per_sample",
+                         "return f'{allreduce_s * flop_rate / flops_per_sample:.0f} samples'"),
+                     "r": _break_even_code(_RING, "r").replace(
+                         "  allreduce_s * flop_rate / flops_per_sample",
+                         "  sprintf('%.0f samples', allreduce_s * flop_rate / flops_per_sample)")},
+                    "make it one number"),
     ),
+    right=(
+        {"python": "def break_even_batch(flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas):\n"
+                   "    ring_steps = 2 * (replicas - 1)\n"
+                   "    seconds = ring_steps * (alpha + gradient_bytes / replicas * beta)\n"
+                   "    return math.ceil(seconds / (flops_per_sample / flop_rate))",
+         "r": "break_even_batch <- function(flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas) {\n"
+              "  ring_steps <- 2 * (replicas - 1)\n"
+              "  ceiling(ring_steps * (alpha + gradient_bytes / replicas * beta) / (flops_per_sample / flop_rate))\n"
+              "}"},
+        {"python": "def break_even_batch(flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas):\n"
+                   "    terms = np.array([2 * (replicas - 1), 2 * (replicas - 1) / replicas * gradient_bytes])\n"
+                   "    return terms @ np.array([alpha, beta]) * flop_rate / flops_per_sample",
+         "r": "break_even_batch <- function(flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas) {\n"
+              "  compute_s <- flops_per_sample / flop_rate\n"
+              "  sum(c(2 * (replicas - 1), 2 * (replicas - 1) / replicas * gradient_bytes) * c(alpha, beta)) / compute_s\n"
+              "}"},
+    ),
+    context={"python": "import math\nimport numpy as np"},
 )
 
 # Bytes per parameter of float32 Adam training: weights, gradients and Adam's two moments.
@@ -287,43 +431,65 @@ def _is_bytes(got, expected):
     return math.isclose(got, expected, rel_tol=1e-6, abs_tol=64)
 
 
+# What typical wrong answers compute instead (of parameters, devices, sharded), and what to tell them; the
+# first that explains every call's result is the message.
+_STATE_MISREADINGS = (
+    (lambda p, d, sharded: 16 * p / d,
+     "{call} divides by devices, but replicated (not sharded) every device holds the whole state: "
+     "16 bytes per parameter."),
+    (lambda p, d, sharded: 16 * p,
+     "{call} holds the whole state on every device: sharded, each device keeps 1/devices of the weights, the "
+     "gradients and Adam's two moments."),
+    (lambda p, d, sharded: 8 * p + 8 * p / d if sharded else 16 * p,
+     "{call} shards only Adam's two moments: that is ZeRO stage 1; this exercise asks for all four parts sharded "
+     "(ZeRO stage 3, FSDP): weights, gradients and both moments."),
+    (lambda p, d, sharded: 4 * p + 12 * p / d if sharded else 16 * p,
+     "{call} shards the gradients and Adam's moments but not the weights: that is ZeRO stage 2; this exercise "
+     "asks for all four parts sharded (ZeRO stage 3, FSDP)."),
+    (lambda p, d, sharded: 16 * p / 8 if sharded else 16 * p,
+     "{call} divides by 8 whatever devices is: divide by the argument devices."),
+    (lambda p, d, sharded: 4 * p / (d if sharded else 1),
+     "{call} counts only the float32 weights: a device also holds the gradients and Adam's two moments, 4 bytes "
+     "each per parameter."),
+    (lambda p, d, sharded: 8 * p / (d if sharded else 1),
+     "{call} counts 8 bytes per parameter, but a device holds four float32 numbers per parameter: the weight, its "
+     "gradient and Adam's two moments make 16."),
+    (lambda p, d, sharded: 12 * p / (d if sharded else 1),
+     "{call} counts 12 bytes per parameter, but a device holds four float32 numbers per parameter: the weight, "
+     "its gradient and Adam's two moments make 16."),
+    (lambda p, d, sharded: 32 * p / (d if sharded else 1),
+     "{call} counts 32 bytes per parameter: the state is float32, 4 bytes a number, and there are four numbers "
+     "per parameter (weight, gradient, Adam's two moments)."),
+    *((lambda p, d, sharded, unit=unit: 16 * p / (d if sharded else 1) / unit,
+       f"{{call}} is in {name}: give the bytes themselves.") for unit, name in (
+        (1e6, "megabytes"), (2 ** 20, "MiB"), (1e9, "gigabytes"), (2 ** 30, "GiB"))),
+)
+
+
 def _check_state_bytes(answers, language):
+    calls = []
     for parameters, devices, sharded in STATE_CASES:
         call = f"bytes_per_device({parameters}, {devices}, {language.value(sharded)})"
-        got = _number(call_answer(answers["bytes_per_device"], "bytes_per_device", parameters, devices, sharded),
-                      call, language)
         share = devices if sharded else 1
         exact = BYTES_PER_PARAMETER * parameters / share
         # Each part's bytes rounded up on each device (as kerasdist.measure.sync_cost.training_state_bytes does).
         rounded = sum(-(-parameters * per // share) for per in STATE_BYTES["float32"].values())
-        if _is_bytes(got, exact) or _is_bytes(got, rounded):
-            continue
-        if sharded and _is_bytes(got, BYTES_PER_PARAMETER * parameters):
-            raise Incorrect(f"{call} holds the whole state on every device: sharded, each device keeps 1/devices "
-                            "of the weights, the gradients and Adam's two moments.")
-        if sharded and _is_bytes(got, 8 * parameters + 8 * parameters / devices):
-            raise Incorrect(f"{call} shards only Adam's two moments: that is ZeRO stage 1; this exercise asks for "
-                            "all four parts sharded (ZeRO stage 3, FSDP): weights, gradients and both moments.")
-        if sharded and _is_bytes(got, 4 * parameters + 12 * parameters / devices):
-            raise Incorrect(f"{call} shards the gradients and Adam's moments but not the weights: that is ZeRO "
-                            "stage 2; this exercise asks for all four parts sharded (ZeRO stage 3, FSDP).")
-        if not sharded and devices > 1 and _is_bytes(got, exact / devices):
-            raise Incorrect(f"{call} divides by devices, but replicated (not sharded) every device holds the whole "
-                            f"state: {BYTES_PER_PARAMETER} bytes per parameter.")
-        per_parameter = got * share / parameters
-        if math.isclose(per_parameter, 4, rel_tol=1e-3):
-            raise Incorrect(f"{call} counts only the float32 weights: a device also holds the gradients and Adam's "
-                            "two moments, 4 bytes each per parameter.")
-        if math.isclose(per_parameter, 8, rel_tol=1e-3) or math.isclose(per_parameter, 12, rel_tol=1e-3):
-            raise Incorrect(f"{call} counts {per_parameter:.0f} bytes per parameter, but a device holds four float32 "
-                            "numbers per parameter: the weight, its gradient and Adam's two moments make 16.")
-        if math.isclose(per_parameter, 32, rel_tol=1e-3):
-            raise Incorrect(f"{call} counts 32 bytes per parameter: the state is float32, 4 bytes a number, and "
-                            "there are four numbers per parameter (weight, gradient, Adam's two moments).")
-        how = f"1/{devices} of the {BYTES_PER_PARAMETER}" if sharded else f"all {BYTES_PER_PARAMETER}"
-        raise Incorrect(f"{call} returned {got:.6g} bytes, but each device holds {how} bytes per parameter: "
-                        f"{exact:.6g} bytes.")
-    return ("bytes_per_device gives each device's weights, gradients and Adam moments, replicated and sharded.")
+        got = call_answer(answers["bytes_per_device"], "bytes_per_device", parameters, devices, sharded)
+        if isinstance(got, Mapping):
+            raise Incorrect(f"{call} returned {language.pick('a dict', 'a list')} of parts: return one number, all "
+                            "the bytes one device holds.")
+        calls.append((call, _number(got, call, language), (parameters, devices, sharded), exact, rounded))
+    wrong = [(call, got, arguments, exact) for call, got, arguments, exact, rounded in calls
+             if not (_is_bytes(got, exact) or _is_bytes(got, rounded))]
+    if not wrong:
+        return ("bytes_per_device gives each device's weights, gradients and Adam moments, replicated and sharded.")
+    call, got, (_, devices, sharded), exact = wrong[0]
+    for misreading, message in _STATE_MISREADINGS:
+        if all(math.isclose(answer, misreading(*arguments), rel_tol=1e-6) for _, answer, arguments, _, _ in calls):
+            raise Incorrect(message.format(call=call))
+    how = f"1/{devices} of the {BYTES_PER_PARAMETER}" if sharded else f"all {BYTES_PER_PARAMETER}"
+    raise Incorrect(f"{call} returned {got:.6g} bytes, but each device holds {how} bytes per parameter: "
+                    f"{exact:.6g} bytes.")
 
 
 def _state_code(body, language):
@@ -369,5 +535,28 @@ q3 = Exercise(
         WrongAnswer({"python": _state_code(["return 16 * parameters"], "python"),
                      "r": _state_code(["16 * parameters"], "r")},
                     "holds the whole state on every device"),
+        # The lesson's 8 devices typed in: right on 8 devices only.
+        WrongAnswer({"python": _state_code(["return 16 * parameters / 8 if sharded else 16 * parameters"], "python"),
+                     "r": _state_code(["if (sharded) 16 * parameters / 8 else 16 * parameters"], "r")},
+                    "divides by 8 whatever devices is"),
+        WrongAnswer({"python": _state_code(["share = devices if sharded else 1",
+                                            "return 16 * parameters / share / 1e6  # MB"], "python"),
+                     "r": _state_code(["share <- if (sharded) devices else 1",
+                                       "16 * parameters / share / 1e6  # MB"], "r")},
+                    "is in megabytes"),
+        # kerasdist's own function, whose result is a table of the parts, not one number.
+        WrongAnswer({"python": _state_code(["from kerasdist.measure.sync_cost import training_state_bytes",
+                                            "return training_state_bytes(parameters, devices, sharded)"], "python"),
+                     "r": _state_code(["sync_cost <- reticulate::import(\"kerasdist.measure.sync_cost\")",
+                                       "sync_cost$training_state_bytes(parameters, devices, sharded)"], "r")},
+                    "of parts: return one number"),
     ),
+    right=(
+        {"python": _state_code(["share = devices if sharded else 1",
+                                "return sum(math.ceil(parameters * per / share) for per in (4, 4, 4, 4))"], "python"),
+         "r": _state_code(["if (!sharded) devices <- 1", "ceiling(16 * parameters / devices)"], "r")},
+        {"python": _state_code(["return np.int64(16) * parameters // (devices if sharded else 1)"], "python"),
+         "r": _state_code(["16 * parameters / ifelse(sharded, devices, 1)"], "r")},
+    ),
+    context={"python": "import math\nimport numpy as np"},
 )
