@@ -20,6 +20,7 @@ Example:
 
 import contextlib
 import dataclasses
+import gc
 import importlib
 import io
 import os
@@ -111,6 +112,23 @@ def bounded(answer_s, check_s=CHECK_TIME_LIMIT_S):
         _running = None  # first: an alarm that still comes raises nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def collected_first():
+    """Collect garbage before a check and not during it.
+
+    TensorFlow functions of earlier checks, collected while ``fit()`` traces its own, can deadlock on
+    a graph's lock (seen after a few checks that train, in one process).
+    """
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def answer_time_left():
@@ -265,7 +283,7 @@ class Exercise:
         printed = io.StringIO()
         limits = None
         try:
-            with contextlib.redirect_stdout(printed), bounded(limit) as limits:
+            with contextlib.redirect_stdout(printed), collected_first(), bounded(limit) as limits:
                 status, message = CORRECT, self.check_answers(dict(answers), words)
         except Incorrect as wrong:
             status, message = INCORRECT, str(wrong)

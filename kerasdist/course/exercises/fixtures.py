@@ -123,7 +123,7 @@ def describe(value):
     kind = type(value).__name__
     text = repr(value.item() if isinstance(value, np.generic) else value)
     text = text if len(text) <= 60 else text[:57] + "..."
-    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}, {text}"
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}, {text}"
 
 
 def whole_number(value, language):
