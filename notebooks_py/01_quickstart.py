@@ -353,7 +353,7 @@ print(f"the step moved the weights by up to {moved:.1e}")
 # %% [markdown]
 # ### Exercise q2: one replica's gradients
 #
-# Write `local_gradients(model, images, labels, global_batch)`: the gradients one replica computes on its local batch in a synchronous step. The check splits a real global batch of 64 digits in two, adds your two replicas' gradients, and compares the sum with the gradient MirroredStrategy all-reduces on 2 replicas.
+# Write `local_gradients(model, images, labels, global_batch)`: the gradients one replica computes on its local batch in a synchronous step. The check splits real global batches among replicas (64 digits in two, and 48 in three unequal shares), adds your replicas' gradients, and compares the sum with the gradient MirroredStrategy all-reduces.
 #
 # Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
 #
@@ -403,7 +403,7 @@ model.summary()
 # %% [markdown]
 # ### Exercise q3: build and compile in the scope
 #
-# Write `build_and_compile(strategy)`: build the lesson's MLP with `build_mlp()` and compile it (Adam, sparse categorical cross-entropy from logits) so that it trains on all of the strategy's replicas. The check gives it a 2-replica MirroredStrategy.
+# Write `build_and_compile(strategy)`: build the lesson's MLP with `build_mlp()` and compile it (Adam, sparse categorical cross-entropy from logits) so that it trains on all of the strategy's replicas. The check gives it two 2-replica MirroredStrategies, one after the other.
 #
 # Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
 #

@@ -941,7 +941,7 @@ import keras  # noqa: F401
 # %% [markdown]
 # ### Exercise q3: accumulate to a large batch
 #
-# Write `accumulating_optimizer(large_batch, batch_size, learning_rate)`: an Adam optimizer that, trained with batches of `batch_size`, makes the same updates as plain Adam with `learning_rate` and batches of `large_batch`. The check trains the course's MLP on 512 real digits in steps of 64 with your optimizer and, from the same weights, with batch 256 and plain Adam, and compares the number of updates and the final weights.
+# Write `accumulating_optimizer(large_batch, batch_size, learning_rate)`: an Adam optimizer that, trained with batches of `batch_size`, makes the same updates as plain Adam with `learning_rate` and batches of `large_batch`. The check trains the course's MLP on real digits with your optimizer and, from the same weights, with the large batch and plain Adam, for two settings (batch 64 toward 256, and 32 toward 96 at another rate), and compares the number of updates and the final weights.
 #
 # Complete the cell, then run the check below it; `kd_hint(ex$q3)` gives a hint, `kd_solution(ex$q3)` the solution.
 #

@@ -147,7 +147,7 @@ print(f"each replica gets {shares[0]} examples per step; {int(batched.cardinalit
 # %% [markdown]
 # ### Exercise q1: global batches for the strategy
 #
-# Write a function `distribute_batches(strategy, dataset, global_batch)` that batches a dataset of single examples by the global batch, dropping the remainder so that every step holds a whole global batch, and returns it split between the strategy's replicas. The check calls it with 2 replicas on 200 real digits and a global batch of 64, and reads the shares of every step.
+# Write a function `distribute_batches(strategy, dataset, global_batch)` that batches a dataset of single examples by the global batch, dropping the remainder so that every step holds a whole global batch, and returns it split between the strategy's replicas. The check calls it with 2 replicas on 200 real digits at a global batch of 64 and on 150 at 48, and reads the shares of every step.
 #
 # Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
 #

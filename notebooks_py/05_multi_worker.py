@@ -222,7 +222,7 @@ print("TensorFlow's multi_worker_util.is_chief for the evaluator:",
 # %% [markdown]
 # ### Exercise q2: who keeps the logs
 #
-# Write a function `keeps_logs(cluster, task_type, index)` that says whether the task keeps the checkpoints and TensorBoard logs, as kerasdist's `is_chief` means it (write the rule yourself, without `kerasdist.cluster`). The check asks it about every task of four clusters (with and without a chief, with and without an evaluator) and compares with TensorFlow's own `multi_worker_util.is_chief`, less the evaluator.
+# Write a function `keeps_logs(cluster, task_type, index)` that says whether the task keeps the checkpoints and TensorBoard logs, as kerasdist's `is_chief` means it (write the rule yourself, without `kerasdist.cluster`). The check asks it about every task of eight clusters (one to three workers, with and without a chief, with and without an evaluator) and compares with TensorFlow's own `multi_worker_util.is_chief`, less the evaluator.
 #
 # Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
 #

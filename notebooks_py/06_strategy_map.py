@@ -266,7 +266,7 @@ print(f"Keras 3's source: {len(named)} files name ParameterServerStrategy or Clu
 # %% [markdown]
 # ### Exercise q1: a MirroredStrategy that sums on one device
 #
-# Write a function `make_mirrored(devices)` that returns a `MirroredStrategy` with one replica per device in `devices`, summing the gradients with `ReductionToOneDevice`, as kerasdist's `mirrored` does on CPUs. The check calls it with the lesson's two devices and looks at what the strategy sums with.
+# Write a function `make_mirrored(devices)` that returns a `MirroredStrategy` with one replica per device in `devices`, summing the gradients with `ReductionToOneDevice`, as kerasdist's `mirrored` does on CPUs. The check calls it with several device lists (both devices, one of them, both in the other order) and looks at which devices the strategy uses and what it sums with.
 #
 # Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
 #
@@ -517,7 +517,7 @@ print("every load reproduces the model trained under MirroredStrategy")
 # %% [markdown]
 # ### Exercise q2: load a saved model under a strategy
 #
-# Write a function `load_under(path, strategy)` that loads the `.keras` file at `path` so that the model's variables are mirrored by `strategy`, and returns the model. The check saves a model, calls your function with a `MirroredStrategy` on 2 devices, and compares the weights.
+# Write a function `load_under(path, strategy)` that loads the `.keras` file at `path` so that the model's variables are mirrored by `strategy`, and returns the model. The check saves a model, calls your function with a `MirroredStrategy` on 2 devices (and again with another model, on the devices in the other order), and compares the weights.
 #
 # Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
 #

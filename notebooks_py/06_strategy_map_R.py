@@ -276,7 +276,7 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 # %% [markdown]
 # ### Exercise q1: a MirroredStrategy that sums on one device
 #
-# Write a function `make_mirrored(devices)` that returns a `MirroredStrategy` with one replica per device in `devices`, summing the gradients with `ReductionToOneDevice`, as kerasdist's `mirrored` does on CPUs. The check calls it with the lesson's two devices and looks at what the strategy sums with.
+# Write a function `make_mirrored(devices)` that returns a `MirroredStrategy` with one replica per device in `devices`, summing the gradients with `ReductionToOneDevice`, as kerasdist's `mirrored` does on CPUs. The check calls it with several device lists (both devices, one of them, both in the other order) and looks at which devices the strategy uses and what it sums with.
 #
 # Complete the cell, then run the check below it; `kd_hint(ex$q1)` gives a hint, `kd_solution(ex$q1)` the solution.
 #
@@ -553,7 +553,7 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 # %% [markdown]
 # ### Exercise q2: load a saved model under a strategy
 #
-# Write a function `load_under(path, strategy)` that loads the `.keras` file at `path` so that the model's variables are mirrored by `strategy`, and returns the model. The check saves a model, calls your function with a `MirroredStrategy` on 2 devices, and compares the weights.
+# Write a function `load_under(path, strategy)` that loads the `.keras` file at `path` so that the model's variables are mirrored by `strategy`, and returns the model. The check saves a model, calls your function with a `MirroredStrategy` on 2 devices (and again with another model, on the devices in the other order), and compares the weights.
 #
 # Complete the cell, then run the check below it; `kd_hint(ex$q2)` gives a hint, `kd_solution(ex$q2)` the solution.
 #

@@ -607,7 +607,7 @@ print(script.stdout or script.stderr)
 # %% [markdown]
 # ### Exercise q3: each process's share of every global batch
 #
-# In kerasdist's JAX engine each process passes `fit()` only its own rows of every global batch, and Keras assembles the global batch from the processes' pieces. Write `process_rows(order, process_id, num_processes, global_batch)`: given the epoch's order of example indices (a NumPy integer array) (a whole number of global batches), return the indices that process `process_id` (counted from 0, as JAX counts processes) feeds, in the order it feeds them. The check compares them, for both processes and two batch sizes, with the rows JAX places on that process's device when `DataParallel` splits each global batch along its `batch` axis.
+# In kerasdist's JAX engine each process passes `fit()` only its own rows of every global batch, and Keras assembles the global batch from the processes' pieces. Write `process_rows(order, process_id, num_processes, global_batch)`: given the epoch's order of example indices (a NumPy integer array) (a whole number of global batches), return the indices that process `process_id` (counted from 0, as JAX counts processes) feeds, in the order it feeds them. The check compares them, for every process and several orders and batch sizes, with the rows JAX places on that process's device when `DataParallel` splits each global batch along its `batch` axis.
 #
 # Complete the cell, then run the check below it; `q3.hint()` gives a hint, `q3.solution()` the solution.
 #

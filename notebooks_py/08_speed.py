@@ -195,7 +195,7 @@ plt.show()
 # %% [markdown]
 # ### Exercise q1: read your ladder
 #
-# From your own ladder, set `fastest_rung` to the name of the rung that trained fastest (among the ladder's rungs, the names of `runs`: the mixed-precision section below adds bfloat16 rungs to `speed`) and `times_the_guide` to how many times the guide's `fit` speed it reached (its samples/s divided by the guide's, computed from `speed`, not typed from the rounded printout). The check recomputes both from your `runs`, the numbers this run measured, not from any fixed figure.
+# From your own ladder, set `fastest_rung` to the name of the rung that trained fastest (among the ladder's rungs, the names of `runs`: the mixed-precision section below adds bfloat16 rungs to `speed`) and `times_the_guide` to how many times the guide's `fit` speed it reached (its samples/s divided by the guide's, computed from `speed`, not typed from the rounded printout). The check recomputes both from the ladder kerasdist measured in this run (its own copy: redefining `runs` changes nothing), not from any fixed figure.
 #
 # Complete the cell, then run the check below it; `q1.hint()` gives a hint, `q1.solution()` the solution.
 #
@@ -472,7 +472,7 @@ plt.show()
 # %% [markdown]
 # ### Exercise q2: the host's overhead in your timings
 #
-# From your own timings, set `overhead_ms` to the host's overhead per step when one step runs per call (in milliseconds, from the medians), and `largest_part` to the name of the largest part of `parts`. The check recomputes both from your `timings`.
+# From your own timings, set `overhead_ms` to the host's overhead per step when one step runs per call (in milliseconds, from the medians), and `largest_part` to the name of the largest part of `parts`. The check recomputes both from the timings kerasdist measured in this run (its own copy of them).
 #
 # Complete the cell, then run the check below it; `q2.hint()` gives a hint, `q2.solution()` the solution.
 #
