@@ -10,16 +10,45 @@ test_that("an exercise checks the R student's own function and says what is wron
   expect_output(verdict <- kd_check(ex$q1), "Correct")
   expect_equal(verdict$status, "Correct")
 
-  per_replica_batch <- function(global_batch, num_replicas) global_batch / num_replicas
+  # R's numbers are doubles: a whole one is right, whichever way it was computed.
+  per_replica_batch <- function(global_batch, num_replicas) floor(global_batch / num_replicas)
+  expect_equal(kd_verdict(ex$q1)$status, "Correct")
+
+  per_replica_batch <- function(global_batch, num_replicas) global_batch * num_replicas
   wrong <- kd_verdict(ex$q1)
   expect_equal(wrong$status, "Incorrect")
-  expect_match(wrong$message, "divide with %/% so a batch size stays whole", fixed = TRUE)
-  expect_error(kd_assert_correct(ex$q1), "q1: Incorrect: per_replica_batch(64, 2) returned 32", fixed = TRUE)
+  expect_match(wrong$message, "split among 2 replicas: each gets 32", fixed = TRUE)
+  expect_error(kd_assert_correct(ex$q1), "q1: Incorrect: per_replica_batch(64, 2) returned 128", fixed = TRUE)
 
   per_replica_batch <- NULL
   expect_equal(kd_verdict(ex$q1)$message, "define per_replica_batch (it is still NULL), then run the check again.")
   rm(per_replica_batch)
   expect_match(kd_verdict(ex$q1)$message, "it is not defined yet", fixed = TRUE)
+})
+
+test_that("a check ends in a verdict: an answer that never ends or floods the console is bounded", {
+  skip_if_no_kerasdist()
+  ex <- kd_exercises("01")
+  per_replica_batch <- function(global_batch, num_replicas) repeat {}
+  started <- proc.time()[["elapsed"]]
+  endless <- kd_verdict(ex$q1, time_limit_s = 1)
+  expect_lt(proc.time()[["elapsed"]] - started, 60)
+  expect_equal(endless$status, "Incorrect")
+  expect_match(endless$message, "your code ran past 1 s", fixed = TRUE)
+  expect_false(endless$internal)
+
+  per_replica_batch <- function(global_batch, num_replicas) stop("broken on purpose")
+  expect_match(kd_verdict(ex$q1)$message, "broken on purpose", fixed = TRUE)
+
+  per_replica_batch <- function(global_batch, num_replicas) {
+    cat(strrep("x", 5000))
+    global_batch %/% num_replicas
+  }
+  shown <- paste(capture.output(kd_check(ex$q1)), collapse = "\n")
+  expect_match(shown, "more characters your code printed]", fixed = TRUE)
+  expect_match(shown, "Correct", fixed = TRUE)
+  expect_lt(nchar(shown), 3000)
+  expect_error(kd_verdict(ex$q1, time_limit_s = -1), "time_limit_s must be a positive number", fixed = TRUE)
 })
 
 test_that("hints come in order and the solution is R code", {
