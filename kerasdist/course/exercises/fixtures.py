@@ -9,6 +9,7 @@ Example:
 import contextlib
 import copy
 import logging
+import math
 import numbers
 
 import numpy as np
@@ -178,3 +179,31 @@ def error_line(error):
     tf.function (whose first line is "in user code:" and whose traceback follows), its last."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
     return lines[-1] if lines[0] == "in user code:" else lines[0]
+
+
+def received(value, language):
+    """What an answer gave, as the student's language shows it (with its type, in Python), on one line.
+
+    Example:
+        >>> from kerasdist.course.exercises.core import Language
+        >>> received("5.4x", Language.of("r")), received(None, Language.of("python"))
+        ('"5.4x"', 'None')
+    """
+    if language.name == "r" and isinstance(value, (list, tuple)):
+        return f"a vector or list of {len(value)} values"
+    shown = language.value(value) if language.name == "r" and isinstance(value, (str, int, float)) else None
+    if shown is not None and len(shown) <= 60:
+        return shown
+    shown = language.none if value is None else describe(value)
+    return shown if "\n" not in shown else f"a {type(value).__name__}"
+
+
+def a_number(value, name, language):
+    """``value`` as a float (a Python, NumPy or tensor scalar, or R's number), or an Incorrect saying what
+    ``name`` is instead."""
+    from kerasdist.course.exercises.core import Incorrect
+
+    got = real_number(value)
+    if got is None or not math.isfinite(got):
+        raise Incorrect(f"{name} is {received(value, language)}: make it one number.")
+    return got

@@ -19,7 +19,7 @@ from typing import Mapping
 import numpy as np
 
 from kerasdist.course.exercises.core import LESSON_STATE, Exercise, Incorrect, WrongAnswer
-from kerasdist.course.exercises.fixtures import call_answer, describe, real_number, scalar
+from kerasdist.course.exercises.fixtures import a_number, call_answer, real_number, received, scalar
 from kerasdist.measure.speed import measured_timings, step_kernels
 
 GUIDE = "fit (guide)"
@@ -58,31 +58,11 @@ def _close(got, expected, printed=1e-9):
     return math.isclose(got, expected, rel_tol=0.01, abs_tol=printed)
 
 
-def _received(value, language):
-    """What an answer gave, as the student's language shows it (with its type, in Python)."""
-    if language.name == "r" and isinstance(value, (list, tuple)):
-        return f"a vector or list of {len(value)} values"
-    shown = language.value(value) if language.name == "r" and isinstance(value, (str, int, float)) else None
-    if shown is not None and len(shown) <= 60:
-        return shown
-    shown = language.none if value is None else describe(value)
-    return shown if "\n" not in shown else f"a {type(value).__name__}"
-
-
-def _number(value, name, language):
-    """``value`` as a float (a Python, NumPy or tensor scalar, or R's number), or an Incorrect that says what
-    it is."""
-    got = real_number(value)
-    if got is None or not math.isfinite(got):
-        raise Incorrect(f"{name} is {_received(value, language)}: make it one number.")
-    return got
-
-
 def _name(value, name, names, language):
     """``value`` as one of ``names``, or an Incorrect that says what it must be."""
     value = scalar(value)
     if not isinstance(value, str):
-        raise Incorrect(f"{name} must be a name (a string), not {_received(value, language)}: "
+        raise Incorrect(f"{name} must be a name (a string), not {received(value, language)}: "
                         f"use {language.pick('the key', 'the name')}, not the value.")
     if value.endswith(", bfloat16") and value.removesuffix(", bfloat16") in names:
         raise Incorrect(f"{name} is {language.value(value)}, a rung of the mixed-precision section that the "
@@ -149,7 +129,7 @@ def _check_fastest(answers, language):
     fastest = max(speeds, key=speeds.get)
     expected = speeds[fastest] / speeds[GUIDE]
     chosen = _name(answers["fastest_rung"], "fastest_rung", set(speeds), language)
-    times = _number(answers["times_the_guide"], "times_the_guide", language)
+    times = a_number(answers["times_the_guide"], "times_the_guide", language)
     if chosen == fastest and _close(times, expected, printed=0.05):  # printed with one decimal: "5.3x"
         return "fastest_rung and times_the_guide are what your own ladder measured."
     if changed:
@@ -340,7 +320,7 @@ def _check_overhead(answers, language):
     parts = {"forward": median["forward"], "backward": median["forward + backward"] - median["forward"],
              "optimizer update": median["optimizer update"], "host overhead per call": overhead}
     parts[PARTS[-1]] = max(0.0, median["whole step, 1 per call"] - sum(parts.values()))
-    got = _number(answers["overhead_ms"], "overhead_ms", language)
+    got = a_number(answers["overhead_ms"], "overhead_ms", language)
     if not _close(got, overhead, printed=0.0005):  # printed in ms with three decimals
         if _close(got, median["whole step, 1 per call"]):
             raise Incorrect("overhead_ms is the whole step at one step per call: subtract the same step at 50 "
@@ -481,7 +461,7 @@ def _check_attainable(answers, language):
             f"the kernels of a {'-'.join(map(str, sizes))} MLP at batch {batch_size}"
         call = f"attainable_step_s({named}, {flop_rate:g}, {bandwidth:g})"
         got = call_answer(answers["attainable_step_s"], "attainable_step_s", kernels, flop_rate, bandwidth)
-        calls.append((call, _number(got, call, language), expected, misread))
+        calls.append((call, a_number(got, call, language), expected, misread))
     wrong = [(call, got, expected) for call, got, expected, _ in calls if not math.isclose(got, expected, rel_tol=_REL_TOL)]
     if not wrong:
         return ("attainable_step_s adds each kernel's roofline time, the slower of its arithmetic and its memory "

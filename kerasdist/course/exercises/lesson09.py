@@ -18,7 +18,7 @@ from typing import Mapping
 import numpy as np
 
 from kerasdist.course.exercises.core import LESSON_STATE, Exercise, Incorrect, WrongAnswer
-from kerasdist.course.exercises.fixtures import call_answer, describe, real_number
+from kerasdist.course.exercises.fixtures import a_number, call_answer, real_number
 from kerasdist.measure.sync_cost import STATE_BYTES, measured_rows, ring_seconds
 
 # The lesson's data: the collective ring's timings on 2 replicas.
@@ -41,26 +41,6 @@ TIMINGS = {
          f"                                       seconds = c({SECONDS})))\n"
          "timings <- list(nbytes = unlist(ring_4$nbytes), seconds = unlist(ring_4$seconds), replicas = ring_4$replicas)",
 }
-
-
-def _received(value, language):
-    """What an answer gave, as the student's language shows it (with its type, in Python)."""
-    if language.name == "r" and isinstance(value, (list, tuple)):
-        return f"a vector or list of {len(value)} values"
-    shown = language.value(value) if language.name == "r" and isinstance(value, (str, int, float)) else None
-    if shown is not None and len(shown) <= 60:
-        return shown
-    shown = language.none if value is None else describe(value)
-    return shown if "\n" not in shown else f"a {type(value).__name__}"
-
-
-def _number(value, name, language):
-    """``value`` as a float (a Python, NumPy or tensor scalar, or R's number), or an Incorrect that says what
-    it is."""
-    got = real_number(value)
-    if got is None or not math.isfinite(got):
-        raise Incorrect(f"{name} is {_received(value, language)}: make it one number.")
-    return got
 
 
 def _close(got, expected, rel_tol=1e-6):
@@ -135,8 +115,8 @@ def _check_fit(answers, language):
     # The best fit, unclamped: a correct fit with a slightly negative alpha (noise on a fast link) passes.
     best = _relative_error(nbytes, seconds, devices, *_least_squares(columns, seconds))
     allowed = best * 1.05 + 0.005
-    alpha = _number(answers["alpha"], "alpha", language)
-    beta = _number(answers["beta"], "beta", language)
+    alpha = a_number(answers["alpha"], "alpha", language)
+    beta = a_number(answers["beta"], "beta", language)
 
     def fits(a, b):
         return _relative_error(nbytes, seconds, devices, a, b) <= allowed
@@ -309,7 +289,7 @@ def _check_break_even(answers, language):
         call = f"break_even_batch({', '.join(str(v) if isinstance(v, int) else f'{v:g}' for v in arguments)})"
         ring = _ring(gradient_bytes, alpha, beta, replicas)
         per_sample = flops_per_sample / flop_rate
-        got = _number(call_answer(answers["break_even_batch"], "break_even_batch", *arguments), call, language)
+        got = a_number(call_answer(answers["break_even_batch"], "break_even_batch", *arguments), call, language)
         if _is_batch(got, ring / per_sample):
             continue
         if got.is_integer() and ring / per_sample - 1 < got < ring / per_sample:
@@ -478,7 +458,7 @@ def _check_state_bytes(answers, language):
         if isinstance(got, Mapping):
             raise Incorrect(f"{call} returned {language.pick('a dict', 'a list')} of parts: return one number, all "
                             "the bytes one device holds.")
-        calls.append((call, _number(got, call, language), (parameters, devices, sharded), exact, rounded))
+        calls.append((call, a_number(got, call, language), (parameters, devices, sharded), exact, rounded))
     wrong = [(call, got, arguments, exact) for call, got, arguments, exact, rounded in calls
              if not (_is_bytes(got, exact) or _is_bytes(got, rounded))]
     if not wrong:
