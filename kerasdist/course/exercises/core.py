@@ -266,6 +266,7 @@ class Exercise:
     needs: tuple = ()  # what the self-test needs beyond TensorFlow: "keras3" (R), "jax" (backend)
     right: tuple = ()  # right answers written otherwise than the solution: code per language
     time_limit_s: float = DEFAULT_TIME_LIMIT_S  # the answer's own code, in one check
+    reads: tuple = ()  # names among ``answers`` the check may read but the student need not define
 
     def verdict(self, answers, language="python", time_limit_s=None):
         """Check ``answers`` (a mapping of this exercise's names to values) and return the Verdict.
@@ -276,7 +277,7 @@ class Exercise:
         """
         words = Language.of(language)
         for name in self.answers:
-            if answers.get(name) is None:
+            if answers.get(name) is None and name not in self.reads:
                 state = "it is still " + words.none if name in answers else "it is not defined yet"
                 return Verdict(NOT_ATTEMPTED, f"define {name} ({state}), then run the check again.")
         limit = self.time_limit_s if time_limit_s is None else time_limit_s
@@ -284,11 +285,13 @@ class Exercise:
         limits = None
         try:
             with contextlib.redirect_stdout(printed), collected_first(), bounded(limit) as limits:
-                status, message = CORRECT, self.check_answers(dict(answers), words)
+                status, message = CORRECT, self.check_answers({**dict.fromkeys(self.reads), **answers}, words)
         except Incorrect as wrong:
             status, message = INCORRECT, str(wrong)
         except TimeUp:
             status, message = INCORRECT, ran_past(limits, words)
+        except SystemExit:
+            status, message = INCORRECT, "your code called sys.exit() (or exit(), quit()): return instead."
         except Exception as error:  # noqa: BLE001  (a student sees a verdict, never a traceback)
             return Verdict(INCORRECT, unusable_answer(error), printed.getvalue(), internal=True)
         return Verdict(status, message, printed.getvalue(), answer_s=limits.answer_s - limits.answer_left)

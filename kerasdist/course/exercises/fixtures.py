@@ -101,6 +101,9 @@ def call_answer(function, name, *args):
     try:
         with answer_running():
             return function(*arguments)
+    except SystemExit:
+        raise Incorrect(f"{name} called sys.exit() (or exit(), quit()), which would end the session: return "
+                        "its result instead.") from None
     except Exception as error:  # noqa: BLE001  (any error of the student's code is the verdict)
         if answer_time_left() <= 0.05 or "reached elapsed time limit" in str(error):
             raise TimeUp() from None  # R's own bound (kd_verdict) stopped an R answer

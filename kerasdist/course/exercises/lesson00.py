@@ -108,15 +108,15 @@ def _paired_step_losses(frame, metric="batch_loss"):
 
 
 def _own_comparison(columns):
-    """A comparison of the check's own, with ``columns`` (those of the student's): two runs whose logged steps
-    differ (the 2-replica run has no step 1, so that pairing rows by position is wrong), its rows shuffled,
-    and each run's Keras running mean "loss" and epoch rows beside the steps' own "batch_loss"."""
+    """A comparison of the check's own, with ``columns`` (those of the student's): two runs of the same
+    steps, its rows shuffled (so that pairing rows by position is wrong), and each run's Keras running
+    mean "loss" and epoch rows beside the steps' own "batch_loss"."""
     import pandas as pd
 
     rng = np.random.default_rng(0)
     rows = []
-    for replicas, first in ((1, 1), (2, 2)):
-        for index in range(first, 9):
+    for replicas in (1, 2):
+        for index in range(1, 9):
             loss = 2.3 - 0.2 * index + (0.0 if replicas == 1 else [0.01, -0.03, 0.02, -0.06, 0.04][index % 5])
             for metric, value in (("batch_loss", loss), ("loss", loss + 0.3)):
                 rows.append({"run": f"{replicas} replica(s)", "mode": "fixed_global", "replicas": replicas,
@@ -163,8 +163,8 @@ def _check_loss_gap(answers, language):
     own = _own_comparison(frame.columns)
     cases = ((frame, "loss_gap(comparison)", ""),
              (raised, "loss_gap() of your comparison with one 2-replica step's loss raised by 0.05", ""),
-             (own, "loss_gap() of a comparison whose 2-replica run has no step 1 and whose rows come in another "
-                   "order", ": pair the rows by step (index), not by their position"))
+             (own, "loss_gap() of a comparison whose rows come in another order",
+              ": pair the rows by step (index), not by their position"))
     for case, described, advice in cases:
         # The expected gaps first, from the check's own copy (the answer gets another).
         first, second = _paired_step_losses(case)

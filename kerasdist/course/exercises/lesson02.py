@@ -143,6 +143,7 @@ def _make_or_restore_verdict(answers, language):
     images, labels = digits_of_every_class(128)
     directory = Path(tempfile.mkdtemp(prefix="kd_q1_"))
     other = Path(tempfile.mkdtemp(prefix="kd_q1_other_"))
+    kept = Path(tempfile.mkdtemp(prefix="kd_q1_kept_"))  # the check's own copies: an answer may tidy up
     try:
         model, done = _made_or_restored(function, directory, strategy, language)
         if done != 0:
@@ -158,6 +159,8 @@ def _make_or_restore_verdict(answers, language):
         except Exception as error:  # noqa: BLE001 (a model of the answer's own that Keras cannot reload)
             raise Incorrect(f"the checkpoints of the model make_or_restore built do not load back "
                             f"({type(error).__name__}): build it with build_model().") from None
+        for epoch in (1, 2):
+            shutil.copy(directory / f"ckpt-{epoch:02d}.keras", kept / f"ckpt-{epoch:02d}.keras")
         # Restore ckpt-01.keras from a backup: a copy aside and back makes it the newest file.
         first = directory / "ckpt-01.keras"
         shutil.copy(first, directory.parent / (directory.name + "-backup.keras"))
@@ -186,21 +189,23 @@ def _make_or_restore_verdict(answers, language):
              callbacks=[keras.callbacks.ModelCheckpoint(str(directory / "ckpt-{epoch:02d}.keras"))])
         if int(restored.optimizer.iterations.numpy()) != 6:
             raise Incorrect("the resumed run did not end after 3 epochs of 2 steps: return the epochs done.")
-        _check_other_directory(function, directory, other, restored.get_weights(), saved, language)
+        shutil.copy(directory / "ckpt-03.keras", kept / "ckpt-03.keras")
+        _check_other_directory(function, kept, other, restored.get_weights(), saved, language)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
-        shutil.rmtree(other, ignore_errors=True)
+        for folder in (directory, other, kept):
+            shutil.rmtree(folder, ignore_errors=True)
     return ("make_or_restore resumed the crashed run from ckpt-02.keras, the latest by epoch number (not "
             "by file time), in the strategy's scope, and fit() trained epoch 3 only.")
 
 
-def _check_other_directory(function, directory, other, third, saved, language):
+def _check_other_directory(function, kept, other, third, saved, language):
     """Another directory, holding the checkpoints of epochs 1, 3 and 7 (copies of the first run's 1, 3
-    and 2), the one of epoch 3 written last: make_or_restore must load ckpt-07.keras and return 7."""
+    and 2, from the check's own copies in ``kept``), the one of epoch 3 written last: make_or_restore
+    must load ckpt-07.keras and return 7."""
     (other / "training_log.csv").write_text("epoch,loss\n")
     for source, epoch in ((1, 1), (2, 7), (3, 3)):
         time.sleep(0.02)
-        shutil.copy(directory / f"ckpt-{source:02d}.keras", other / f"ckpt-{epoch:02d}.keras")
+        shutil.copy(kept / f"ckpt-{source:02d}.keras", other / f"ckpt-{epoch:02d}.keras")
     held = ", ".join(f"ckpt-{epoch:02d}.keras" for epoch in OTHER_EPOCHS)
     model, done = _made_or_restored(function, other, two_replicas(), language)
     weights = model.get_weights()
@@ -401,6 +406,15 @@ q1 = Exercise(
                     "not those of ckpt-02.keras"),
     ),
     right=(
+        {"python": "def make_or_restore(directory, strategy):\n"
+                   "    # Keep only the newest checkpoint: an answer may tidy up the ones it will not load.\n"
+                   "    found = sorted(Path(directory).glob(\"ckpt-*.keras\"), key=checkpoint_epoch)\n"
+                   "    for old in found[:-1]:\n"
+                   "        old.unlink()\n"
+                   "    with strategy.scope():\n"
+                   "        if not found:\n"
+                   "            return build_model(), 0\n"
+                   "        return keras.models.load_model(str(found[-1])), checkpoint_epoch(found[-1])"},
         {"python": "import numpy as np\n"
                    "\n"
                    "def make_or_restore(directory, strategy):\n"

@@ -156,6 +156,7 @@ q1 = Exercise(
     answers=("fastest_rung", "times_the_guide", "runs"),
     check_answers=_check_fastest,
     needs=(LESSON_STATE,),  # its answer reads what the lesson computed
+    reads=("runs",),  # kerasdist keeps its own record of them: runs may be rebound
     hints=("speed maps each rung to its steady samples/s: among the ladder's rungs (the names of runs), the "
            "fastest has the largest value, and \"times the guide\" is its speed divided by the guide's.",
            {"python": "fastest_rung = max(runs, key=speed.get); times_the_guide = speed[fastest_rung] / "
@@ -211,6 +212,10 @@ q1 = Exercise(
                     "not from the rounded printout"),
     ),
     right=(
+        # The check reads kerasdist's own record of the run: rebinding the lesson's variable changes nothing.
+        {"python": "fastest_rung = max(runs, key=speed.get)\n"
+                   "times_the_guide = speed[fastest_rung] / speed[\"fit (guide)\"]\n"
+                   "runs = None"},
         {"python": "import pandas as pd\n"
                    "steady = pd.Series({name: run['samples_per_epoch'] / statistics.median(run['epoch_seconds'][1:])\n"
                    "                    for name, run in runs.items()})\n"

@@ -28,6 +28,7 @@ import time
 
 from kerasdist.course.exercises.core import (
     INCORRECT,
+    Bounds,
     Language,
     TimeUp,
     Verdict,
@@ -58,10 +59,24 @@ for (case in sessions$read_cases(arguments[[3]])) {
     tryCatch({
       env <- new.env(parent = globalenv())
       eval(parse(text = case$context), env)
-      # Like a notebook cell: an error in the answer's code leaves what it defined before it.
-      invisible(utils::capture.output(tryCatch(eval(parse(text = case$code), env), error = function(e) NULL)))
-      kd_verdict(kd_exercises(case$lesson)[[case$exercise]], envir = env,
-                 time_limit_s = case$time_limit_s)[c("status", "message", "internal")]
+      # An answer may not end the session that checks the others.
+      env$quit <- env$q <- function(...) stop("an answer may not end R: quit() is not allowed here")
+      exercise <- kd_exercises(case$lesson)[[case$exercise]]
+      limit <- if (is.null(case$time_limit_s)) exercise$python$time_limit_s else case$time_limit_s
+      # Like a notebook cell: an error in the answer's code leaves what it defined before it; a cell
+      # that runs past the limit is stopped, as the check stops a function that does.
+      stopped <- FALSE
+      setTimeLimit(elapsed = limit, transient = TRUE)
+      invisible(utils::capture.output(tryCatch(eval(parse(text = case$code), env), error = function(e) {
+        if (grepl("time limit", conditionMessage(e))) stopped <<- TRUE
+      })))
+      setTimeLimit(elapsed = Inf)
+      if (stopped) {
+        list(status = "Incorrect", message = sessions$cell_ran_past(limit), internal = FALSE)
+      } else {
+        verdict <- kd_verdict(exercise, envir = env, time_limit_s = case$time_limit_s)
+        verdict[c("status", "message", "internal")]
+      }
     }, error = function(e) list(status = "error", message = conditionMessage(e), internal = FALSE))
   }
   line <- sessions$json_line(case$index, verdict$status, verdict$message, isTRUE(verdict$internal))
@@ -101,10 +116,16 @@ def python_verdict(exercise, code, time_limit_s=None):
             exec(code, namespace)  # noqa: S102  (the answer to check)
     except TimeUp:
         return Verdict(INCORRECT, ran_past(limits, Language.of("python")))
-    except Exception:  # noqa: BLE001, S110  (the check says what the answer lacks)
+    except (Exception, SystemExit):  # noqa: BLE001, S110  (as in a notebook: the check says what is missing)
         pass
     answers = {name: namespace[name] for name in exercise.answers if name in namespace}
     return exercise.verdict(answers, time_limit_s=time_limit_s)
+
+
+def cell_ran_past(seconds):
+    """The Incorrect sentence for an R answer cell stopped at ``seconds`` (as ``ran_past`` says it)."""
+    limits = Bounds(seconds, 0.0, seconds, 0.0)
+    return ran_past(limits, Language.of("r"))
 
 
 def json_line(index, status, message, internal=False):
