@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kerasdist.course.exercises.core import CORRECT, exercises_of
+from kerasdist.course.exercises.core import CORRECT, INCORRECT, NOT_ATTEMPTED, exercises_of
 from kerasdist.errors import KerasdistError
 
 SOURCE = Path(__file__).resolve().parents[2] / "notebooks"
@@ -258,6 +258,8 @@ def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, ver
             scores[student, notebook, question] = points[notebook, question] if verdict == CORRECT else 0.0
             if "ran past" in message:
                 status[student, assignment_of(notebook)] += f", {notebook} {question} ran past its time limit"
+            elif verdict not in (CORRECT, INCORRECT, NOT_ATTEMPTED):  # R without keras3, a crashed session
+                status[student, assignment_of(notebook)] += f", {notebook} {question} not checked ({message})"
     rest = {student: [nb for nb in notebooks if whole or any(
                 grading.needs_the_lesson(q) for q in exercises_of(nb.name[:2]))]
             for student, notebooks in found.items()}
