@@ -88,8 +88,19 @@ def _resolver_reads(text):
 
 # q1: a TF_CONFIG ------------------------------------------------------------------------------------------
 
+def _without_kerasdist_cluster(function, name):
+    """Refuse a Python answer that calls kerasdist's own cluster code, which the task asks to write by hand."""
+    code, names = getattr(function, "__code__", None), getattr(function, "__globals__", {})
+    used = [names.get(word) for word in (code.co_names if code else ())]
+    if any(getattr(value, "__module__", "").startswith("kerasdist.cluster")
+           or getattr(value, "__name__", "").startswith("kerasdist.cluster") for value in used):
+        raise Incorrect(f"{name} calls kerasdist.cluster, which this exercise asks you to write yourself: "
+                        "build the answer from the cluster dict.")
+
+
 def _check_make_tf_config(answers, language):
     function = answers["make_tf_config"]
+    _without_kerasdist_cluster(function, "make_tf_config")
     dumps = language.pick("json.dumps()", "json$dumps()")
     as_list = language.pick("", " (in R, lapply(cluster, as.list) keeps a single task a list)")
     for cluster, task_type, index in _tasks():
@@ -244,6 +255,7 @@ def _keeps(cluster, task_type, index):
 
 def _check_keeps_logs(answers, language):
     function = answers["keeps_logs"]
+    _without_kerasdist_cluster(function, "keeps_logs")
     for cluster in _clusters():
         for task_type, hosts in cluster.items():
             for index in range(len(hosts)):
