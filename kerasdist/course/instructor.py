@@ -369,7 +369,7 @@ def _write_csv(csv_path, found, questions, scores, status):
             if notebook not in submitted:  # the other twin of a lesson, or a lesson not handed in
                 row[column] = ""
                 continue
-            graded = status.get((student, assignment)) == "graded"
+            graded = status.get((student, assignment), "").startswith("graded")
             row[column] = scores.get((student, notebook, question), 0.0) if graded else 0.0
             score, max_score = score + row[column], max_score + points
         row["score"], row["max_score"] = score, max_score
