@@ -210,3 +210,21 @@ def a_number(value, name, language):
     if got is None or not math.isfinite(got):
         raise Incorrect(f"{name} is {received(value, language)}: make it one number.")
     return got
+
+
+def described(value, language):
+    """What ``value`` is, for a message: R's numbers, strings and vectors as R writes them, anything else
+    as ``describe`` words it, cut to its type where that text spans lines or shows an object's address."""
+    if language.name == "r" and isinstance(value, (str, float, int, list)) and not isinstance(value, bool):
+        kind = {str: "the string", list: "the vector"}.get(type(value), "the number")
+        if not isinstance(value, list) or all(isinstance(v, (int, float, str)) for v in value):
+            return f"{kind} {language.value(value)}"
+    text = describe(value)
+    return text.split(", ")[0] if "\n" in text or " object at 0x" in text else text
+
+
+def on_one_line(value, language):
+    """What an answer gave, as the student's language shows it (with its type, in Python), on one short
+    line."""
+    text = " ".join((describe(value) if language.name == "python" else language.value(value)).split())
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -14,11 +14,11 @@ import numpy as np
 from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
 from kerasdist.course.exercises.fixtures import (
     call_answer,
-    describe,
     digits_of_every_class,
     error_line,
     largest_gap,
     mlp,
+    on_one_line,
     quiet_tensorflow,
     real_number,
     two_replicas,
@@ -40,10 +40,10 @@ def _check_per_replica_batch(answers, language):
         got = call_answer(function, "per_replica_batch", global_batch, replicas)
         whole = whole_number(got, language)
         if whole is None and real_number(got) == expected:
-            raise Incorrect(f"{call} returned {_received(got, language)}, not a whole number: divide with "
+            raise Incorrect(f"{call} returned {on_one_line(got, language)}, not a whole number: divide with "
                             f"{language.int_div} so a batch size stays whole.")
         if whole is None:
-            raise Incorrect(f"{call} returned {_received(got, language)}, not a whole number: return how "
+            raise Incorrect(f"{call} returned {on_one_line(got, language)}, not a whole number: return how "
                             f"many examples each replica gets, one number ({expected} here).")
         if whole != expected:
             raise Incorrect(f"{call} returned {whole}, but the {global_batch} examples of a global batch are "
@@ -54,12 +54,6 @@ def _check_per_replica_batch(answers, language):
 def _first_words(error):
     """An error's line without TensorFlow's {{function_node ...}} prefix, cut short."""
     return re.sub(r"\{\{.*?\}\}\s*", "", error_line(error))[:120]
-
-
-def _received(value, language):
-    """What an answer gave, as the student's language shows it (with its type, in Python), on one short line."""
-    text = " ".join((describe(value) if language.name == "python" else language.value(value)).split())
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 q1 = Exercise(
@@ -174,7 +168,7 @@ def _gradients(got, model, call, language):
         raise Incorrect(f"{call} returned one tensor of shape {tuple(got.shape)}, not a list of gradients: "
                         f"{wanted}.")
     if got is None or isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
-        raise Incorrect(f"{call} returned {_received(got, language)}: {wanted}.")
+        raise Incorrect(f"{call} returned {on_one_line(got, language)}: {wanted}.")
     items = call_answer(lambda: list(itertools.islice(got, len(variables) + 1)),
                         "iterating what local_gradients returned")
     if len(items) != len(variables):
@@ -190,7 +184,7 @@ def _gradients(got, model, call, language):
         try:
             array = np.asarray(item, dtype="float64")
         except (TypeError, ValueError):
-            raise Incorrect(f"the gradient of {name} is {_received(item, language)}, not an array of "
+            raise Incorrect(f"the gradient of {name} is {on_one_line(item, language)}, not an array of "
                             f"numbers: {wanted}.") from None
         if array.shape != tuple(variable.shape):
             raise Incorrect(f"the gradient of {name} has the shape {array.shape}, not the variable's "
@@ -410,7 +404,7 @@ def _built_in_scope(model, strategy, language):
 
     scope = language.pick("strategy.scope()", "with(strategy$scope(), ...)")
     if not isinstance(model, keras.Model):
-        raise Incorrect(f"build_and_compile(strategy) returned {_received(model, language)}: return the "
+        raise Incorrect(f"build_and_compile(strategy) returned {on_one_line(model, language)}: return the "
                         "model.")
     if model.distribute_strategy is not strategy:
         replicas = model.distribute_strategy.num_replicas_in_sync

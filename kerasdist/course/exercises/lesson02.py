@@ -18,10 +18,10 @@ import numpy as np
 from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
 from kerasdist.course.exercises.fixtures import (
     call_answer,
-    describe,
     digits_of_every_class,
     error_line,
     largest_gap,
+    on_one_line,
     quiet_tensorflow,
     two_replicas,
     whole_number,
@@ -86,14 +86,14 @@ def _made_or_restored(function, directory, strategy, language):
     if language.name == "r" and isinstance(got, dict):  # a named list, list(model = ..., epochs = ...)
         got = list(got.values())
     if not isinstance(got, (list, tuple)) or len(got) != 2:
-        raise Incorrect(f"make_or_restore returned {_received(got, language)}: return the pair {pair}.")
+        raise Incorrect(f"make_or_restore returned {on_one_line(got, language)}: return the pair {pair}.")
     model, epochs = got
     if not isinstance(model, keras.Model):
-        raise Incorrect(f"the first element make_or_restore returned is {_received(model, language)}, not a "
+        raise Incorrect(f"the first element make_or_restore returned is {on_one_line(model, language)}, not a "
                         f"model: return {pair}.")
     done = whole_number(epochs, language)
     if done is None:
-        raise Incorrect(f"epochs_done is {_received(epochs, language)}: return the number of epochs done, "
+        raise Incorrect(f"epochs_done is {on_one_line(epochs, language)}: return the number of epochs done, "
                         f"a whole number ({language.pick('an int', 'an integer')}).")
     scope = language.pick("strategy.scope()", "with(strategy$scope(), ...)")
     if model.distribute_strategy is not strategy:
@@ -107,12 +107,6 @@ def _made_or_restored(function, directory, strategy, language):
         raise Incorrect("the model make_or_restore returned is not compiled: build it with build_model(), "
                         "which compiles it.")
     return model, done
-
-
-def _received(value, language):
-    """What an answer gave, as the student's language shows it (with its type, in Python), on one short line."""
-    text = " ".join((describe(value) if language.name == "python" else language.value(value)).split())
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _fit(model, what, **arguments):
@@ -500,7 +494,7 @@ def _names(got, call, language):
     if got is None or isinstance(got, (bytes, dict, np.ndarray)) or not hasattr(got, "__iter__") \
             or hasattr(got, "numpy"):
         vector = language.pick("a list", "a character vector")
-        raise Incorrect(f"{call} returned {_received(got, language)}, not {vector} of file names: return one "
+        raise Incorrect(f"{call} returned {on_one_line(got, language)}, not {vector} of file names: return one "
                         f"name per checkpoint saved, like {example}.")
     names = call_answer(lambda: list(itertools.islice(got, MAX_NAMES)),
                         "iterating what batch_checkpoint_names returned")
@@ -509,7 +503,7 @@ def _names(got, call, language):
                         "checks writes that many files: return one name per checkpoint saved.")
     if not all(isinstance(name, str) for name in names):
         odd = next(name for name in names if not isinstance(name, str))
-        raise Incorrect(f"{call} returned {_received(odd, language)} among its names, not a file name: "
+        raise Incorrect(f"{call} returned {on_one_line(odd, language)} among its names, not a file name: "
                         f"return names like {example}.")
     return names
 
@@ -693,7 +687,7 @@ def _epoch_batches(dataset, call, examples, language):
         raise Incorrect(f"{call} returned a list of {len(dataset)} elements, not a {kind}: return the "
                         "pipeline itself.")
     if not hasattr(dataset, "element_spec") or not hasattr(dataset, "__iter__"):
-        raise Incorrect(f"{call} returned {_received(dataset, language)}, not a "
+        raise Incorrect(f"{call} returned {on_one_line(dataset, language)}, not a "
                         f"{language.pick('tf.data.Dataset', 'TensorFlow dataset')}: return the pipeline.")
     elements = call_answer(lambda: list(itertools.islice(dataset, len(labels) + 1)),
                            "iterating the dataset resume_dataset returned")

@@ -13,7 +13,7 @@ import numpy as np
 from kerasdist.course.exercises.core import Exercise, Incorrect, Language, WrongAnswer
 from kerasdist.course.exercises.fixtures import (
     call_answer,
-    describe,
+    described,
     digits_of_every_class,
     largest_gap,
     mlp,
@@ -27,17 +27,6 @@ CONTEXT = {
     "python": "import keras\nimport tensorflow as tf",
     "r": 'library(keras3)\nlibrary(tensorflow, exclude = c("shape", "set_random_seed"))',
 }
-
-
-def _described(value, language):
-    """What ``value`` is, for a message: R's numbers, strings and vectors as R writes them, anything else
-    as ``describe`` words it, cut to its type where that text spans lines or shows an object's address."""
-    if language.name == "r" and isinstance(value, (str, float, int, list)) and not isinstance(value, bool):
-        kind = {str: "the string", list: "the vector"}.get(type(value), "the number")
-        if not isinstance(value, list) or all(isinstance(v, (int, float, str)) for v in value):
-            return f"{kind} {language.value(value)}"
-    text = describe(value)
-    return text.split(", ")[0] if "\n" in text or " object at 0x" in text else text
 
 
 def _check_normalized_mlp(answers, language):
@@ -69,7 +58,7 @@ def _model_built(function, language, strategy=None):
                 raise _not_a_function(language) from None
             raise
         if not isinstance(model, keras.Model):
-            raise Incorrect(f"normalized_mlp() returned {_described(model, language)}: return the Keras "
+            raise Incorrect(f"normalized_mlp() returned {described(model, language)}: return the Keras "
                             "model.")
         # A Sequential without an Input (or a subclassed model) makes its weights at its first call.
         call_answer(lambda: model(np.zeros((2, 784), "float32"), training=False),
@@ -446,7 +435,7 @@ def _schedule_of(function, case, language):
     if not isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
         kind = language.pick("keras.optimizers.schedules.CosineDecay",
                              "learning_rate_schedule_cosine_decay()")
-        got = _described(schedule, language)
+        got = described(schedule, language)
         if callable(schedule) and not isinstance(schedule, type):
             got = "a function (an optimizer calls a plain function without the step)"
         raise Incorrect(f"{call} returned {got}, not a Keras learning-rate schedule: return one, such as "
@@ -461,7 +450,7 @@ def _rate_at(optimizer, step, call, language):
     got = call_answer(lambda: optimizer.learning_rate, f"your schedule, at step {step},")
     rate = real_number(got)
     if rate is None:
-        raise Incorrect(f"with {call}, at step {step} your schedule gave {_described(got, language)}, not a "
+        raise Incorrect(f"with {call}, at step {step} your schedule gave {described(got, language)}, not a "
                         "learning rate: return one number per step.")
     return rate
 
@@ -651,7 +640,7 @@ def _accumulation_steps(optimizer, call, language):
     # Keras counts the steps with an int64 tensor: a float (R's double) fails in training, so only an
     # integer is right here, in R too (keras3's optimizer_adam() makes a whole double one itself).
     if whole_number(steps, Language.of("python")) is None:
-        got = _described(steps, language)
+        got = described(steps, language)
         if language.name == "r" and real_number(steps) is not None:
             got = f"the double {language.value(real_number(steps))}"
         raise Incorrect(f"{call} gave gradient_accumulation_steps {got}, where Keras needs an "
@@ -679,7 +668,7 @@ def _plain_adam(optimizer, call, rate, language):
             and np.isclose(real_number(got), real_number(default), rtol=1e-6, atol=0))
         if not same:
             shown = language.value(got) if isinstance(got, (bool, int, float, type(None))) else \
-                _described(got, language)
+                described(got, language)
             default = "none" if default is None else language.value(default)
             raise Incorrect(f"{call} returned {type(optimizer).__name__} with {key} = {shown}, where "
                             f"plain Adam has {default}: the task compares with plain Adam; change only its "
@@ -697,7 +686,7 @@ def _accumulating_optimizer_verdict(answers, language):
         expected, wanted = _trained(keras.optimizers.Adam(rate), images[:size], labels[:size], large)
         optimizer = call_answer(function, "accumulating_optimizer", large, small, rate)
         if not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise Incorrect(f"{call} returned {_described(optimizer, language)}, not a Keras optimizer: "
+            raise Incorrect(f"{call} returned {described(optimizer, language)}, not a Keras optimizer: "
                             "return one.")
         if not isinstance(optimizer, keras.optimizers.Adam):
             adam = language.pick("keras.optimizers.Adam", "optimizer_adam()")

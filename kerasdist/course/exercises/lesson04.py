@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 
 from kerasdist.course.exercises.core import Exercise, Incorrect, WrongAnswer
-from kerasdist.course.exercises.fixtures import call_answer, describe, digit_batch, two_replicas
+from kerasdist.course.exercises.fixtures import call_answer, described, digit_batch, two_replicas
 
 CONTEXT = {
     "python": "import tensorflow as tf",
@@ -37,17 +37,6 @@ def _iterate(elements, name):
     if len(read) == LIMIT:
         raise Incorrect(f"what {name} returned never ends: leave repeat() out, fit() runs the epochs.")
     return read
-
-
-def _described(value, language):
-    """What ``value`` is, for a message: R's numbers, strings and vectors as R writes them, anything else
-    as ``describe`` words it, cut to its type where that text spans lines or shows an object's address."""
-    if language.name == "r" and isinstance(value, (str, float, int, list)) and not isinstance(value, bool):
-        kind = {str: "the string", list: "the vector"}.get(type(value), "the number")
-        if not isinstance(value, list) or all(isinstance(v, (int, float, str)) for v in value):
-            return f"{kind} {language.value(value)}"
-    text = describe(value)
-    return text.split(", ")[0] if "\n" in text or " object at 0x" in text else text
 
 
 def _digit_keys(images):
@@ -92,7 +81,7 @@ def _distributed_steps(function, strategy, examples, global_batch, language):
         raise Incorrect(f"distribute_batches returned a tf.data dataset, which feeds one device: pass the "
                         f"batched dataset to {distribute} and return what it gives.")
     if not isinstance(result, tf.distribute.DistributedDataset):
-        raise Incorrect(f"distribute_batches returned {_described(result, language)}, not a distributed "
+        raise Incorrect(f"distribute_batches returned {described(result, language)}, not a distributed "
                         f"dataset: return {distribute} of the batched dataset.")
     if getattr(result, "_strategy", strategy) is not strategy:
         raise Incorrect("distribute_batches split the batches with a strategy of its own: use the strategy "
@@ -273,7 +262,7 @@ def _pipeline(function, reads, global_batch, seed, language):
 
     pipeline = call_answer(function, "epoch_pipeline", _counted_records(reads), global_batch, seed)
     if not isinstance(pipeline, tf.data.Dataset):
-        raise Incorrect(f"epoch_pipeline returned {_described(pipeline, language)}, not a dataset: return "
+        raise Incorrect(f"epoch_pipeline returned {described(pipeline, language)}, not a dataset: return "
                         "the pipeline.")
     spec = pipeline.element_spec
     pairs = isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(s, tf.TensorSpec) for s in spec)
@@ -501,7 +490,7 @@ def _worker_copy(function, keys, global_batch, seed, language):
 
     dataset = call_answer(function, "worker_dataset", keys, global_batch, seed)
     if not isinstance(dataset, tf.data.Dataset):
-        raise Incorrect(f"worker_dataset returned {_described(dataset, language)}, not a dataset: return the "
+        raise Incorrect(f"worker_dataset returned {described(dataset, language)}, not a dataset: return the "
                         "pipeline.")
     spec = dataset.element_spec
     if not isinstance(spec, tf.TensorSpec) or not spec.dtype.is_integer:
