@@ -123,10 +123,17 @@ def missing_r_packages():
     return tuple(done.stdout.split()) if done.returncode else ()
 
 
+def lesson_group(path):
+    """The xdist group of lesson NN's cells (both twins), and of the tests that execute it again
+    (tests/test_notebooks.py's ``lesson_group`` gives the same name): they share the lesson's result files, so
+    they run one after another in one process, while other lessons run in the other processes."""
+    return f"lesson-{Path(path).name[:2]}"
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """Mark lesson cells for the full tier, one xdist group (a lesson's cells share a kernel, so they
-    run in order in one process); skip the keras3 R twins when R lacks keras3/tfdatasets; stop
+    """Mark lesson cells for the full tier, one xdist group per lesson (a lesson's cells share a kernel, so
+    they run in order in one process); skip the keras3 R twins when R lacks keras3/tfdatasets; stop
     comparing stderr streams."""
     twins = {}
     for item in items:
@@ -134,7 +141,7 @@ def pytest_collection_modifyitems(config, items):
         if path.suffix != ".ipynb" or path.parent != NOTEBOOKS:
             continue
         item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group("lessons"))
+        item.add_marker(pytest.mark.xdist_group(lesson_group(path)))
         notebook = item.parent
         if "stderr" not in getattr(notebook, "skip_compare", ("stderr",)):
             # absl/oneDNN start-up lines, rpy2 and R warnings vary by machine: compare stdout only.

@@ -94,7 +94,6 @@ def test_lessons_are_added_to_an_edition_and_a_lesson_already_there_is_refused(t
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("lessons")
 def test_student_edition_runs_to_its_first_exercise_which_says_not_attempted(student, tmp_path):
     notebook = nbformat.read(student / "01_quickstart.ipynb", as_version=4)
     first_check = next(i for i, c in enumerate(notebook.cells) if c.metadata.get("nbgrader", {}).get("grade"))
@@ -138,7 +137,6 @@ def graded(folder, csv_path, *options, bound=600):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("lessons")
 def test_grading_a_class_each_answer_alone_equals_running_each_lesson_and_a_hang_costs_its_question(
         student, tmp_path):
     submitted = made_up_class(student, tmp_path / "submitted")

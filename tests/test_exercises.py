@@ -181,7 +181,6 @@ def test_the_r_session_is_bounded_and_each_case_it_did_not_reach_is_an_error(mon
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("lessons")
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_each_exercise_passes_its_solution_and_fails_its_starter_and_wrong_answers(lesson):
     run = subprocess.run([sys.executable, "-m", "kerasdist.course.exercises", "selftest", lesson],

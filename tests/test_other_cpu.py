@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from helpers import run_pytest
-from test_notebooks import NOTEBOOKS, all_notebooks, ids, load, source
+from test_notebooks import NOTEBOOKS, all_notebooks, executed, ids, load, source
 
 # Code that asks the machine what it is, in Python or R.
 ASKS_THE_MACHINE = re.compile(
@@ -23,7 +23,7 @@ ASKS_THE_MACHINE = re.compile(
     r"gethostname|Sys\.info|nproc|list_physical_devices|perf_counter|Sys\.time|time\.time|samples_per_s")
 # Code that formats a weights digest into the output: its bits depend on the CPU's kernels.
 FORMATS_A_DIGEST = re.compile(r"sha256 (\{|%s)")
-RUN_AGAIN = ["03_convergence.ipynb", "06_strategy_map.ipynb", "08_speed.ipynb"]
+RUN_AGAIN = [NOTEBOOKS / name for name in ("03_convergence.ipynb", "06_strategy_map.ipynb", "08_speed.ipynb")]
 
 
 def checked_cells(notebook):
@@ -65,9 +65,8 @@ def other_cpu():
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("lessons")
-@pytest.mark.parametrize("name", RUN_AGAIN)
-def test_checked_outputs_hold_on_a_cpu_with_other_instruction_sets(name, tmp_path):
+@pytest.mark.parametrize("lesson", executed(RUN_AGAIN))
+def test_checked_outputs_hold_on_a_cpu_with_other_instruction_sets(lesson, tmp_path):
     environment, cpuinfo = other_cpu()
     prefix = ()
     if os.geteuid() == 0 and shutil.which("unshare"):
@@ -75,7 +74,7 @@ def test_checked_outputs_hold_on_a_cpu_with_other_instruction_sets(name, tmp_pat
         fake.write_text(cpuinfo)
         prefix = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
                   f'mount --bind {fake} /proc/cpuinfo && exec "$@"', "other-cpu")
-    run = run_pytest("--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=900", str(NOTEBOOKS / name),
+    run = run_pytest("--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=900", str(lesson),
                      prefix=prefix, environment=environment, timeout=1800)
     assert run.returncode == 0, run.stdout[-4000:]
     assert " passed" in run.stdout

@@ -4,17 +4,29 @@ import json
 import os
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbclient import NotebookClient
 
 from helpers import run_pytest
 from kerasdist.engines import choice as engines
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The test that failed once a user had run `kerasdist doctor`: lesson 02 printed the engine line of the
-# doctor's cache, not of a fresh machine.
-LESSON_02_ON_OTHER_DATA = ("tests/test_lesson_numbers.py::test_lesson_runs_on_data_of_another_size_and_types_no_"
-                           "figure_of_its_run[02_checkpoints_resume.ipynb]")
+# What a lesson's kernel reads of the user's state, reported as JSON by one cell: the doctor's cache (lesson 02
+# once printed the engine line of a user's cache, not of a fresh machine), Keras' home and backend, matplotlib's
+# settings, and whether an IPython start-up file ran.
+KERNEL_REPORT = """
+import json, os
+import matplotlib
+import keras
+from keras.src.backend.config import keras_home
+from kerasdist.engines import choice
+print(json.dumps({"doctor cache": choice.cache_path(), "keras home": keras_home(),
+                  "matplotlib": matplotlib.get_configdir(), "ipython": get_ipython().profile_dir.location,
+                  "backend": keras.config.backend(), "start-up ran": "USER_START_UP_RAN" in globals()}))
+"""
+KERNEL_TEST = "tests/test_user_state.py::test_a_lesson_kernel_reads_the_state_of_this_run_not_the_users"
 
 
 @pytest.fixture
@@ -45,12 +57,20 @@ def _planted_user_state(home):
         home / "keras/keras.json": json.dumps({"backend": "jax", "floatx": "float32", "epsilon": 1e-07,
                                                "image_data_format": "channels_last"}),
         home / "matplotlib/matplotlibrc": "figure.figsize: 2, 1\n",
-        home / "ipython/profile_default/startup/00-user.py": "print('the user start-up file ran')\n",
+        home / "ipython/profile_default/startup/00-user.py": "USER_START_UP_RAN = True\n",
     }
 
 
+def test_a_lesson_kernel_reads_the_state_of_this_run_not_the_users(isolation, tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(KERNEL_REPORT)])
+    NotebookClient(notebook, timeout=120, kernel_name="python3").execute(cwd=str(tmp_path))
+    report = json.loads(notebook.cells[0].outputs[0]["text"])
+    own = os.environ[isolation.OWN_STATE] + os.sep
+    assert all(report[name].startswith(own) for name in ("doctor cache", "keras home", "matplotlib", "ipython")), report
+    assert report["backend"] == "tensorflow" and not report["start-up ran"], report
+
+
 @pytest.mark.slow
-@pytest.mark.xdist_group("lessons")
 def test_a_test_run_passes_and_leaves_a_planted_user_state_byte_identical(tmp_path, isolation):
     home = tmp_path / "user"
     environment = dict(isolation.user_state_environment(str(home)), KERAS_BACKEND="jax")
@@ -59,7 +79,8 @@ def test_a_test_run_passes_and_leaves_a_planted_user_state_byte_identical(tmp_pa
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
 
-    run = run_pytest(LESSON_02_ON_OTHER_DATA, environment=environment)
+    # The kernel's test in a pytest run of its own, started with the user's state as its environment.
+    run = run_pytest(KERNEL_TEST, environment=environment, timeout=300)
 
     assert run.returncode == 0, run.stdout[-3000:]
     assert "1 passed" in run.stdout
