@@ -130,11 +130,22 @@ def lesson_group(path):
     return f"lesson-{Path(path).name[:2]}"
 
 
+# The test that runs a lesson's cells under nbval as on another CPU (tests/test_other_cpu.py).
+ON_ANOTHER_CPU = "test_checked_outputs_hold_on_a_cpu_with_other_instruction_sets"
+
+
+def lessons_run_on_another_cpu(items):
+    """The lessons whose cells a collected test of ``ON_ANOTHER_CPU`` runs under nbval (as on another CPU)."""
+    return {Path(item.callspec.params["lesson"]) for item in items
+            if getattr(item, "originalname", None) == ON_ANOTHER_CPU}
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Mark lesson cells for the full tier, one xdist group per lesson (a lesson's cells share a kernel, so
     they run in order in one process); skip the keras3 R twins when R lacks keras3/tfdatasets; stop
-    comparing stderr streams."""
+    comparing stderr streams. A lesson that ``ON_ANOTHER_CPU`` runs under nbval in this run (as on another
+    CPU: the same cells and comparisons, with other kernels) is not run here a second time."""
     twins = {}
     for item in items:
         path = Path(str(item.fspath))
@@ -155,3 +166,20 @@ def pytest_collection_modifyitems(config, items):
                 f"needs the R packages {', '.join(missing_r_packages())} (not installed here); "
                 "its R code is still parsed by tests/test_notebooks.py"
             )))
+    elsewhere = lessons_run_on_another_cpu(items)
+    deselected = [item for item in items if Path(str(item.fspath)) in elsewhere]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if Path(str(item.fspath)) not in elsewhere]
+    if config.getoption("dist", None) == "loadgroup":
+        items.sort(key=scheduling_order)
+
+
+def scheduling_order(item):
+    """Where an item's unit of work goes in pytest-xdist's queue (``--no-loadscope-reorder`` keeps this
+    order): the xdist groups first (the training group, the lessons: the longest units), then the other slow
+    tests, then the quick tier, whose short tests fill the processes at the end instead of one long test
+    running alone."""
+    if item.get_closest_marker("xdist_group"):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2

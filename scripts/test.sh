@@ -27,5 +27,5 @@ if [ "$tier" = check ]; then
 fi
 # Every lesson cell is bounded: a cell (or a dead kernel) that takes over 15 minutes fails, never hangs.
 # The run ends with its 25 slowest tests, so that the suite's budget (docs/reference/tests.md) is seen.
-exec .venv/bin/python -m pytest -n 3 --dist loadgroup --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
+exec .venv/bin/python -m pytest -n 3 --dist loadgroup --no-loadscope-reorder --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
     --durations=25 tests notebooks "$@"

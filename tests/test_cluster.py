@@ -357,12 +357,19 @@ def test_sigterm_to_each_worker_as_scancel_sends_it_stops_them_at_the_same_step(
     assert "Epoch 50/50" not in "\n".join(line for _, line in watcher.lines)
 
 
-def _launch_50_epochs_until_epoch_2(checkpoint_dir):
-    """Launch 2 workers for 50 epochs; return (arguments, watcher, worker pids) once epoch 2 runs."""
-    arguments = (*LAUNCH, "--save-every-steps", 100, "--checkpoint-dir", checkpoint_dir)
+def _launch_50_epochs_until_epoch_2(checkpoint_dir, timeout_s=240):
+    """Launch 2 workers for 50 epochs; return (arguments, watcher, worker pids) once a step of epoch 2 is logged.
+
+    A stop then lands inside epoch 2, whatever the machine's load: at the end of the next call of 10 steps.
+    """
+    arguments = (*LAUNCH, "--save-every-steps", 100, "--steps-per-execution", 10, "--checkpoint-dir", checkpoint_dir)
     watcher = _LaunchWatcher(*arguments, "--epochs", 50)
     pids = [watcher.pid_of(f"worker {index}") for index in range(2)]
     watcher.wait_for("[worker 0] Epoch 2/50")
+    log, deadline = checkpoint_dir / "metrics.jsonl", time.monotonic() + timeout_s
+    while '"epoch": 1, "step"' not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, f"no step of epoch 2 logged in {timeout_s} s"
+        time.sleep(0.05)
     return arguments, watcher, pids
 
 
