@@ -835,9 +835,12 @@ class TwoDeviceMLP(keras.Model):
 
 
 # %% [markdown]
-# The optimizer has state too: Adam keeps two moment variables per weight. Keras creates them on
-# the current default device, which would put all of them on the first device. This small Adam
-# keeps each weight's moments next to the weight.
+# The optimizer has state too: Adam keeps two moment variables per weight. Keras asks for each
+# moment to be created beside its weight, but this model has no strategy, so `fit()` builds the
+# optimizer only while it traces the training step, and there the request is lost: every moment
+# would land on the first device (exercise 4). Building the optimizer before training
+# (`optimizer.build(trainable_variables)` after `compile()`) keeps each moment beside its weight;
+# this small Adam does it for an optimizer that `fit()` builds.
 
 # %%
 # Adam whose moment variables live on the same device as the weight they belong to.
@@ -1132,7 +1135,9 @@ figure = plots.plot_bars(labels, list(data_parallel.values()) + list(model_paral
 #     print(variable.path, variable.value.device.split("device:")[-1])
 # ```
 #
-# With `fit`, every moment lands on the first device, the second half's too: the memory is no
+# `fit` builds the optimizer while it traces the step, where Keras' request to put each moment beside
+# its weight is lost (`plain.optimizer.build(plain.trainable_variables)` before `fit` keeps it).
+# So every moment lands on the first device, the second half's too: the memory is no
 # longer split as the layers are, and every update of the second half's weights reads and writes
 # its moments across devices.
 #

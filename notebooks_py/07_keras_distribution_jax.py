@@ -452,7 +452,8 @@ print(f"max |weight difference| after one epoch: ModelParallel vs one device "
 # %% [markdown]
 # The optimizer state is split too. Adam keeps two moments per weight, each as large as the weight;
 # under `ModelParallel` Keras creates each moment with the layout of its weight, so a device holds
-# the moments of its own slices only. (Lesson 6 needed a `ColocatedAdam` to get that by hand.)
+# the moments of its own slices only. (On TensorFlow, lesson 6 had to build the optimizer before `fit()`, or use a `ColocatedAdam`, to
+# get that.)
 
 # %%
 # NBVAL_CHECK_OUTPUT

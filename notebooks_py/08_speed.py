@@ -670,8 +670,12 @@ q3.assert_correct()
 # - **Per-call overhead matters more on a GPU.** Each op is a kernel launch of a few microseconds,
 #   and a step of this MLP on a GPU is short; `steps_per_execution` and XLA's fusion carry over.
 #   Keras does **not** turn XLA on for the guide's code there: `jit_compile="auto"` is off for any
-#   model built under a `tf.distribute` strategy (the source printed above). Pass
-#   `jit_compile=True` yourself, and check the accuracy.
+#   model built under a `tf.distribute` strategy (the source printed above), and passing
+#   `jit_compile=True` does not help: `fit()` compiled by XLA fails under a `MirroredStrategy` of two or
+#   more replicas (one XLA cluster would read every replica's copy of a variable; keras-team/keras#19005).
+#   XLA works on one device (the ladder's rung), in kerasdist's loop (which compiles each replica's
+#   gradient, not the all-reduce), and on the JAX backend under `keras.distribution` (lesson 7),
+#   where XLA compiles the whole step of every device.
 # - **Mixed precision changes types.** GPUs' tensor cores run float16 and (recent ones) bfloat16;
 #   use `mixed_float16` with loss scaling (Keras' `fit` adds it; kerasdist's loop calls
 #   `optimizer.scale_loss`), or `mixed_bfloat16` where supported. The CPU's ratios say nothing about
@@ -725,8 +729,8 @@ print(f"model: halving the compute makes one device {step_s[MODEL_COMPUTE_S][1] 
 # - **Measure the steady state, side by side, in one run**: skip the first epoch (tracing), report
 #   medians with their spread, and compare ratios, not absolute speeds from different runs or machines.
 # - **Run many steps per call** (`steps_per_execution` in `fit`, or a loop in one `tf.function`), then
-#   try XLA (`jit_compile=True`, which Keras does not choose for you under a strategy); check the
-#   accuracy after the same epochs each time.
+#   try XLA (`jit_compile=True` on one device; under a strategy `fit()` cannot be compiled, so use
+#   kerasdist's loop or JAX); check the accuracy after the same epochs each time.
 # - **Know the limit before optimizing**: the FLOPs and bytes of each kernel at your shapes, the
 #   rates your machine reaches at those shapes and its bandwidth; MFU against the attainable, not
 #   only against the peak, says whether to look at overhead, at memory traffic or at arithmetic.
@@ -749,7 +753,8 @@ print(f"model: halving the compute makes one device {step_s[MODEL_COMPUTE_S][1] 
 # - `mixed_bfloat16` keeps float32's range and needs no loss scaling; `mixed_float16` (GPUs) needs
 #   it (`LossScaleOptimizer`, `optimizer.scale_loss`). Gradients stay float32. A bfloat16 gain needs
 #   a kernel that uses the CPU's bfloat16 instructions.
-# - On GPUs the reasons carry over, the numbers do not; Keras leaves XLA off under a strategy, and
+# - On GPUs the reasons carry over, the numbers do not; `fit()` cannot be XLA-compiled under a
+#   multi-replica strategy (Keras leaves it off), and
 #   faster compute leaves the all-reduce as the limit of scaling (lesson 3's model).
 
 # %% [markdown]
@@ -760,22 +765,27 @@ print(f"model: halving the compute makes one device {step_s[MODEL_COMPUTE_S][1] 
 #
 # <details><summary>Hint</summary>
 #
-# `speed_ladder.measure` takes a `batch_size`; the MFU is samples/s times `flops["total"]` over
-# `peak_flops`. Adam at batch 1024 needs more epochs for the same accuracy.
+# `speed_ladder.measure` takes a `batch_size`; the MFU is samples/s times `flops["total"]` over the
+# rate of the kernel and dtype the run trains with (XLA's, in bfloat16 for the bfloat16 run:
+# `gemm_flops_per_s(..., dtype="bfloat16", jit_compile=True)`), not `peak_flops`, which is float32's.
+# Adam at batch 1024 needs more epochs for the same accuracy.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```python
-# for precision in ("float32", "mixed_bfloat16"):
+# for precision, dtype in (("float32", "float32"), ("mixed_bfloat16", "bfloat16")):
 #     run = speed_ladder.measure("kerasdist loop + XLA", DATA_SOURCE, EPOCHS, data=data, precision=precision,
 #                                batch_size=1024)
 #     rate = speed_ladder.steady_samples_per_s(run)
-#     print(precision, f"{rate:,.0f} samples/s", f"MFU {rate * flops['total'] / peak_flops:.0%}",
+#     peak = gemm_flops_per_s(1024, 1024, 1024, dtype=dtype, jit_compile=True)[0]  # XLA's kernel, this dtype
+#     print(precision, f"{rate:,.0f} samples/s", f"MFU {rate * flops['total'] / peak:.0%} of XLA's {dtype} rate",
 #           round(run["test_accuracy"], 3))
 # ```
 # Each product is 16 times larger while the overhead and the update per step stay the same, so both
-# reach a larger MFU; bfloat16 gains where XLA's kernel uses the CPU's bfloat16 instructions.
+# reach a larger MFU. Each MFU is against its own dtype's rate: against float32's, a bfloat16 run
+# would read several times too high on a CPU with fast bfloat16 kernels. Whether bfloat16 pays is
+# answered by the samples/s; bfloat16 gains where XLA's kernel uses the CPU's bfloat16 instructions.
 # </details>
 #
 # 2. Time the whole step at 1, 5 and 50 steps per call. From how many steps per call on does the

@@ -799,8 +799,12 @@ import keras  # noqa: F401
 # - **Per-call overhead matters more on a GPU.** Each op is a kernel launch of a few microseconds,
 #   and a step of this MLP on a GPU is short; `steps_per_execution` and XLA's fusion carry over.
 #   Keras does **not** turn XLA on for the guide's code there: `jit_compile = "auto"` is off for any
-#   model built under a `tf.distribute` strategy (the source printed above). Pass
-#   `jit_compile = TRUE` yourself, and check the accuracy.
+#   model built under a `tf.distribute` strategy (the source printed above), and passing
+#   `jit_compile = TRUE` does not help: `fit()` compiled by XLA fails under a `MirroredStrategy` of two or
+#   more replicas (one XLA cluster would read every replica's copy of a variable; keras-team/keras#19005).
+#   XLA works on one device (the ladder's rung), in kerasdist's loop (which compiles each replica's
+#   gradient, not the all-reduce), and on the JAX backend under `keras.distribution` (lesson 7),
+#   where XLA compiles the whole step of every device.
 # - **Mixed precision changes types.** GPUs' tensor cores run float16 and (recent ones) bfloat16;
 #   use `mixed_float16` with loss scaling (keras3's `fit()` adds it; kerasdist's loop calls
 #   `optimizer.scale_loss`), or `mixed_bfloat16` where supported. The CPU's ratios say nothing about
@@ -863,8 +867,8 @@ import keras  # noqa: F401
 #   Time with a clock that resolves well below a step (`Sys.time()` differences), not
 #   `system.time()`, which rounds to milliseconds.
 # - **Run many steps per call** (`steps_per_execution` in `fit()`, or a loop in one `tf_function()`),
-#   then try XLA (`jit_compile = TRUE`, which Keras does not choose for you under a strategy); check
-#   the accuracy after the same epochs each time.
+#   then try XLA (`jit_compile = TRUE` on one device; under a strategy `fit()` cannot be compiled, so
+#   use kerasdist's loop or JAX); check the accuracy after the same epochs each time.
 # - **Know the limit before optimizing**: the FLOPs and bytes of each kernel at your shapes, the
 #   rates your machine reaches at those shapes and its bandwidth; MFU against the attainable, not
 #   only against the peak, says whether to look at overhead, at memory traffic or at arithmetic.
@@ -887,7 +891,8 @@ import keras  # noqa: F401
 # - `mixed_bfloat16` keeps float32's range and needs no loss scaling; `mixed_float16` (GPUs) needs
 #   it (`LossScaleOptimizer`, `optimizer$scale_loss()`). Gradients stay float32. A bfloat16 gain
 #   needs a kernel that uses the CPU's bfloat16 instructions.
-# - On GPUs the reasons carry over, the numbers do not; Keras leaves XLA off under a strategy, and
+# - On GPUs the reasons carry over, the numbers do not; `fit()` cannot be XLA-compiled under a
+#   multi-replica strategy (Keras leaves it off), and
 #   faster compute leaves the all-reduce as the limit of scaling (lesson 3's model).
 
 # %% [markdown]
@@ -898,23 +903,29 @@ import keras  # noqa: F401
 #
 # <details><summary>Hint</summary>
 #
-# `speed_ladder$measure()` takes a `batch_size`; the MFU is samples/s times `flops$total` over
-# `peak_flops`. Adam at batch 1024 needs more epochs for the same accuracy.
+# `speed_ladder$measure()` takes a `batch_size`; the MFU is samples/s times `flops$total` over the
+# rate of the kernel and dtype the run trains with (XLA's, in bfloat16 for the bfloat16 run:
+# `kd_speed$gemm_flops_per_s(..., dtype = "bfloat16", jit_compile = TRUE)`), not `peak_flops`, which
+# is float32's. Adam at batch 1024 needs more epochs for the same accuracy.
 # </details>
 #
 # <details><summary>Solution</summary>
 #
 # ```r
 # for (precision in c("float32", "mixed_bfloat16")) {
+#   dtype <- if (precision == "float32") "float32" else "bfloat16"
 #   run <- speed_ladder$measure("kerasdist loop + XLA", data_source, epochs, data = data, precision = precision,
 #                               batch_size = 1024L)
 #   rate <- steady_samples_per_s(run)
-#   cat(sprintf("%s %s samples/s MFU %.0f%% %.3f\n", precision, comma(rate), 100 * rate * flops$total / peak_flops,
-#               run$test_accuracy))
+#   peak <- kd_speed$gemm_flops_per_s(1024L, 1024L, 1024L, dtype = dtype, jit_compile = TRUE)[[1]]  # XLA's kernel
+#   cat(sprintf("%s %s samples/s MFU %.0f%% of XLA's %s rate %.3f\n", precision, comma(rate),
+#               100 * rate * flops$total / peak, dtype, run$test_accuracy))
 # }
 # ```
 # Each product is 16 times larger while the overhead and the update per step stay the same, so both
-# reach a larger MFU; bfloat16 gains where XLA's kernel uses the CPU's bfloat16 instructions.
+# reach a larger MFU. Each MFU is against its own dtype's rate: against float32's, a bfloat16 run
+# would read several times too high on a CPU with fast bfloat16 kernels. Whether bfloat16 pays is
+# answered by the samples/s; bfloat16 gains where XLA's kernel uses the CPU's bfloat16 instructions.
 # </details>
 #
 # 2. Time the whole step at 1, 5 and 50 steps per call. From how many steps per call on does the

@@ -279,8 +279,10 @@ print(step_table.round(2).to_string(index=False))
 # work into N pieces but have only the same cores to run them on, and each replica's share of the
 # all-reduce runs on those cores too. On real GPUs each replica has its own processor, so the compute
 # really shrinks with N, and the all-reduce, which does not, becomes the part that limits the
-# speed-up. The rest of the gap is what α-β leaves out: Adam's update on
-# every replica, and the runtime's work per replica, which grow with N: the model is a lower bound.
+# speed-up. The gap is also what α-β leaves out: Adam's update on every
+# replica, and the runtime's work per replica, which grow with N; and one replica's small ops do not
+# keep both cores busy, while N replicas run side by side. So the "shared cores" line is an estimate,
+# not a bound: a measured step can fall on either side of it (the printout says which).
 
 # %% [markdown]
 # ### Exercise q2: the break-even local batch
@@ -375,9 +377,13 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # less. Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
 # (buckets sent as soon as their gradients exist, as PyTorch DDP does; the model takes the backward
 # pass as two thirds of the compute and sends the buckets one after another) help most when bandwidth
-# limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, groups gradients
-# into several all-reduces so that weight updates can overlap them; it does not start them during
-# the backward pass. But each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64 GPUs that
+# limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, splits the
+# gradients into several all-reduces, packed in reverse order so that the last layers' gradients, which
+# the backward pass computes first, can be all-reduced while it computes the rest (TensorFlow's
+# `batch_all_reduce`: a pack need not "wait for all inputs to be ready"). Keras' `fit()` does not
+# use it: its optimizer all-reduces every gradient in one call with the default options, one pack,
+# which waits for the whole backward pass (lesson 8); the knob needs your own loop that passes the
+# options to the all-reduce. But each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64 GPUs that
 # can cost more than the overlap saves (the printout says which way it went): one reason NCCL
 # all-reduces over trees and by node on large clusters. The remedy that always works is a larger local batch
 # (compute grows, the gradient does not), within what the optimizer tolerates (lesson 3).

@@ -354,6 +354,60 @@ def test_fit_with_steps_per_execution_fails_under_the_default_all_reduce_only(st
     _fit_two_steps_per_call(tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice()))
 
 
+def test_fit_compiled_by_xla_fails_under_a_mirrored_strategy_of_two_replicas(strategy):
+    """Lesson 08: Keras leaves XLA off under a strategy because fit() compiled by XLA does not run there: one
+    XLA cluster would read every replica's copy of a variable (keras-team/keras#19005); on one device it trains."""
+    def fit_compiled(scope_of):
+        with scope_of.scope():
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+            model.compile(optimizer="adam", loss="mse", jit_compile=True)
+        model.fit(np.ones((16, 4), "float32"), np.ones((16, 3), "float32"), batch_size=8, epochs=1, verbose=0)
+        return int(model.optimizer.iterations.numpy())
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Trying to access resource"):
+        fit_compiled(strategy)
+    assert fit_compiled(tf.distribute.get_strategy()) == 2
+
+
+def test_adam_keeps_each_moment_beside_its_weight_only_when_built_before_fit(strategy):
+    """Lessons 06 and 07: Keras' TensorFlow optimizer asks for each moment to be colocated with its weight,
+    but a model without a strategy lets fit() build the optimizer while it traces the step, where that request
+    is lost (every moment lands on the first device); built eagerly, each moment sits beside its weight."""
+    first, second = strategy.extended.worker_devices
+
+    class TwoDevices(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.near, self.far = keras.layers.Dense(8), keras.layers.Dense(3)
+
+        def build(self, input_shape):
+            with tf.device(first):
+                self.near.build(input_shape)
+            with tf.device(second):
+                self.far.build((None, 8))
+
+        def call(self, inputs):
+            with tf.device(first):
+                hidden = self.near(inputs)
+            with tf.device(second):
+                return self.far(hidden)
+
+    def moment_devices(build_first):
+        model = TwoDevices()
+        model.build((None, 4))
+        model.compile(optimizer=keras.optimizers.Adam(), loss="mse", jit_compile=False)
+        if build_first:
+            model.optimizer.build(model.trainable_variables)
+        model.fit(np.ones((8, 4), "float32"), np.ones((8, 3), "float32"), verbose=0)
+        far = {weight.path.replace("/", "_") for weight in model.far.weights}
+        return {tf.DeviceSpec.from_string(variable.value.device).device_index for variable in model.optimizer.variables
+                if any(variable.path.endswith(f"{name}_momentum") or variable.path.endswith(f"{name}_velocity")
+                       for name in far)}
+
+    assert moment_devices(build_first=False) == {0}
+    assert moment_devices(build_first=True) == {1}
+
+
 def test_gradient_accumulation_fails_in_fit_under_mirrored_strategy(strategy):
     """Lesson 03: Keras applies the accumulated update (its all-reduce included) inside a cond, which
     MirroredStrategy refuses (keras-team/keras#20582, open); on one device it trains."""
