@@ -20,8 +20,8 @@
 # - how to make N replicas on one machine: GPUs on a workstation, virtual CPU devices on a laptop;
 # - the difference between the *global* batch and the *per-replica* batch;
 # - why the model is built and compiled inside `strategy.scope()`;
-# - what a *mirrored variable* is, and what keeps its copies identical: the optimizer's all-reduced
-#   update, not a write;
+# - what a *mirrored variable* is, and what keeps its copies identical: an equal start and the
+#   optimizer's all-reduced update, not a write;
 # - what one synchronous step does, by doing it by hand and checking it against MirroredStrategy;
 # - when N replicas train exactly like one device, and the layers and options that break it, each
 #   shown by a run.
@@ -77,8 +77,10 @@
 # What is left is the order of floating-point additions: two replicas sum their gradients in
 # another order than one device, so the runs agree to rounding, not bit for bit (lesson 3 measures
 # how closely; `tf.config.experimental.enable_op_determinism()` makes each run repeat itself, it does
-# not make the two add in the same order). The guide's MLP used here meets all five conditions; the
-# section "When N replicas follow one device's path" below runs the counter-examples 3 to 5.
+# not make the two add in the same order). The MLP used here meets all five conditions. It is
+# "the guide's MLP" of this course: 784-256-256-10 with Adam, `get_compiled_model()` of the keras.io guide
+# [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/).
+# The section "When N replicas follow one device's path" below runs the counter-examples 3 to 5.
 
 # %% [markdown]
 # ## Data parallelism, not model parallelism
@@ -474,7 +476,10 @@ figure.tight_layout()
 # (`get_weights()`, saving) you read the first replica's component; inside one (`fit`, `evaluate`,
 # `predict` run their steps there) each replica reads its own.
 #
-# Nothing in the variable keeps the components equal. Keras creates its weights with aggregation
+# The components start equal: the strategy fills every component after the first with the first
+# one's value (`_get_variable_creator_initial_value` in `tensorflow/python/distribute/mirrored_strategy.py`;
+# with several workers, worker 0 broadcasts its initial values to the others, lesson 5). After that,
+# nothing in the variable keeps the components equal. Keras creates its weights with aggregation
 # `"none"` (`keras/src/layers/layer.py`, `add_weight`), and for such a variable an `assign` inside a
 # replica step changes only that replica's copy. What keeps the copies equal is the optimizer: in
 # every step it all-reduces the gradients with a SUM (`keras/src/backend/tensorflow/optimizer.py`,
@@ -714,10 +719,11 @@ print(f"test accuracy {result.test['accuracy']:.3f}, {result.samples_per_s:.0f} 
 #   (GPUs, a split GPU, or virtual CPUs) before TensorFlow starts using them.
 # - Batch the data by the global batch = per-replica batch x replicas; the strategy splits it.
 # - Build and compile inside `strategy.scope()`; then `fit()` and `evaluate()` run unchanged.
-# - Every weight is a `MirroredVariable` with one copy per replica. The copies stay identical
-#   because the optimizer all-reduces the gradients and applies one update to every copy; a write
-#   inside a replica step (BatchNormalization's moving statistics, unless `synchronized=True`)
-#   changes only the local copy, and reading or saving the model gives replica 0's.
+# - Every weight is a `MirroredVariable` with one copy per replica. The copies start identical (the
+#   strategy fills them from the first copy) and stay identical because the optimizer all-reduces
+#   the gradients and applies one update to every copy; a write inside a replica step
+#   (BatchNormalization's moving statistics, unless `synchronized=True`) changes only the local copy,
+#   and reading or saving the model gives replica 0's.
 # - Each replica divides its loss by the **global** batch, so the all-reduced sum of the
 #   gradients is the mean gradient: one step with N replicas is the step of one device on the
 #   global batch, as the step by hand showed.

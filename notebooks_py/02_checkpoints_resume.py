@@ -247,9 +247,13 @@ figure.tight_layout()
 
 # %% [markdown]
 # There is a catch: the resumed epoch 2 does not see the data in the order an uninterrupted epoch 2
-# would have. `shuffle()` draws a new order for every pass over the dataset, and a new process starts
-# that sequence again. The curve is continuous, but the run is not the same run. kerasdist fixes this
-# by making each epoch's order a function of (seed, epoch) only; we use it from the command line below.
+# would have. `shuffle()` draws a new order for every pass over the dataset. Here we resumed in the
+# same process with the same `train_dataset`, so its sequence of orders went on from where the
+# crashed run left it; under a strategy, every `fit()` call also takes one order to build the model
+# before its first step (lesson 3, end-of-lesson exercise 1). A new process starts the sequence
+# again, and its resumed epoch 2 replays epoch 1's order. Either way the curve is continuous, but
+# the run is not the same run. kerasdist fixes this by making each epoch's order a function of
+# (seed, epoch) only; we use it from the command line below.
 
 # %% [markdown]
 # ## The ctime trap
@@ -702,11 +706,12 @@ print(f"{'BackupAndRestore':17}{f'epoch 2, batch {backup_batches} (global batch 
 #   until the grace period nearly ends; `tensorflow/python/distribute/failure_handling/failure_handling.py`).
 # - **Custom loops can checkpoint the data position itself.** `tf.train.Checkpoint(iterator=iterator)`
 #   saves a `tf.data` iterator's state with the weights, and restoring it continues at the next
-#   element (`_serialize_to_tensors` of the iterator in `tensorflow/python/data/ops/iterator_ops.py`).
-#   The state includes the pipeline's buffers (the `experimental_symbolic_checkpoint` option in
-#   `tensorflow/python/data/ops/options.py` stores positions instead), so a large shuffle buffer makes
-#   a large checkpoint. `fit()` creates its own iterator, so with `fit()` rebuild each epoch's order
-#   from (seed, epoch) and skip the batches done (end-of-lesson exercise 6).
+#   element (`_serialize_to_tensors` of the iterator in
+#   `tensorflow/python/data/ops/iterator_ops.py`). The state includes the pipeline's buffers (the
+#   `experimental_symbolic_checkpoint` option in `tensorflow/python/data/ops/options.py` stores
+#   positions instead, but not for `shuffle`, which reorders elements), so a large shuffle buffer
+#   makes a large checkpoint. `fit()` creates its own iterator, so with `fit()` rebuild each epoch's
+#   order from (seed, epoch) and skip the batches done (end-of-lesson exercise 6).
 # - **Several workers**: all of them must restore the same checkpoint, and under
 #   `MultiWorkerMirroredStrategy` **every** worker must take part in every save: saving reads
 #   variables, and a sync-on-read variable is saved as its all-reduced value, a collective that waits

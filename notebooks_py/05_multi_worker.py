@@ -310,6 +310,15 @@ q2.assert_correct()
 # The script below does both in each worker: first `fit()`, then the loop, for one epoch, logging
 # the loss of every step for TensorBoard (the next section looks at those logs). We save it to a
 # file and start it twice, with one `TF_CONFIG` each.
+#
+# One rule for such a script: create `MultiWorkerMirroredStrategy()` before any other TensorFlow
+# op, model or dataset. With a `TF_CONFIG` that names a cluster, the strategy sets up TensorFlow's
+# collective ops (the all-reduce between workers), and TensorFlow accepts that only before its
+# runtime has started; the first op, tensor, model or dataset starts it. Created later, the strategy
+# fails with `RuntimeError: Collective ops must be configured at program startup`. Imports are
+# fine: the script below imports kerasdist, Keras and TensorFlow, reads its `TF_CONFIG`, and then
+# creates the strategy before anything else. (Without a cluster, the same late start only logs a
+# warning: lesson 6.)
 
 # %%
 # %%writefile results/05_multi_worker/fit_then_loop.py
@@ -443,8 +452,12 @@ print("identical final weights:", len(digests) == 1)
 assert sum("weights sha256" in line for line in lines) == NUM_WORKERS and len(digests) == 1
 
 # %% [markdown]
-# Both workers trained the same steps on different halves of each global batch, and ended with
-# the same weights, bit for bit: every update was the same all-reduced update.
+# Both workers trained the same steps on different halves of each global batch, and ended with the
+# same weights, bit for bit. They started equal: when the strategy creates a variable, the chief
+# (worker 0) broadcasts its initial value to the other workers
+# (`_get_variable_creator_initial_value` in `collective_all_reduce_strategy.py`), so they would
+# start equal even without `keras.utils.set_random_seed(0)`, which only makes the run repeat itself
+# from one start to the next. Then every update was the same all-reduced update.
 
 # %% [markdown]
 # ## TensorBoard logs from the chief only
@@ -680,8 +693,9 @@ finally:
 # hand. There, `srun kerasdist worker` starts one worker per Slurm task, and each worker builds its
 # cluster from the variables Slurm sets (`SLURM_PROCID`, `SLURM_STEP_NODELIST`, ...) with
 # TensorFlow's `SlurmClusterResolver` instead of a `TF_CONFIG` you write: task 0 is the chief, and
-# the ports come from the job id. `kerasdist worker --cluster slurm` asks for that,
-# `--cluster tf_config` for `TF_CONFIG`, and the default `--cluster auto` takes Slurm's when
+# kerasdist derives the port base from the job id (TensorFlow's default is 8888 on every node), so
+# that most jobs sharing a node use different ports. `kerasdist worker --cluster slurm` asks for
+# that, `--cluster tf_config` for `TF_CONFIG`, and the default `--cluster auto` takes Slurm's when
 # `SLURM_PROCID` is set. Here is what task 3 of a job on two nodes with two tasks each would see:
 
 # %%
@@ -882,11 +896,12 @@ q3.assert_correct()
 # </details>
 # <details><summary>Solution</summary>
 #
-# The workers still agree bit for bit: they all apply the same all-reduced update. But the
-# gradient is now the sum of 2 per-worker means, twice the gradient of the global batch. With
-# SGD the steps would be twice as long; Adam divides each gradient by its running root mean
-# square, so the updates barely change (only through its epsilon). The loss printed is twice the
-# mean loss too. `compute_average_loss` divides by the global batch, so the sum is the mean.
+# The workers still agree bit for bit: they start from worker 0's broadcast weights and all apply
+# the same all-reduced update. But the gradient is now the sum of 2 per-worker means, twice the
+# gradient of the global batch. With SGD the steps would be twice as long; Adam divides each
+# gradient by its running root mean square, so the updates barely change (only through its epsilon).
+# The loss printed is twice the mean loss too. `compute_average_loss` divides by the global batch,
+# so the sum is the mean.
 #
 # </details>
 #

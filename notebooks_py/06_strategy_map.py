@@ -138,7 +138,10 @@ for name in names:
 # - `multi_worker` builds, but without a `TF_CONFIG` describing a cluster it is a cluster of one
 #   worker with one replica (its class is called `CollectiveAllReduceStrategy` inside TensorFlow).
 #   Lesson 5 starts a real two-worker cluster on this machine. TensorFlow may warn that collective
-#   ops were "not configured at program startup": that is about performance, not correctness.
+#   ops were "not configured at program startup": this strategy was created after TensorFlow had
+#   started. That is harmless for this one-worker strategy; in a cluster (with a `TF_CONFIG`) the
+#   same late start is an error, "Collective ops must be configured at program startup", so a
+#   worker creates the strategy before any other TensorFlow op, model or dataset (lesson 5).
 # - `default` and `one_device` are single-device strategies, whatever `num_replicas` says.
 # - `mirrored` is `MirroredStrategy` over the replica devices, with one choice of kerasdist's own:
 #   on CPU devices it sums gradients with `ReductionToOneDevice` (copy the gradients to one device,
@@ -319,7 +322,8 @@ def steady_samples_per_second(step_ends):
 
 
 # %%
-# Train the guide's MLP (784-256-256-10, the model of TensorFlow's distributed-training guide) for one epoch in the given strategy's scope, and describe what it made.
+# Train the guide's MLP (784-256-256-10, get_compiled_model() of the keras.io guide "Multi-GPU distributed
+# training with TensorFlow") for one epoch in the given strategy's scope, and describe what it made.
 train_batches = kerasdist.data.train_dataset(mnist.x_train, mnist.y_train, GLOBAL_BATCH_SIZE,
                                              seed=0, first_epoch=0, last_epoch=1)
 val_batches = kerasdist.data.eval_dataset(mnist.x_val, mnist.y_val, GLOBAL_BATCH_SIZE)
@@ -389,8 +393,10 @@ print("all four strategies trained the same weights, to within 1e-3")
 #   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
 #   replicas compute the same updates as one device, only the order of the floating-point sums
 #   differs. Why the check allows 1e-3: Adam divides each gradient by its own running size, so a
-#   weight whose gradient is zero up to rounding still takes a step of about the learning rate
-#   (1e-3 here), in whichever direction the rounding fell. How often that happens depends on the
+#   weight whose gradient is tiny, yet well above Adam's epsilon (1e-7), still takes a step of about
+#   the learning rate (1e-3 here); where rounding, grown over the steps, flips the sign of such a
+#   gradient, the two runs can step that weight up to twice the learning rate apart. (A gradient
+#   far below epsilon barely moves its weight.) How often that happens depends on the
 #   CPU's matrix kernels, so the same code gives smaller or larger gaps on another CPU (the test
 #   suite runs this lesson with an older instruction set too). That holds for this MLP because it has no BatchNormalization and no dropout. A
 #   BatchNormalization layer normalises each replica's share with that share's own mean and variance
@@ -440,12 +446,13 @@ print(f"steady state (median step of steps {WARMUP_STEPS + 2}..{runs['default'][
 # ## Saving under one strategy, loading under another
 #
 # A saved model does not record the strategy it was trained under. A `MirroredVariable` holds one
-# copy per replica, but the copies are equal (every replica applies the same all-reduced update),
-# so saving writes one plain value per variable, as for an ordinary variable. Loading then creates
-# whatever variables the *current* scope makes: plain ones with no strategy, mirrored ones under
-# `MirroredStrategy`, an aggregating one under `CentralStorageStrategy`. That is how you train on
-# several GPUs and predict on one CPU, or resume on a machine with another number of devices. The
-# same holds for `tf.train.Checkpoint` (lesson 2).
+# copy per replica, but saving writes one plain value per variable, the first replica's, as for an
+# ordinary variable. Since the copies are equal (they start equal and every replica applies the same
+# all-reduced update), nothing is lost; BatchNormalization's unsynchronized moving statistics are
+# the exception (lesson 1). Loading then creates whatever variables the *current* scope makes: plain
+# ones with no strategy, mirrored ones under `MirroredStrategy`, an aggregating one under
+# `CentralStorageStrategy`. That is how you train on several GPUs and predict on one CPU, or resume
+# on a machine with another number of devices. The same holds for `tf.train.Checkpoint` (lesson 2).
 #
 # **Predict, then run.** The model trained under `MirroredStrategy` above keeps two copies of
 # each weight and of each optimizer variable. How many arrays per variable will its saved file

@@ -150,7 +150,10 @@ import keras  # noqa: F401
 # - `multi_worker` builds, but without a `TF_CONFIG` describing a cluster it is a cluster of one
 #   worker with one replica (its class is called `CollectiveAllReduceStrategy` inside TensorFlow).
 #   Lesson 5 starts a real two-worker cluster on this machine. TensorFlow may warn that collective
-#   ops were "not configured at program startup": that is about performance, not correctness.
+#   ops were "not configured at program startup": this strategy was created after TensorFlow had
+#   started. That is harmless for this one-worker strategy; in a cluster (with a `TF_CONFIG`) the
+#   same late start is an error, "Collective ops must be configured at program startup", so a
+#   worker creates the strategy before any other TensorFlow op, model or dataset (lesson 5).
 # - `default` and `one_device` are single-device strategies, whatever `num_replicas` says.
 # - `mirrored` is `MirroredStrategy` over the replica devices, with one choice of kerasdist's own:
 #   on CPU devices it sums gradients with `ReductionToOneDevice` (copy the gradients to one device,
@@ -324,8 +327,9 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 # steady_samples_per_second <- function(ends) global_batch_size / median(diff(ends[-seq_len(warmup_steps)]))
 
 # %% language="R"
-# # The guide's MLP (784-256-256-10, the model of TensorFlow's distributed-training guide) and the data,
-# # then a function that trains one epoch under a strategy and describes it.
+# # The guide's MLP (784-256-256-10, get_compiled_model() of the keras.io guide "Multi-GPU distributed
+# # training with TensorFlow") and the data, then a function that trains one epoch under a strategy and
+# # describes it.
 # build_model <- function() {
 #   inputs <- keras_input(shape = 784, name = "digits")
 #   logits <- inputs |>
@@ -415,8 +419,10 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 #   largest difference from the default strategy's weights): at a fixed global batch, 2 synchronous
 #   replicas compute the same updates as one device, only the order of the floating-point sums
 #   differs. Why the check allows 1e-3: Adam divides each gradient by its own running size, so a
-#   weight whose gradient is zero up to rounding still takes a step of about the learning rate
-#   (1e-3 here), in whichever direction the rounding fell. How often that happens depends on the
+#   weight whose gradient is tiny, yet well above Adam's epsilon (1e-7), still takes a step of about
+#   the learning rate (1e-3 here); where rounding, grown over the steps, flips the sign of such a
+#   gradient, the two runs can step that weight up to twice the learning rate apart. (A gradient
+#   far below epsilon barely moves its weight.) How often that happens depends on the
 #   CPU's matrix kernels, so the same code gives smaller or larger gaps on another CPU (the test
 #   suite runs this lesson with an older instruction set too). That holds for this MLP because it has no BatchNormalization and no dropout. A
 #   BatchNormalization layer normalises each replica's share with that share's own mean and variance
@@ -465,12 +471,13 @@ cat(sprintf("%d steps scheduled, %d finished; the variable counted %d\n", length
 # ## Saving under one strategy, loading under another
 #
 # A saved model does not record the strategy it was trained under. A `MirroredVariable` holds one
-# copy per replica, but the copies are equal (every replica applies the same all-reduced update),
-# so saving writes one plain value per variable, as for an ordinary variable. Loading then creates
-# whatever variables the *current* scope makes: plain ones with no strategy, mirrored ones under
-# `MirroredStrategy`, an aggregating one under `CentralStorageStrategy`. That is how you train on
-# several GPUs and predict on one CPU, or resume on a machine with another number of devices. The
-# same holds for `tf$train$Checkpoint` (lesson 2).
+# copy per replica, but saving writes one plain value per variable, the first replica's, as for an
+# ordinary variable. Since the copies are equal (they start equal and every replica applies the same
+# all-reduced update), nothing is lost; BatchNormalization's unsynchronized moving statistics are
+# the exception (lesson 1). Loading then creates whatever variables the *current* scope makes: plain
+# ones with no strategy, mirrored ones under `MirroredStrategy`, an aggregating one under
+# `CentralStorageStrategy`. That is how you train on several GPUs and predict on one CPU, or resume
+# on a machine with another number of devices. The same holds for `tf$train$Checkpoint` (lesson 2).
 #
 # **Predict, then run.** The model trained under `MirroredStrategy` above keeps two copies of
 # each weight and of each optimizer variable. How many arrays per variable will its saved file
