@@ -130,6 +130,11 @@ def lesson_group(path):
     return f"lesson-{Path(path).name[:2]}"
 
 
+# Module fixtures that take long to build (training runs, the student edition, the site): the tests that use
+# one share an xdist group, so that one process builds it once and runs them all.
+SHARED_FIXTURES = {"runs": "loop-runs", "comparison": "comparison", "student": "student-edition",
+                   "site": "site"}
+
 # The test that runs a lesson's cells under nbval as on another CPU (tests/test_other_cpu.py).
 ON_ANOTHER_CPU = "test_checked_outputs_hold_on_a_cpu_with_other_instruction_sets"
 
@@ -143,11 +148,16 @@ def lessons_run_on_another_cpu(items):
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Mark lesson cells for the full tier, one xdist group per lesson (a lesson's cells share a kernel, so
-    they run in order in one process); skip the keras3 R twins when R lacks keras3/tfdatasets; stop
-    comparing stderr streams. A lesson that ``ON_ANOTHER_CPU`` runs under nbval in this run (as on another
-    CPU: the same cells and comparisons, with other kernels) is not run here a second time."""
+    they run in order in one process), and the tests of each of ``SHARED_FIXTURES`` one group; skip the
+    keras3 R twins when R lacks keras3/tfdatasets; stop comparing stderr streams. A lesson that
+    ``ON_ANOTHER_CPU`` runs under nbval in this run (as on another CPU: the same cells and comparisons,
+    with other kernels) is not run here a second time."""
     twins = {}
     for item in items:
+        shared = [SHARED_FIXTURES[name] for name in getattr(item, "fixturenames", ())
+                  if name in SHARED_FIXTURES]
+        if shared and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
         path = Path(str(item.fspath))
         if path.suffix != ".ipynb" or path.parent != NOTEBOOKS:
             continue

@@ -23,7 +23,7 @@ fi
 .venv/bin/ruff check kerasdist tests benchmarks scripts
 .venv/bin/python -m pytest -q -p no:cacheprovider --doctest-modules kerasdist
 if [ "$tier" = check ]; then
-    exec .venv/bin/python -m pytest -n 2 -m "not slow" tests "$@"
+    exec .venv/bin/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow" tests "$@"
 fi
 # Every lesson cell is bounded: a cell (or a dead kernel) that takes over 15 minutes fails, never hangs.
 # The run ends with its 25 slowest tests, so that the suite's budget (docs/reference/tests.md) is seen.

@@ -83,6 +83,7 @@ def test_lessons_hold_each_exercise_with_its_solution_and_a_correct_check(lesson
             assert f"{CORRECT}\x1b[0m: " in printed, f"{path.name} {exercise.name}: committed without Correct"
 
 
+@pytest.mark.slow  # an R session (about 20 s): make test
 def test_verdicts_speak_the_students_language():
     q1 = exercises_of("01")[0]
     assert str(q1.verdict({}, "python")).startswith(f"{NOT_ATTEMPTED}: define per_replica_batch (it is not")

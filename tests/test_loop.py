@@ -43,6 +43,7 @@ def _assert_same_curves(result, reference):
     assert result.test == pytest.approx(reference.test, abs=TOLERANCE)
 
 
+@pytest.mark.slow  # the runs fixture trains 6 runs (about 45 s): make test
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_loop_loss_curve_matches_fit(runs, replicas):
     loop_result, fit_result = runs[("loop", replicas)], runs[("fit", replicas)]
@@ -51,16 +52,19 @@ def test_loop_loss_curve_matches_fit(runs, replicas):
     _assert_same_curves(loop_result, fit_result)
 
 
+@pytest.mark.slow  # the runs fixture trains 6 runs (about 45 s): make test
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_loop_with_xla_matches_loop_without(runs, replicas):
     _assert_same_curves(runs[("loop_xla", replicas)], runs[("loop", replicas)])
 
 
+@pytest.mark.slow  # the runs fixture trains 6 runs (about 45 s): make test
 def test_two_replicas_follow_the_one_device_curve(runs):
     # The same global batch split over 2 replicas is the same step: the synchronous data-parallel promise.
     _assert_same_curves(runs[("loop", 2)], runs[("loop", 1)])
 
 
+@pytest.mark.slow  # the runs fixture trains 6 runs (about 45 s): make test
 def test_epoch_records_carry_time_and_throughput(runs):
     history = runs[("loop", 2)].history
     assert history["epoch"] == [0, 1]

@@ -70,7 +70,7 @@ def r_test_files(training):
 
 
 @pytest.mark.parametrize("training", [
-    pytest.param(False, id="without-training"),
+    pytest.param(False, id="without-training", marks=pytest.mark.slow),  # an R session (about 25 s): make test
     pytest.param(True, id="training", marks=[pytest.mark.slow, pytest.mark.xdist_group("training")]),
 ])
 def test_testthat_suite_passes_with_rscript(r_library, tmp_path, training):

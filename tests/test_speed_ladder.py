@@ -45,6 +45,7 @@ def test_the_scan_epoch_takes_the_steps_keras_own_training_takes():
     assert result["gap"] < 1e-5, result
 
 
+@pytest.mark.slow  # a process of its own: make test
 def test_a_jax_rung_runs_in_a_process_of_its_own_and_trains(sample_data):
     result = speed_ladder.measure("JAX lax.scan epoch", "sample", epochs=2)
     assert len(result["epoch_seconds"]) == 2 and all(seconds > 0 for seconds in result["epoch_seconds"])

@@ -68,12 +68,14 @@ def test_the_transports_are_a_plain_mirrored_strategys_default_and_reduction_to_
         "ReductionToOneDevice"
 
 
+@pytest.mark.slow  # timed all-reduces (about 12 s): make test
 def test_an_all_reduce_is_timed_on_either_cross_device_ops():
     for transport in LOCAL_TRANSPORTS:
         small, large = _time_in_child(transport, 2, (1 << 10, 1 << 24), repeats=3, timeout_s=300)
         assert 0 < small < 60 and 0 < large < 60  # ordering under load: the slow test
 
 
+@pytest.mark.slow  # 2 processes (about 12 s): make test
 def test_two_worker_processes_all_reduce_over_loopback_and_a_missing_peer_is_one_error():
     small, large = _time_over_workers(2, (1 << 10, 1 << 22), repeats=2, timeout_s=300)
     assert 0 < small < 60 and 0 < large < 60  # ordering under load: the slow test

@@ -61,6 +61,7 @@ def _planted_user_state(home):
     }
 
 
+@pytest.mark.slow  # a Jupyter kernel: make test
 def test_a_lesson_kernel_reads_the_state_of_this_run_not_the_users(isolation, tmp_path):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(KERNEL_REPORT)])
     NotebookClient(notebook, timeout=120, kernel_name="python3").execute(cwd=str(tmp_path))

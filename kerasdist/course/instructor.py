@@ -164,8 +164,7 @@ def student_edition(out, source=SOURCE, lessons=(), verbose=True):
             raise KerasdistError(f"no lesson notebooks in {source} for {sorted(lessons) or 'all lessons'}")
         written = []
         out.mkdir(parents=True, exist_ok=True)
-        for assignment in assignments:
-            release = _release(root, assignment)
+        for release in _release(root, assignments):
             for notebook in sorted(release.glob("*.ipynb")):
                 shutil.copy2(notebook, out / notebook.name)
                 written.append(out / notebook.name)
@@ -192,17 +191,18 @@ def handed_out_map(readme):
     return f"# The lessons\n\n{body.strip()}\n"
 
 
-def _release(root, assignment):
-    """nbgrader's student edition of one lesson in ``root/release/<assignment>``, its folder returned."""
-    code, output = _nbgrader(root, "generate_assignment", assignment, "--force")
+def _release(root, assignments):
+    """nbgrader's student edition of the ``assignments`` of the course in ``root``, all in one nbgrader run;
+    return their folders ``root/release/<assignment>``."""
+    code, output = _nbgrader(root, "generate_assignment", "--force", "--CourseDirectory.assignment_id=*")
     if code != 0:
-        raise KerasdistError(f"nbgrader could not make the student edition of {assignment}: "
+        raise KerasdistError(f"nbgrader could not make the student edition of {', '.join(assignments)}: "
                              f"{_last_error(output)}")
-    release = root / "release" / assignment
-    for notebook in release.glob("*.ipynb"):
+    releases = [root / "release" / assignment for assignment in assignments]
+    for notebook in (notebook for release in releases for notebook in release.glob("*.ipynb")):
         if "BEGIN SOLUTION" in notebook.read_text():  # nbgrader ignored the course's configuration
             raise KerasdistError(f"nbgrader left solutions in {notebook.name}: {_last_error(output)}")
-    return release
+    return releases
 
 
 def _last_error(output):
@@ -299,9 +299,8 @@ def _autograde(found, source, timeout_s, per_cell, verbose):
     scores, status = {}, {}
     with tempfile.TemporaryDirectory(prefix="kerasdist-grading-") as work:
         root = Path(work)
-        _course_directory(root, source, lessons, per_cell)
-        for assignment in sorted(lessons):
-            _release(root, assignment)  # records the lesson's questions in the gradebook
+        # The student editions record the lessons' questions in the gradebook.
+        _release(root, _course_directory(root, source, lessons, per_cell))
         for student, notebooks in found.items():
             for assignment in sorted({assignment_of(nb) for nb in notebooks}):
                 folder = root / "submitted" / student / assignment

@@ -26,7 +26,7 @@ from kerasdist.course.exercises.sessions import prepare_process, python_verdict,
 
 SKIPPED = "skipped"
 # The breakers' time limit: a check that is bounded stops an endless answer at any limit.
-BREAKER_LIMIT_S = 3.0
+BREAKER_LIMIT_S = 1.0
 # Answers that break a check, for an answer that is a function: (case, code, expected message part).
 BREAKERS = {
     "python": (
