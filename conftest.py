@@ -125,8 +125,8 @@ def missing_r_packages():
 
 def lesson_group(path):
     """The xdist group of lesson NN's cells (both twins), and of the tests that execute it again
-    (tests/test_notebooks.py's ``lesson_group`` gives the same name): they share the lesson's result files, so
-    they run one after another in one process, while other lessons run in the other processes."""
+    (``executed()`` of tests/test_notebooks.py gives them the same name): they share the lesson's result
+    files, so they run one after another in one process, while other lessons run in the other processes."""
     return f"lesson-{Path(path).name[:2]}"
 
 

@@ -7,9 +7,9 @@
 #                                  is executed, no Slurm started, nothing trains in another process
 #   bash scripts/test.sh [check] PYTEST-ARGS...   e.g. -k resume, or -n 0 to run in this process
 #
-# Tests that keep both CPU cores busy share an xdist_group ("lessons": nbval and the lessons' stand-in
-# runs; "training": training in other processes), so each group runs one test at a time in one worker
-# while the waiting tests (peer timeouts, Slurm jobs, the browser) run in the others.
+# Tests that must run one after another in one process share an xdist_group ("lesson-NN": lesson NN's
+# cells and its other executions; "training": training in other processes; one group for each long module
+# fixture), and conftest.py queues the groups first, the quick tier last (docs/reference/tests.md).
 # With CI=true a skip fails the run unless tests/conftest.py allows its reason (keras3, a GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -146,9 +146,8 @@ def test_grading_a_class_each_answer_alone_equals_running_each_lesson_and_a_hang
     fast = graded(submitted, tmp_path / "fast.csv")
     columns = ["01_quickstart:q1", "01_quickstart:q2", "01_quickstart:q3"]
     assert [float(whole["alice"][c]) for c in columns] == [1.0, 1.0, 1.0]
-    # Bob's first answer never ends: that cell is stopped at its bound (20 s: lesson 01's longest cell takes a
-    # few seconds; well inside his lesson's 600 s),
-    # his wrong second answer scores 0, and his third is graded.
+    # Bob's first answer never ends: that cell is stopped at its bound (20 s, where lesson 01's longest cell
+    # takes a few seconds; well inside his lesson's 600 s). His wrong second answer scores 0; his third is graded.
     assert [float(whole["bob"][c]) for c in columns] == [0.0, 0.0, 1.0], whole["bob"]["status"]
     assert whole["alice"]["status"] == "lesson01: graded"
     assert whole["bob"]["status"] == "lesson01: graded, 01_quickstart q1 ran past its time limit"

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 # once printed the engine line of a user's cache, not of a fresh machine), Keras' home and backend, matplotlib's
 # settings, and whether an IPython start-up file ran.
 KERNEL_REPORT = """
-import json, os
+import json
 import matplotlib
 import keras
 from keras.src.backend.config import keras_home
