@@ -124,9 +124,9 @@ def missing_r_packages():
 
 
 def lesson_group(path):
-    """The xdist group of lesson NN's cells (both twins), and of the tests that execute it again
-    (``executed()`` of tests/test_notebooks.py gives them the same name): they share the lesson's result
-    files, so they run one after another in one process, while other lessons run in the other processes."""
+    """The xdist group of lesson NN's cells (both twins), and of the tests parametrized by its path (the tests
+    that execute it again): they share the lesson's result files, so they run one after another in one
+    process, while other lessons run in the other processes."""
     return f"lesson-{Path(path).name[:2]}"
 
 
@@ -148,12 +148,16 @@ def lessons_run_on_another_cpu(items):
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Mark lesson cells for the full tier, one xdist group per lesson (a lesson's cells share a kernel, so
-    they run in order in one process), and the tests of each of ``SHARED_FIXTURES`` one group; skip the
+    they run in order in one process) joined by the tests parametrized with its path, and the tests of each
+    of ``SHARED_FIXTURES`` one group; skip the
     keras3 R twins when R lacks keras3/tfdatasets; stop comparing stderr streams. A lesson that
     ``ON_ANOTHER_CPU`` runs under nbval in this run (as on another CPU: the same cells and comparisons,
     with other kernels) is not run here a second time."""
     twins = {}
     for item in items:
+        lesson = getattr(item, "callspec", None) and item.callspec.params.get("lesson")
+        if isinstance(lesson, Path) and lesson.parent == NOTEBOOKS:
+            item.add_marker(pytest.mark.xdist_group(lesson_group(lesson)))
         shared = [SHARED_FIXTURES[name] for name in getattr(item, "fixturenames", ())
                   if name in SHARED_FIXTURES]
         if shared and not item.get_closest_marker("xdist_group"):

@@ -26,7 +26,7 @@ from nbclient import NotebookClient
 
 from kerasdist.data import SAMPLE_DESCRIPTION
 from standin import write_standin
-from test_notebooks import NOTEBOOKS, all_notebooks, executed, is_keras3_twin, load, source, twin_of
+from test_notebooks import NOTEBOOKS, all_notebooks, ids, is_keras3_twin, load, source, twin_of
 
 # A number as a lesson prints it: 3333, 3,333, 0.908, 18 (of 18%), 2.4 (the mantissa of 2.4e-07). Versions
 # such as 2.21.0 are one token and skipped; the lookbehind keeps "ckpt-52" -> 52, "v3.1" out.
@@ -130,8 +130,8 @@ def standin(tmp_path_factory):
     return write_standin(tmp_path_factory.mktemp("standin") / "standin.npz")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("lesson", executed(LESSONS_RUN_HERE))
+@pytest.mark.slow  # in its lesson's xdist group (conftest.py: a test parametrized by a lesson's path)
+@pytest.mark.parametrize("lesson", LESSONS_RUN_HERE, ids=ids(LESSONS_RUN_HERE))
 def test_lesson_runs_on_data_of_another_size_and_types_no_figure_of_its_run(lesson, standin):
     if any('KERAS_BACKEND"] = "jax"' in source(cell) for cell in load(lesson)["cells"]):
         pytest.importorskip("jax", reason="needs JAX, the jax extra (pip install -e '.[jax]')")

@@ -6,6 +6,7 @@ This process has 2 virtual CPU replicas (tests/conftest.py); claims that need ot
 JAX backend run in a fresh, bounded process.
 """
 
+import contextlib
 import inspect
 import json
 import os
@@ -33,6 +34,16 @@ def strategy():
 def per_replica(strategy, value):
     """The components of a mirrored variable or per-replica value, as NumPy arrays."""
     return [np.array(component) for component in strategy.experimental_local_results(value)]
+
+
+@contextlib.contextmanager
+def op_determinism_restored():
+    """Leave TensorFlow's op determinism (process-wide; kerasdist's deterministic runs turn it on) as it was."""
+    was_deterministic = tf_config.is_op_determinism_enabled()
+    try:
+        yield
+    finally:
+        (tf_config.enable_op_determinism if was_deterministic else tf_config.disable_op_determinism)()
 
 
 def run_fresh(code, timeout=180, **environment):
@@ -149,16 +160,13 @@ def test_jit_compile_auto_is_off_for_a_model_built_under_a_strategy(strategy, mo
     gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda *kind: devices + [gpu])
     # Op determinism (which kerasdist's deterministic runs turn on, for the whole process) turns "auto" off too.
-    was_deterministic = tf_config.is_op_determinism_enabled()
-    try:
+    with op_determinism_restored():
         tf_config.enable_op_determinism()
         assert build().jit_compile is False
         tf_config.disable_op_determinism()
         assert build().jit_compile is True
         with strategy.scope():
             assert build().jit_compile is False
-    finally:
-        (tf_config.enable_op_determinism if was_deterministic else tf_config.disable_op_determinism)()
 
 
 class _StopAt(keras.callbacks.Callback):
@@ -364,16 +372,11 @@ def test_fit_compiled_by_xla_fails_under_a_mirrored_strategy_of_two_replicas(str
         model.fit(np.ones((16, 4), "float32"), np.ones((16, 3), "float32"), batch_size=8, epochs=1, verbose=0)
         return int(model.optimizer.iterations.numpy())
 
-    # Keras drops jit_compile=True while op determinism is on (kerasdist's deterministic runs turn it on).
-    was_deterministic = tf_config.is_op_determinism_enabled()
-    tf_config.disable_op_determinism()
-    try:
+    with op_determinism_restored():
+        tf_config.disable_op_determinism()  # Keras drops jit_compile=True while op determinism is on
         with pytest.raises(tf.errors.InvalidArgumentError, match="Trying to access resource"):
             fit_compiled(strategy)
         assert fit_compiled(tf.distribute.get_strategy()) == 2
-    finally:
-        if was_deterministic:
-            tf_config.enable_op_determinism()
 
 
 def test_adam_keeps_each_moment_beside_its_weight_only_when_built_before_fit(strategy):

@@ -84,13 +84,6 @@ def ids(paths):
     return [p.name for p in paths]
 
 
-def executed(paths):
-    """Parameters of a test that executes each lesson of ``paths`` once more: each joins its lesson's xdist group
-    (``lesson-NN``, the group conftest.py gives the lesson's cells), so it never runs beside another execution
-    of the same lesson and its result files, and other lessons run in the other processes meanwhile."""
-    return [pytest.param(p, id=p.name, marks=pytest.mark.xdist_group(f"lesson-{p.name[:2]}")) for p in paths]
-
-
 def test_lessons_exist():
     assert python_lessons(), f"no Python lessons NN_topic.ipynb in {NOTEBOOKS}"
 

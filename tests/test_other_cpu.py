@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from helpers import run_pytest
-from test_notebooks import NOTEBOOKS, all_notebooks, executed, ids, load, source
+from test_notebooks import NOTEBOOKS, all_notebooks, ids, load, source
 
 # Code that asks the machine what it is, in Python or R.
 ASKS_THE_MACHINE = re.compile(
@@ -64,8 +64,8 @@ def other_cpu():
     return {"ONEDNN_MAX_CPU_ISA": older_for_onednn, "XLA_FLAGS": f"--xla_cpu_max_isa={older_for_xla}"}, text
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("lesson", executed(RUN_AGAIN))
+@pytest.mark.slow  # in its lesson's xdist group (conftest.py: a test parametrized by a lesson's path)
+@pytest.mark.parametrize("lesson", RUN_AGAIN, ids=ids(RUN_AGAIN))
 def test_checked_outputs_hold_on_a_cpu_with_other_instruction_sets(lesson, tmp_path):
     environment, cpuinfo = other_cpu()
     prefix = ()
