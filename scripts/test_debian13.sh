@@ -72,10 +72,15 @@ if ! root_works; then
     echo "Debian 13 root built in $(( $(date +%s) - started )) s"
 fi
 
+# Mounts left by an interrupted run are cleared first. A container that shares the host's network
+# namespace refuses a second sysfs ("sysfs already mounted on /sys"): the host's /sys is bound then.
+unmount_all
 trap unmount_all EXIT
 mount -t proc proc "$ROOT/proc"
 mount --rbind /dev "$ROOT/dev" && mount --make-rslave "$ROOT/dev"
-mount -t sysfs sysfs "$ROOT/sys"
+if ! mount -t sysfs sysfs "$ROOT/sys" 2>/dev/null; then
+    mount --rbind /sys "$ROOT/sys" && mount --make-rslave "$ROOT/sys"
+fi
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 cp /usr/local/share/ca-certificates/* "$ROOT/usr/local/share/ca-certificates/" 2>/dev/null || true
 cp /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/ca-certificates.crt"
