@@ -60,7 +60,7 @@ def learning_rate_for(base_learning_rate, num_replicas, scale_with_replicas=Fals
     )
 
 
-def build_model(learning_rate=1e-3, jit_compile=False):
+def build_model(learning_rate=1e-3, jit_compile=False, steps_per_execution=1):
     """Build and compile the guide's MLP; call it inside ``strategy.scope()``.
 
     Architecture: 784 inputs -> Dense 256 ReLU -> Dense 256 ReLU -> 10 logits;
@@ -71,6 +71,7 @@ def build_model(learning_rate=1e-3, jit_compile=False):
     Args:
         learning_rate: a float or a learning-rate schedule.
         jit_compile: compile train steps with XLA.
+        steps_per_execution: steps per compiled call of ``fit()`` (its callbacks run once per call).
 
     Returns:
         A compiled ``keras.Model``.
@@ -92,6 +93,7 @@ def build_model(learning_rate=1e-3, jit_compile=False):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy()],
         jit_compile=jit_compile,
+        steps_per_execution=steps_per_execution,
     )
     optimizer.build(model.trainable_variables)
     return model

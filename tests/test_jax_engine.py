@@ -19,6 +19,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("training")]
 TRAIN = ("train", "--backend", "jax", "--epochs", 3, "--data", "sample", "--json")
 LAUNCH = ("launch", "--backend", "jax", "--workers", 2, "--epochs", 2, "--data", "sample", "--json")
 STEPS_PER_EPOCH = 52  # 3,333 sample digits in batches of 64
+# The kill and stop tests run 4 steps per call, checkpointing every 5 steps: a checkpoint then lands at the end
+# of the call that reaches a multiple of 5, and a stop between two calls (one step per call is the default,
+# which the first test runs).
+RESUMABLE = ("--save-every-steps", 5, "--steps-per-execution", 4)
 
 
 def _final_arrays(record):
@@ -51,8 +55,9 @@ def test_two_devices_take_the_steps_of_one_and_reach_tensorflows_accuracy(one_de
 
 
 def test_one_process_killed_at_a_random_step_resumes_to_the_same_weights(tmp_path):
-    arguments = (*TRAIN, "--replicas", 2, "--save-every-steps", 5)
-    reference = run_cli(*arguments, "--checkpoint-dir", tmp_path / "whole")
+    arguments = (*TRAIN, "--replicas", 2, *RESUMABLE)
+    # The uninterrupted run takes one step per call: the steps per call change where it may stop, not the weights.
+    reference = run_cli(*TRAIN, "--replicas", 2, "--checkpoint-dir", tmp_path / "whole")
     assert reference.returncode == 0, reference.stderr[-2000:]
     kill_at = random.randint(6, 3 * STEPS_PER_EPOCH - 2)
     kill_when_logged((*arguments, "--checkpoint-dir", tmp_path / "killed"), tmp_path / "killed" / "metrics.jsonl",
@@ -102,8 +107,8 @@ def _lines(path):
 
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory):
-    """The record of LAUNCH never interrupted (checkpoints every 5 steps)."""
-    reference = run_cli(*LAUNCH, "--save-every-steps", 5, "--checkpoint-dir", tmp_path_factory.mktemp("whole"),
+    """The record of LAUNCH never interrupted (RESUMABLE's settings)."""
+    reference = run_cli(*LAUNCH, *RESUMABLE, "--checkpoint-dir", tmp_path_factory.mktemp("whole"),
                         timeout=600)
     assert reference.returncode == 0, reference.stdout[-3000:]
     expected = last_json_line(reference.stdout)
@@ -112,7 +117,7 @@ def two_processes(tmp_path_factory):
 
 
 def test_two_processes_killed_at_a_random_step_resume_to_the_same_weights(tmp_path, two_processes):
-    arguments, expected = (*LAUNCH, "--save-every-steps", 5), two_processes
+    arguments, expected = (*LAUNCH, *RESUMABLE), two_processes
     kill_at = random.randint(6, 2 * STEPS_PER_EPOCH - 2)
     status = _launch_and_kill_workers((*arguments, "--checkpoint-dir", tmp_path / "killed"),
                                       tmp_path / "killed" / "metrics.jsonl", kill_at)
@@ -126,7 +131,7 @@ def test_two_processes_killed_at_a_random_step_resume_to_the_same_weights(tmp_pa
 
 
 def test_a_sigint_stops_both_processes_at_the_same_step_and_the_rerun_matches(tmp_path, two_processes):
-    arguments = (*LAUNCH, "--save-every-steps", 5, "--checkpoint-dir", tmp_path / "stopped")
+    arguments = (*LAUNCH, *RESUMABLE, "--checkpoint-dir", tmp_path / "stopped")
     stop_at = random.randint(3, 2 * STEPS_PER_EPOCH - 4)
     _, stopped = signal_when_logged(arguments, tmp_path / "stopped" / "metrics.jsonl",
                                     lambda record: record.get("global_step", 0) >= stop_at, signal.SIGINT)

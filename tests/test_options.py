@@ -55,7 +55,7 @@ def test_run_training_takes_exactly_the_options():
 
 
 def test_an_invalid_option_is_one_line_naming_it():
-    with pytest.raises(KerasdistError, match=r"^steps_per_execution must be an integer >= 1\. Received: "
+    with pytest.raises(KerasdistError, match=r"^steps_per_execution must be an integer >= 1 \(or None\)\. Received: "
                                              r"steps_per_execution=0; use 1"):
         TrainingOptions(steps_per_execution=0)
     with pytest.raises(KerasdistError, match=r"^engine must be loop under strategy multi_worker"):

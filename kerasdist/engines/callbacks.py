@@ -23,23 +23,50 @@ class EpochStepCallback(keras.callbacks.Callback):
     back to 0 when that epoch ends. Subclasses that override ``on_epoch_begin``
     or ``on_epoch_end`` call the base method.
 
+    ``fit(steps_per_execution=K)`` calls ``on_train_batch_end`` once per call
+    of K steps, with the index of the call's last batch (for the epoch's last,
+    shorter call Keras passes the index a full call would end at:
+    keras/src/trainers/epoch_iterator.py, ``_enumerate_iterator``, so
+    ``step`` stops at ``steps_per_epoch``): ``steps_of_call`` gives the steps a
+    call trained, and ``crossed`` whether a step due for a record or a
+    checkpoint lies among them.
+
     Example:
         >>> class PrintStep(EpochStepCallback):
         ...     def on_train_batch_end(self, batch, logs=None):
         ...         print(self.epoch, self.step(batch))
     """
 
-    def __init__(self):
+    def __init__(self, steps_per_epoch=None):
         super().__init__()
+        self.steps_per_epoch = steps_per_epoch
         self.step_offset = 0
         self.epoch = 0
+        self.last_step = 0
 
     def step(self, batch):
         """The 1-based step within the epoch of batch ``batch`` of this ``fit()`` call."""
-        return self.step_offset + batch + 1
+        step = self.step_offset + batch + 1
+        return min(step, self.steps_per_epoch) if self.steps_per_epoch else step
+
+    def steps_of_call(self, batch):
+        """(first, last): the 1-based steps in the epoch of the call that ended at batch ``batch``."""
+        first, self.last_step = self.last_step + 1, self.step(batch)
+        return first, self.last_step
+
+    @staticmethod
+    def crossed(first, last, every):
+        """Whether a multiple of ``every`` lies in ``first..last``.
+
+        Example:
+            >>> EpochStepCallback.crossed(41, 50, 20), EpochStepCallback.crossed(41, 50, 60)
+            (True, False)
+        """
+        return last // every > (first - 1) // every
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
+        self.last_step = self.step_offset
 
     def on_epoch_end(self, epoch, logs=None):
         self.step_offset = 0
@@ -51,7 +78,10 @@ class MetricsRecorder(EpochStepCallback):
     A step record's ``loss`` is what Keras reports after a batch: the running
     mean over the epoch so far. Its ``batch_loss`` is the loss of that batch
     alone: with equal batches (the last partial batch is dropped), the k-th
-    batch's loss is ``k * mean_k - (k - 1) * mean_(k-1)``.
+    batch's loss is ``k * mean_k - (k - 1) * mean_(k-1)``. Where ``fit()``
+    runs several steps per call, a record is written at the end of each call
+    that reaches a step due for one, without ``batch_loss`` (Keras reports
+    only the running mean after the call's last step).
 
     Args:
         log: the ``MetricsLog`` to append to.
@@ -64,9 +94,8 @@ class MetricsRecorder(EpochStepCallback):
     """
 
     def __init__(self, log, steps_per_epoch, global_batch_size, log_every_steps=1):
-        super().__init__()
+        super().__init__(steps_per_epoch)
         self.log = log
-        self.steps_per_epoch = steps_per_epoch
         self.global_batch_size = global_batch_size
         self.log_every_steps = max(1, int(log_every_steps))
         self._epoch_start = 0.0
@@ -83,11 +112,11 @@ class MetricsRecorder(EpochStepCallback):
         # The loop engine knows each batch's loss and passes it as batch_loss.
         mean = logs.get("loss")
         batch_loss = logs.pop("batch_loss", None)
-        if batch_loss is None and mean is not None:
+        first, step = self.steps_of_call(batch)
+        if batch_loss is None and mean is not None and first == step:
             batch_loss = (batch + 1) * mean - batch * self._previous_mean
         self._previous_mean = mean
-        step = self.step(batch)
-        if step % self.log_every_steps and step != self.steps_per_epoch:
+        if not self.crossed(first, step, self.log_every_steps) and step != self.steps_per_epoch:
             return
         record = {"kind": "step", "epoch": self.epoch, "step": step,
                   "global_step": self.epoch * self.steps_per_epoch + step, **logs}
@@ -114,7 +143,9 @@ class CheckpointSaver(EpochStepCallback):
 
     Unlike ``keras.callbacks.BackupAndRestore``, a mid-epoch checkpoint records
     the batch position, and kerasdist resumes at the next batch (its data order
-    is a function of seed and epoch), instead of replaying the epoch.
+    is a function of seed and epoch), instead of replaying the epoch. With
+    several steps per call, it saves at the end of a call that reaches a
+    multiple of N (the weights exist only there).
 
     Args:
         store: the ``CheckpointStore``.
@@ -126,14 +157,14 @@ class CheckpointSaver(EpochStepCallback):
     """
 
     def __init__(self, store, steps_per_epoch, save_every_steps=None):
-        super().__init__()
+        super().__init__(steps_per_epoch)
         self.store = store
-        self.steps_per_epoch = steps_per_epoch
         self.save_every_steps = save_every_steps
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self.step(batch)
-        if self.save_every_steps and step % self.save_every_steps == 0 and step < self.steps_per_epoch:
+        first, step = self.steps_of_call(batch)
+        due = self.save_every_steps and self.crossed(first, step, self.save_every_steps)
+        if due and step < self.steps_per_epoch:
             self.store.save(self.epoch, step, self.epoch * self.steps_per_epoch + step)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -159,9 +190,8 @@ class StopOnSignal(EpochStepCallback):
     """
 
     def __init__(self, store, steps_per_epoch, requested_signal=interrupt.requested_signal):
-        super().__init__()
+        super().__init__(steps_per_epoch)
         self.store = store
-        self.steps_per_epoch = steps_per_epoch
         self.requested_signal = requested_signal
 
     def on_train_batch_end(self, batch, logs=None):
@@ -226,7 +256,8 @@ def standard_callbacks(log, store, steps_per_epoch, global_batch_size, log_every
         >>> [type(c).__name__ for c in standard_callbacks(MetricsLog(), None, 52, 64, 1)]  # doctest: +SKIP
         ['DivergenceGuard', 'MetricsRecorder', 'StopOnSignal']
     """
-    callbacks = [DivergenceGuard(), MetricsRecorder(log, steps_per_epoch, global_batch_size, log_every_steps)]
+    callbacks = [DivergenceGuard(steps_per_epoch),
+                 MetricsRecorder(log, steps_per_epoch, global_batch_size, log_every_steps)]
     if store:
         callbacks.append(CheckpointSaver(store, steps_per_epoch, save_every_steps))
     callbacks.append(stop or StopOnSignal(store, steps_per_epoch, requested_signal))

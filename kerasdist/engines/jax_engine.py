@@ -155,9 +155,10 @@ class _JaxRun:
                                  f"Received: global_batch_size={options.global_batch_size}")
         rate = learning_rate_for(options.learning_rate, self.replicas, options.scale_learning_rate,
                                  warmup_steps=int(options.warmup_epochs * self.steps))
+        self.steps_per_execution = min(options.steps_per_execution or 1, self.steps)
         self.distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
         with self.distribution.scope():
-            self.model = build_model(rate, jit_compile=True)
+            self.model = build_model(rate, jit_compile=True, steps_per_execution=self.steps_per_execution)
         self.evaluator = build_model(rate, jit_compile=True)  # a local copy: no distribution, every process
         self.store = None
         if options.checkpoint_dir is not None:
@@ -252,9 +253,12 @@ def _agreed_stop(store, steps_per_epoch):
 
     A SIGTERM (a requeue, ``scancel``, a time limit) reaches JAX's preemption
     notifier, which tells every process; each calls
-    ``reached_preemption_sync_point`` at every step, and all see True at the
-    same step, where process 0 saves. A SIGINT (``kerasdist launch`` passes
-    Ctrl-C on) is handed to the notifier as a SIGTERM of this process.
+    ``reached_preemption_sync_point`` at the end of every call of
+    ``fit()`` (a step, or several with steps per execution), numbering the
+    calls 1, 2, 3... as JAX's sync needs (it agrees on the highest number
+    reported plus one), and all see True at the end of the same call, where
+    process 0 saves. A SIGINT (``kerasdist launch`` passes Ctrl-C on) is
+    handed to the notifier as a SIGTERM of this process.
     """
     from jax.experimental import multihost_utils
 
@@ -265,13 +269,14 @@ def _agreed_stop(store, steps_per_epoch):
             super().__init__(store, steps_per_epoch, requested_signal=lambda: self.agreed)
             self.agreed = None
             self.notified = False
+            self.calls = 0
 
         def on_train_batch_end(self, batch, logs=None):
             if interrupt.requested_signal() is not None and not self.notified:
                 self.notified = True
                 os.kill(os.getpid(), signal.SIGTERM)  # to JAX's notifier, which tells every process
-            global_step = self.epoch * self.steps_per_epoch + self.step(batch)
-            reached = multihost_utils.reached_preemption_sync_point(global_step)
+            self.calls += 1
+            reached = multihost_utils.reached_preemption_sync_point(self.calls)
             self.agreed = (interrupt.requested_signal() or signal.SIGTERM) if reached else None
             super().on_train_batch_end(batch, logs)
 

@@ -19,6 +19,7 @@ ENGINES = ("auto", "fit", "loop")
 BACKENDS = ("tensorflow", "jax")
 # A killed worker is noticed at once (its connections reset); this bounds the wait for a hung one.
 DEFAULT_COLLECTIVE_TIMEOUT_S = 120
+LOOP_STEPS_PER_EXECUTION = 50
 _NO_FLAG = object()
 
 
@@ -175,9 +176,12 @@ class TrainingOptions:
         None, _optional_count("leave it out for about 100 records per epoch"),
         "log step metrics every N steps (default: ~100 records per epoch).", kind=int)
     steps_per_execution: int = option(
-        50, _count("use 1 for one step per call, or e.g. 50"),
-        "steps per ``tf.function`` call for the loop engine.",
-        "--steps-per-execution", "loop engine: steps per tf.function call (default 50)")
+        None, _optional_count("use 1 for one step per call, or e.g. 50"),
+        "steps per compiled call: the loop engine's ``tf.function`` (default "
+        f"{LOOP_STEPS_PER_EXECUTION}) or the JAX engine's ``fit()`` (default 1, so that every step's own "
+        "loss is logged); the JAX engine logs, checkpoints and stops at the end of a call.",
+        "--steps-per-execution", f"steps per compiled call: loop engine (default {LOOP_STEPS_PER_EXECUTION}) "
+        "and JAX engine (default 1)", kind=int)
     deterministic: bool = option(
         True, checks.flag, "seed everything and turn on TensorFlow's deterministic ops.")
     collective_timeout_s: float = option(

@@ -11,7 +11,7 @@ from kerasdist.devices import configure_replicas
 from kerasdist.engines import choice as engines
 from kerasdist.engines import interrupt, loop
 from kerasdist.engines.callbacks import standard_callbacks
-from kerasdist.engines.options import TrainingOptions
+from kerasdist.engines.options import LOOP_STEPS_PER_EXECUTION, TrainingOptions
 from kerasdist.engines.strategy import make_strategy
 from kerasdist.errors import KerasdistError
 from kerasdist.model import ACCURACY_METRIC, build_model, learning_rate_for, model_signature
@@ -169,7 +169,8 @@ def _context(options, distribution, mnist, engine):
     return TrainingContext(
         model, distribution, mnist, options.epochs, options.global_batch_size, options.seed, position, log,
         store, options.save_every_steps, options.log_every_steps or max(1, steps // 100),
-        min(options.steps_per_execution, steps), options.verbose, options.jit_compile, options.callbacks,
+        min(options.steps_per_execution or LOOP_STEPS_PER_EXECUTION, steps), options.verbose,
+        options.jit_compile, options.callbacks,
     )
 
 

@@ -43,7 +43,8 @@
 #'   epoch ends only).
 #' @param log_every_steps Log step metrics every this many steps (`NULL`:
 #'   about 100 records per epoch).
-#' @param steps_per_execution Steps per `tf.function` call (loop engine).
+#' @param steps_per_execution Steps per compiled call (`NULL`: 50 for the loop
+#'   engine, 1 for the JAX engine, so that each step's own loss is logged).
 #' @param deterministic Seed everything and use deterministic TensorFlow ops.
 #' @param verbose 0 silent, 1 progress bar, 2 one line per epoch.
 #' @returns A data.frame (class `kd_training`) with one row per epoch trained
@@ -77,7 +78,7 @@ kd_train <- function(replicas = 1, epochs = 3, global_batch_size = 64, checkpoin
                      data = "auto", seed = 0, backend = "tensorflow", engine = "fit", strategy = NULL,
                      learning_rate = 1e-3, scale_learning_rate = FALSE, warmup_epochs = 0,
                      jit_compile = FALSE, save_every_steps = NULL, log_every_steps = NULL,
-                     steps_per_execution = 50, deterministic = TRUE, verbose = 2) {
+                     steps_per_execution = NULL, deterministic = TRUE, verbose = 2) {
   args <- list(
     replicas = as_count(replicas, "replicas"),
     epochs = as_count(epochs, "epochs"),
@@ -94,7 +95,7 @@ kd_train <- function(replicas = 1, epochs = 3, global_batch_size = 64, checkpoin
     jit_compile = as_flag(jit_compile, "jit_compile"),
     save_every_steps = as_count(save_every_steps, "save_every_steps", null_ok = TRUE),
     log_every_steps = as_count(log_every_steps, "log_every_steps", null_ok = TRUE),
-    steps_per_execution = as_count(steps_per_execution, "steps_per_execution"),
+    steps_per_execution = as_count(steps_per_execution, "steps_per_execution", null_ok = TRUE),
     deterministic = as_flag(deterministic, "deterministic"),
     verbose = as_verbose(verbose)
   )
