@@ -1,6 +1,10 @@
-"""Throughput of the guide's code, kerasdist's fit engine, its loop engine (1/2/4 replicas, 2 workers) and
-its JAX engine (1 device, 2 devices, 2 processes), and lesson 08's speed ladder, from the guide's fit() to a
-jax.lax.scan epoch.
+"""Throughput of kerasdist's engines against a hand-written JAX program, and lesson 08's speed ladder.
+
+The engines table: the reference (a hand-written JAX program that trains each
+epoch as one ``jax.lax.scan`` and validates in the same jitted call), the
+guide's code, kerasdist's fit engine, its loop engine (1/2/4 replicas, 1 and
+2 workers, 50 and 200 steps per call) and its JAX engine (1 and 50 steps per
+call, 2 devices, 2 processes); every row's ratio to the reference.
 
 Every setup runs in its own process (replicas must be made before TensorFlow
 starts) on the same data, global batch 64: with ``--data fashion``, full-size
@@ -9,16 +13,18 @@ Debian's dataset-fashion-mnist package offline); with ``--data sample``, the
 3,333 training digits of the offline MNIST sample repeated to 50,000 images
 per epoch, validated on the 667 held-out digits and tested on 1,000. Each
 setup trains a few epochs; the first includes tracing and compilation, so
-the score is the best samples/s of the later epochs (and, with
-``--repeats``, of several runs: on a shared CPU other work slows single
-runs down). The machine's limit is the measured matmul throughput (float32,
-and bfloat16 for the mixed-precision rows) divided by the model's training
-FLOPs per sample; each row's share of it is printed.
+a run's score is the median samples/s of its later epochs (training and
+validation, per training sample), and a row's the median of ``--repeats``
+rounds (default 3), every round's score printed beside it: rounds, so that a
+busy spell of a shared CPU hits one run of each row. The machine's limit is
+the measured matmul throughput (float32, and bfloat16 for the
+mixed-precision rows) divided by the model's training FLOPs per sample; each
+row's share of it is printed.
 
 The ladder (``--part ladder``) trains each rung of ``kerasdist.measure.speed_ladder``
 (TensorFlow's fit, steps_per_execution, XLA, kerasdist's loop, Keras on JAX,
 a ``jax.lax.scan`` epoch), each in a fresh process, ``--repeats`` rounds
-(default 3 for the ladder), and prints each rung's median samples/s of
+(default 3), and prints each rung's median samples/s of
 training, its ratio to the scan epoch and its MFU (model FLOPs per second
 over the float32 1024x1024 matmul rate).
 
@@ -41,17 +47,23 @@ import tempfile
 import time
 
 import keras
+import numpy as np
 
 SAMPLE_TRAIN_IMAGES = 50_000
 GLOBAL_BATCH_SIZE = 64
 SEED = 0
 
 
+REFERENCE = "hand-written JAX: a lax.scan epoch and its validation, one jitted call"
+
+
 def setups(steps_per_execution):
-    """The setups to measure, in order; ``kind`` says which runner trains it."""
+    """The setups to measure, in order (the reference first); ``kind`` says which runner trains it."""
     k = steps_per_execution
     fit = {"kind": "train", "engine": "fit", "xla": False, "k": 1, "precision": "float32"}
     rows = [
+        {"name": REFERENCE, "kind": "reference", "backend": "jax", "replicas": 1, "xla": True, "k": "epoch",
+         "precision": "float32"},
         {"name": "guide's code: Keras fit, default strategy", "replicas": 1, **fit, "kind": "seed"},
         {"name": "kerasdist fit engine", "replicas": 1, **fit},
         {"name": "kerasdist fit engine, mirrored", "replicas": 2, **fit},
@@ -59,7 +71,8 @@ def setups(steps_per_execution):
     # The JAX engine: fit() under keras.distribution.DataParallel, always compiled by XLA.
     jax = {"engine": "jax", "backend": "jax", "xla": True, "k": 1, "precision": "float32"}
     rows += [{"name": "kerasdist JAX engine", "kind": "train", "replicas": 1, **jax},
-             {"name": "kerasdist JAX engine, DataParallel", "kind": "train", "replicas": 2, **jax},
+             {"name": "kerasdist JAX engine", "kind": "train", "replicas": 1, **jax, "k": k},
+             {"name": "kerasdist JAX engine, DataParallel", "kind": "train", "replicas": 2, **jax, "k": k},
              {"name": "kerasdist JAX engine, 2 local processes", "kind": "workers", "workers": 2,
               "replicas": 2, **jax}]
     for xla in (False, True):
@@ -67,6 +80,8 @@ def setups(steps_per_execution):
             rows.append({"name": "kerasdist loop engine" + (", mirrored" if replicas > 1 else ""),
                          "kind": "train", "engine": "loop", "replicas": replicas, "xla": xla, "k": k,
                          "precision": "float32"})
+    rows.append({"name": "kerasdist loop engine", "kind": "train", "engine": "loop", "replicas": 1,
+                 "xla": True, "k": 4 * k, "precision": "float32"})
     for xla in (False, True):
         rows.append({"name": "kerasdist loop engine, mixed_bfloat16", "kind": "train", "engine": "loop",
                      "replicas": 1, "xla": xla, "k": k, "precision": "mixed_bfloat16"})
@@ -133,6 +148,35 @@ class EpochTimer(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.seconds.append(time.perf_counter() - self._start)
+
+
+def run_reference(setup, source, epochs):
+    """The hand-written JAX program: each epoch one ``lax.scan`` and its validation, in one jitted call."""
+    import jax
+    import jax.numpy as jnp
+
+    from kerasdist.measure.speed_ladder import validated_scan_epoch
+    from kerasdist.model import build_model
+
+    data = benchmark_data(source)
+    keras.utils.set_random_seed(SEED)
+    model = build_model()
+    x, y = jax.device_put(data.x_train), jax.device_put(data.y_train.astype(np.int32))
+    x_val, y_val = jax.device_put(data.x_val), jax.device_put(data.y_val.astype(np.int32))
+    epoch = validated_scan_epoch(model, x, y, x_val, y_val, GLOBAL_BATCH_SIZE)
+    state = tuple([variable.value for variable in variables] for variables in
+                  (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables))
+    trained = len(data.y_train) // GLOBAL_BATCH_SIZE * GLOBAL_BATCH_SIZE
+    generator, speeds = np.random.default_rng(SEED), []
+    for _ in range(epochs):
+        order = jnp.asarray(generator.permutation(len(data.y_train))[:trained])
+        started = time.perf_counter()
+        state, _, (_, validation_accuracy) = epoch(state, order)
+        validation_accuracy.block_until_ready()
+        speeds.append(trained / (time.perf_counter() - started))
+    logits, _ = model.stateless_call(state[0], state[1], jnp.asarray(data.x_test), training=False)
+    accuracy = float(np.mean(np.argmax(logits, axis=-1) == data.y_test))
+    return {"samples_per_s": speeds, "test_accuracy": accuracy}
 
 
 def run_kerasdist(setup, source, epochs):
@@ -218,23 +262,33 @@ def _result(completed):
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def table(rows, limit):
-    """Markdown table: samples/s, ratio to the guide's code, time ratio to the loop's 1 device, share of the
-    machine's limit (``limit``: see ``run_limit``), accuracy."""
-    seed_rate = rows[0]["samples_per_s"]
+def table(rows, limit, steps_per_execution):
+    """Markdown table: median samples/s and every round's, ratio to the reference and to the guide's code,
+    time ratio to the loop's 1 device at ``steps_per_execution``, share of the machine's limit (``limit``:
+    see ``run_limit``), test accuracy."""
+    reference = rows[0]["samples_per_s"]
+    seed_rate = next(row["samples_per_s"] for row in rows if row["kind"] == "seed")
     one_device = {row["xla"]: row["samples_per_s"] for row in rows if row["kind"] == "train"
-                  and row["engine"] == "loop" and row["replicas"] == 1 and row["precision"] == "float32"}
-    columns = ["setup", "replicas", "XLA", "steps/call", "samples/s", "x guide's code",
-               "time vs loop 1 device",
-               "share of limit", "test accuracy"]
+                  and row["engine"] == "loop" and row["replicas"] == 1 and row["precision"] == "float32"
+                  and row["k"] == steps_per_execution}
+    columns = ["setup", "replicas", "XLA", "steps/call", "samples/s (median)", "rounds", "x reference",
+               "x guide's code", "time vs loop 1 device", "share of limit", "test accuracy"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         is_loop = row.get("engine") == "loop" or (row["kind"] == "workers" and row.get("backend") != "jax")
         time_ratio = f"{one_device[row['xla']] / row['samples_per_s']:.2f}" if is_loop else ""
         share = row["samples_per_s"] * limit["flops_per_sample"] / limit[row["precision"]]
+        rounds = ", ".join(f"{rate:,.0f}" for rate in row["rounds"])
         lines.append(f"| {row['name']} | {row['replicas']} | {'on' if row['xla'] else 'off'} | {row['k']} | "
-                     f"{row['samples_per_s']:,.0f} | {row['samples_per_s'] / seed_rate:.2f} | {time_ratio} | "
-                     f"{share:.0%} | {row['test_accuracy']:.3f} |")
+                     f"{row['samples_per_s']:,.0f} | {rounds} | {row['samples_per_s'] / reference:.2f} | "
+                     f"{row['samples_per_s'] / seed_rate:.2f} | {time_ratio} | {share:.0%} | "
+                     f"{row['test_accuracy']:.3f} |")
+    kerasdist_rows = [row for row in rows if row["name"].startswith("kerasdist")]
+    fastest = max(kerasdist_rows, key=lambda row: row["samples_per_s"])
+    lines += ["", f"kerasdist's fastest setting: {fastest['name']} (replicas {fastest['replicas']}, XLA "
+                  f"{'on' if fastest['xla'] else 'off'}, {fastest['k']} steps/call), "
+                  f"{fastest['samples_per_s'] / reference:.2f}x the reference (medians of "
+                  f"{len(fastest['rounds'])} rounds)"]
     return "\n".join(lines)
 
 
@@ -272,12 +326,13 @@ def main():
     parser.add_argument("--data", choices=("sample", "fashion"), default="sample",
                         help="fashion: full-size Fashion-MNIST; sample: the MNIST sample repeated (default)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per setup; the first is not scored")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="measure every setup this many times, in rounds: the engines keep the best "
-                             "(default 1), the ladder the median (default 3)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="measure every setup this many times, in rounds; each row keeps the median "
+                             "(default 3)")
     parser.add_argument("--part", choices=("engines", "ladder", "all"), default="all",
                         help="the engines table, lesson 08's ladder, or both (default)")
-    parser.add_argument("--steps-per-execution", type=int, default=50, help="loop engine: steps per call")
+    parser.add_argument("--steps-per-execution", type=int, default=50,
+                        help="steps per call of the loop and JAX engines' rows (the loop also runs 4x this)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     parser.add_argument("--run", default=None, help=argparse.SUPPRESS)  # a child process: one setup
     args = parser.parse_args()
@@ -290,7 +345,7 @@ def main():
         elif setup["kind"] == "seed":
             result = run_seed_code(args.data, args.epochs)
         else:
-            run = {"train": run_kerasdist, "workers": run_worker}[setup["kind"]]
+            run = {"train": run_kerasdist, "workers": run_worker, "reference": run_reference}[setup["kind"]]
             result = run(setup, args.data, args.epochs)
         print(json.dumps(result), flush=True)
         return
@@ -302,27 +357,28 @@ def main():
     if args.part in ("engines", "all"):
         engines(args, limit)
     if args.part in ("ladder", "all"):
-        markdown = ladder(args.data, args.epochs, args.repeats or 3, limit)
+        markdown = ladder(args.data, args.epochs, args.repeats, limit)
         with open(os.path.join(args.out, "ladder.md"), "w") as stream:
             stream.write(markdown + "\n")
         print("\n" + markdown + f"\n\nWrote {os.path.join(args.out, 'ladder.md')}")
 
 
 def engines(args, limit):
-    """The engines table: every setup of ``setups``, the best of ``--repeats`` rounds (default 1)."""
-    rows = [dict(setup, samples_per_s=0.0) for setup in setups(args.steps_per_execution)]
-    # Rounds, so that a busy spell on a shared CPU hits one run of each setup.
-    for _ in range(args.repeats or 1):
+    """The engines table: every setup of ``setups``, ``--repeats`` rounds (default 3), medians."""
+    rows = [dict(setup, rounds=[]) for setup in setups(args.steps_per_execution)]
+    rounds = args.repeats
+    for round_number in range(rounds):
         for row in rows:
             started = time.perf_counter()
             result = measure(row, args.data, args.epochs)
-            rate = max(result["samples_per_s"][1:])
-            if rate > row["samples_per_s"]:
-                row.update(samples_per_s=rate, test_accuracy=result["test_accuracy"])
-            print(f"{row['name']} (replicas {row['replicas']}, XLA {'on' if row['xla'] else 'off'}, "
-                  f"{row['precision']}): "
-                  f"{rate:,.0f} samples/s [{time.perf_counter() - started:.0f} s]", flush=True)
-    markdown = table(rows, limit)
+            row["rounds"].append(statistics.median(result["samples_per_s"][1:]))
+            row["test_accuracy"] = result["test_accuracy"]
+            print(f"round {round_number + 1}/{rounds}: {row['name']} (replicas {row['replicas']}, XLA "
+                  f"{'on' if row['xla'] else 'off'}, {row['k']} steps/call, {row['precision']}): "
+                  f"{row['rounds'][-1]:,.0f} samples/s [{time.perf_counter() - started:.0f} s]", flush=True)
+    for row in rows:
+        row["samples_per_s"] = statistics.median(row["rounds"])
+    markdown = table(rows, limit, args.steps_per_execution)
     with open(os.path.join(args.out, "engines.md"), "w") as stream:
         stream.write(markdown + "\n")
     with open(os.path.join(args.out, "engines.csv"), "w", newline="") as stream:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from helpers import checkpoint_tensors, kill_when_logged, last_json_line, run_cli
-from kerasdist.engines import loop
+from kerasdist.engines.callbacks import next_call_end
 from kerasdist.engines.train import run_training
 
 # Loop and fit at the same seed, data order and global batch: every logged running loss and accuracy,
@@ -81,7 +81,7 @@ def test_epoch_records_carry_time_and_throughput(runs):
 ])
 def test_calls_end_at_k_steps_checkpoints_and_epoch_ends(step, steps_per_epoch, steps_per_execution,
                                                           save_every_steps, expected):
-    assert loop._next_stop(step, steps_per_epoch, steps_per_execution, save_every_steps) == expected
+    assert next_call_end(step, steps_per_epoch, steps_per_execution, save_every_steps) == expected
 
 
 TRAIN = ("train", "--engine", "loop", "--epochs", EPOCHS, "--data", "sample", "--save-every-steps", 10,

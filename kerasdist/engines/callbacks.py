@@ -15,6 +15,23 @@ from kerasdist import divergence
 from kerasdist.engines import interrupt
 
 
+def next_call_end(step, steps_per_epoch, steps_per_execution, save_every_steps):
+    """The step after which a call of several steps returns: K steps on, a checkpoint step, or the epoch end.
+
+    Where an engine runs several steps per call, the weights exist only at a
+    call's end: ending calls at the checkpoint steps lets the callbacks save
+    there (kerasdist's loop, the JAX engine's own loop).
+
+    Example:
+        >>> next_call_end(40, 52, 50, None), next_call_end(0, 52, 50, 20)
+        (52, 20)
+    """
+    end = min(steps_per_epoch, step + steps_per_execution)
+    if save_every_steps:
+        end = min(end, (step // save_every_steps + 1) * save_every_steps)
+    return end
+
+
 class EpochStepCallback(keras.callbacks.Callback):
     """Base for callbacks that number steps within the epoch, right after a mid-epoch resume too.
 
@@ -59,7 +76,7 @@ class EpochStepCallback(keras.callbacks.Callback):
         """Whether a multiple of ``every`` lies in ``first..last``.
 
         Example:
-            >>> EpochStepCallback.crossed(41, 50, 20), EpochStepCallback.crossed(41, 50, 60)
+            >>> EpochStepCallback.crossed(41, 50, 25), EpochStepCallback.crossed(41, 50, 30)
             (True, False)
         """
         return last // every > (first - 1) // every

@@ -43,6 +43,9 @@ from kerasdist.state.run_state import RunPosition
 
 STRATEGY_NAME = "DataParallel"
 ENGINE_NAME = "fit"
+# Validation and test in batches of up to 10,000: MNIST's 10,000 validation digits are one compiled call (a
+# batch of 64 would be 157 calls from Python), and their activations take about 20 MB.
+EVALUATION_BATCH_SIZE = 10_000
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
 
@@ -141,6 +144,7 @@ class _JaxRun:
 
     def __init__(self, keras, options, mnist, devices, process):
         from kerasdist.engines.callbacks import standard_callbacks
+        from kerasdist.engines.jax_steps import ScannedSteps
         from kerasdist.model import build_model, learning_rate_for, model_signature
         from kerasdist.state.jax_checkpoint import JaxCheckpointStore
         from kerasdist.state.metrics_log import MetricsLog
@@ -156,9 +160,14 @@ class _JaxRun:
         rate = learning_rate_for(options.learning_rate, self.replicas, options.scale_learning_rate,
                                  warmup_steps=int(options.warmup_epochs * self.steps))
         self.steps_per_execution = min(options.steps_per_execution or 1, self.steps)
+        # One process, several steps per call: kerasdist's own calls (jax_steps); else Keras' fit().
+        scanned = process is None and self.steps_per_execution > 1
         self.distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
         with self.distribution.scope():
-            self.model = build_model(rate, jit_compile=True, steps_per_execution=self.steps_per_execution)
+            self.model = build_model(rate, jit_compile=True,
+                                     steps_per_execution=1 if scanned else self.steps_per_execution)
+            self.scanned = ScannedSteps(self.model, self.distribution, mnist.x_train, mnist.y_train,
+                                        options.global_batch_size) if scanned else None
         self.evaluator = build_model(rate, jit_compile=True)  # a local copy: no distribution, every process
         self.store = None
         if options.checkpoint_dir is not None:
@@ -171,9 +180,11 @@ class _JaxRun:
         self.log = MetricsLog(options.checkpoint_dir if writes_log else None,
                               last_checkpoint=lambda: self.store.latest_checkpoint if self.store else None)
         self.log.resume(self.position.global_step)
+        self.at_call_end = True  # the model's variables hold the weights of the step the callbacks see
         self.callbacks = [_validation(keras, self), *standard_callbacks(
             self.log, self.store, self.steps, options.global_batch_size,
             options.log_every_steps or max(1, self.steps // 100), options.save_every_steps,
+            requested_signal=lambda: interrupt.requested_signal() if self.at_call_end else None,
             extra=options.callbacks, stop=_agreed_stop(self.store, self.steps) if process else None)]
 
     def train(self):
@@ -197,13 +208,45 @@ class _JaxRun:
                     callback.step_offset = skip
             start = time.perf_counter()
             with self.distribution.scope():
-                self.model.fit(self.mnist.x_train[mine], self.mnist.y_train[mine], batch_size=local,
-                               epochs=epoch + 1, initial_epoch=epoch, shuffle=False, callbacks=self.callbacks,
-                               verbose=options.verbose if self.index == 0 else 0)
+                if self.scanned:
+                    self._train_scanned(epoch, skip, mine)
+                else:
+                    verbose = options.verbose if self.index == 0 else 0
+                    self.model.fit(self.mnist.x_train[mine], self.mnist.y_train[mine], batch_size=local,
+                                   epochs=epoch + 1, initial_epoch=epoch, shuffle=False,
+                                   callbacks=self.callbacks, verbose=verbose)
             seconds += time.perf_counter() - start
             samples += len(order)
         return self._said(samples, seconds, f"Trained epochs {position.epoch + 1}..{options.epochs} of "
                                             f"{options.epochs} in {seconds:.1f} s.")
+
+    def _train_scanned(self, epoch, skip, order):
+        """Epoch ``epoch`` from step ``skip`` in calls of ``jax_steps.ScannedSteps``, driving the callbacks as
+        ``fit`` does (a progress bar, one batch event per step); a call ends at a checkpoint step, and a stop
+        is seen only at a call's end, where the model's variables hold that step's weights."""
+        from kerasdist.engines.callbacks import next_call_end
+
+        options, steps = self.options, self.steps
+        callbacks = self.keras.callbacks.CallbackList(
+            self.callbacks, add_progbar=options.verbose != 0, model=self.model, verbose=options.verbose,
+            epochs=options.epochs, steps=steps - skip)
+        callbacks.on_train_begin()
+        callbacks.on_epoch_begin(epoch)
+        self.model.reset_metrics()
+        state, batches = self.scanned.state(), order.reshape(-1, options.global_batch_size).astype(np.int32)
+        step, logs = skip, {}
+        while step < steps:
+            end = next_call_end(step, steps, self.steps_per_execution, options.save_every_steps)
+            self.at_call_end = False
+            state, step_logs = self.scanned.run(state, batches[step - skip:end - skip])
+            self.scanned.write(state)
+            for index in range(end - step):
+                self.at_call_end = step + index + 1 == end
+                logs = {name: float(values[index]) for name, values in step_logs.items()}
+                callbacks.on_train_batch_end(step + index - skip, logs)
+            step = end
+        callbacks.on_epoch_end(epoch, dict(logs))
+        callbacks.on_train_end()
 
     def _said(self, samples, seconds, message):
         if self.options.verbose:
@@ -226,7 +269,7 @@ class _JaxRun:
         training_distribution = distribution.distribution()  # set while fit() runs this from a callback
         distribution.set_distribution(None)
         try:
-            metrics = self.evaluator.evaluate(x, y, batch_size=self.options.global_batch_size, verbose=0,
+            metrics = self.evaluator.evaluate(x, y, batch_size=EVALUATION_BATCH_SIZE, verbose=0,
                                               return_dict=True)
         finally:
             distribution.set_distribution(training_distribution)

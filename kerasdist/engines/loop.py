@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from kerasdist import data as data_module
 from kerasdist.engines import interrupt
+from kerasdist.engines.callbacks import next_call_end
 from kerasdist.errors import KerasdistError
 from kerasdist.model import ACCURACY_METRIC, LOSS_METRIC
 
@@ -290,7 +291,7 @@ def _train_one_epoch(context, steps, iterator, validation, epoch, first_step, ca
     totals = np.zeros(_STATISTICS)
     step = first_step
     while step < steps_per_epoch:
-        call_end = _next_stop(step, steps_per_epoch, context.steps_per_execution, context.save_every_steps)
+        call_end = next_call_end(step, steps_per_epoch, context.steps_per_execution, context.save_every_steps)
         statistics = steps.train(iterator, call_end - step)
         agreed = stop.agree() if call_end < steps_per_epoch else None
         for loss_sum, correct, examples in statistics:
@@ -320,14 +321,6 @@ def _stop_signal(strategy):
                 lambda value: strategy.gather(strategy.run(tf.identity, args=(value,)), axis=0))
         requested = int(np.max(_STOP_REDUCERS[strategy](tf.constant([requested], tf.int32)).numpy()))
     return requested or None
-
-
-def _next_stop(step, steps_per_epoch, steps_per_execution, save_every_steps):
-    """The step after which the next call returns: K steps on, a checkpoint step, or the epoch end."""
-    stop = min(steps_per_epoch, step + steps_per_execution)
-    if save_every_steps:
-        stop = min(stop, (step // save_every_steps + 1) * save_every_steps)
-    return stop
 
 
 def _means(totals):

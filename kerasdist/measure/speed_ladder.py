@@ -229,6 +229,32 @@ def scan_epoch(model, x, y, batch_size):
     return epoch
 
 
+def validated_scan_epoch(model, x, y, x_val, y_val, batch_size):
+    """``scan_epoch`` followed, in the same jitted call, by the loss and accuracy on (x_val, y_val).
+
+    The hand-written JAX program that kerasdist's engines are measured against
+    (``benchmarks/benchmark_engines.py``): an epoch and its validation, one
+    call, nothing returning to Python in between.
+
+    Example:
+        >>> epoch = validated_scan_epoch(model, x, y, x_val, y_val, 64)             # doctest: +SKIP
+        >>> state, losses, (val_loss, val_accuracy) = epoch(state, order)           # doctest: +SKIP
+    """
+    import jax
+    import jax.numpy as jnp
+
+    train_epoch = scan_epoch(model, x, y, batch_size)
+
+    @jax.jit
+    def epoch(state, order):
+        state, losses = train_epoch(state, order)
+        logits, _ = model.stateless_call(state[0], state[1], x_val, training=False)
+        accuracy = jnp.mean(jnp.argmax(logits, axis=-1) == y_val)
+        return state, losses, (model.loss(y_val, logits), accuracy)
+
+    return epoch
+
+
 def _train_scan(data, epochs, batch_size):
     import jax
     import jax.numpy as jnp
