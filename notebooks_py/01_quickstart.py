@@ -790,6 +790,7 @@ print("inside strategy.run(): replica ids", [int(i) for i in strategy.experiment
 #    each divided by the global batch, is again the mean gradient.
 #
 #    </details>
+#
 # 2. Keep the global batch at 64 with 4 replicas. What per-replica batch do you get? Predict, then
 #    measure: how far does the training loss per epoch move from the 2-replica run's?
 #
@@ -808,6 +809,7 @@ print("inside strategy.run(): replica ids", [int(i) for i in strategy.experiment
 #    close the runs stay, step by step).
 #
 #    </details>
+#
 # 3. Build *and compile* the model *outside* `strategy.scope()` and fit it as before. Which
 #    strategy does `model.distribute_strategy` report, and how many replicas actually train?
 #
@@ -825,6 +827,7 @@ print("inside strategy.run(): replica ids", [int(i) for i in strategy.experiment
 #    optimizer was made under the strategy and asks for its scope when it creates its variables.)
 #
 #    </details>
+#
 # 4. Are the optimizer's variables mirrored too? Inspect `model.optimizer.variables`.
 #
 #    <details><summary>Hint</summary>
@@ -841,6 +844,7 @@ print("inside strategy.run(): replica ids", [int(i) for i in strategy.experiment
 #    (`v.value.aggregation`): a write in a replica step takes the first replica's value for every copy.
 #
 #    </details>
+#
 # 5. Write the replicas' step yourself with `strategy.run`, the single-device way: each replica
 #    takes `tf.reduce_mean` of its per-example losses (the mean over its *local* batch), and
 #    all-reduces its gradients with `tf.distribute.get_replica_context().all_reduce`. Compare the
@@ -875,6 +879,7 @@ print("inside strategy.run(): replica ids", [int(i) for i in strategy.experiment
 #    of the per-example losses by the global batch (`tf.nn.compute_average_loss`) instead.
 #
 #    </details>
+#
 # 6. In a terminal, run `python -m kerasdist devices --replicas 2` and
 #    `python -m kerasdist train --replicas 2 --epochs 3 --global-batch-size 64 --data sample`, and
 #    compare the test accuracy with the one above.
@@ -891,5 +896,6 @@ print("inside strategy.run(): replica ids", [int(i) for i in strategy.experiment
 #    `KERASDIST_DATA`, which may be full MNIST).
 #
 #    </details>
+#
 #
 # Next: [Checkpoints and resume](02_checkpoints_resume.ipynb)

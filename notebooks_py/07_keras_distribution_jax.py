@@ -792,6 +792,7 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 #    run uses four virtual CPUs, and the global batch of 64 splits into four shares of 16.
 #
 #    </details>
+#
 # 2. Make `ModelParallel` also split the `logits` layer: add
 #    `layout_map["logits.*kernel"] = (None, "model")`. What happens with two devices, and with four
 #    (`NUM_DEVICES = 4`)? Why?
@@ -809,6 +810,7 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 #    Splitting rows instead, `("model", None)`, splits the 256 inputs of the layer.
 #
 #    </details>
+#
 # 3. In kerasdist's JAX engine (`kerasdist/engines/jax_engine.py`, where `_JaxRun` makes the
 #    `DataParallel`), use the default `auto_shard_dataset=True` and run the launch cell again. What
 #    does a failing process print? (Drop `auto_shard_dataset=False` in `_JaxRun.__init__`: the
@@ -833,6 +835,7 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 #    `tf.data.Dataset` of the whole global batches with auto-sharding on is the other way.
 #
 #    </details>
+#
 # 4. Remove `XLA_FLAGS` from the first code cell, restart the kernel and run the first cells.
 #    How many devices does JAX see, and what does `DataParallel` do with them?
 #
@@ -848,6 +851,7 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 #    started changes nothing: restart the kernel.
 #
 #    </details>
+#
 # 5. Replace the two-process launch by the environment variables that `keras.distribution.initialize`
 #    reads: which three are they, and what does each process set?
 #
@@ -863,5 +867,6 @@ print("keras.callbacks.OrbaxCheckpoint exists:", hasattr(keras.callbacks, "Orbax
 #    then each process calls `keras.distribution.initialize()` with no arguments.
 #
 #    </details>
+#
 #
 # Next: back to the [course map](../README.md#lessons).

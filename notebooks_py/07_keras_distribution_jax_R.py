@@ -777,6 +777,7 @@
 #    losses still match one device up to rounding.
 #
 #    </details>
+#
 # 2. Make `ModelParallel` also split the `logits` layer:
 #    `reticulate::py_set_item(layout_map, "logits.*kernel", reticulate::tuple(NULL, "model"))`. What happens with
 #    two devices, and with four (`num_devices <- 4L`)? Why?
@@ -793,6 +794,7 @@
 #    split dimension must divide evenly across its mesh axis, as the hidden layers' 256 columns do.
 #
 #    </details>
+#
 # 3. In kerasdist's JAX engine (`kerasdist/engines/jax_engine.py`, where `_JaxRun` makes the
 #    `DataParallel`), use the default `auto_shard_dataset=True` and run the launch cell again. What
 #    does a failing process print? (Drop `auto_shard_dataset=False` in `_JaxRun.__init__`: the
@@ -815,6 +817,7 @@
 #    sharded (each process passes its own share), which is why it sets that.
 #
 #    </details>
+#
 # 4. Leave out the `XLA_FLAGS` line of the first `%%R` cell, restart the kernel and run the first
 #    cells. How many devices does JAX see?
 #
@@ -829,6 +832,7 @@
 #    Setting `XLA_FLAGS` after JAX has started changes nothing: restart the kernel.
 #
 #    </details>
+#
 # 5. Which three environment variables does `keras$distribution$initialize()` read when it is
 #    called without arguments?
 #
@@ -843,5 +847,6 @@
 #    `KERAS_DISTRIBUTION_NUM_PROCESSES` and `KERAS_DISTRIBUTION_PROCESS_ID` (0, 1, ...).
 #
 #    </details>
+#
 #
 # Next: back to the [course map](../README.md#lessons).

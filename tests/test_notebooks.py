@@ -126,6 +126,19 @@ def test_no_committed_output_is_an_error(notebook):
 
 
 @pytest.mark.parametrize("notebook", all_notebooks(), ids=ids(all_notebooks()))
+def test_markdown_after_a_details_block_renders_as_markdown(notebook):
+    """In CommonMark (Jupyter's renderer) a line of HTML runs on until a blank line: text right after a
+    closing ``</details>`` would show as raw text (backticks, list numbers) instead of markdown."""
+    glued = []
+    for index, cell in enumerate(load(notebook)["cells"]):
+        lines = source(cell).splitlines() if cell["cell_type"] == "markdown" else []
+        glued += [f"cell {index}: {following.strip()[:60]!r}" for closing, following in zip(lines, lines[1:])
+                  if closing.strip() == "</details>" and following.strip()
+                  and not following.strip().startswith("<details>")]
+    assert not glued, f"{notebook.name}: put a blank line after </details> before " + "; ".join(glued)
+
+
+@pytest.mark.parametrize("notebook", all_notebooks(), ids=ids(all_notebooks()))
 def test_outputs_name_no_machine_paths(notebook):
     text = json.dumps(outputs(load(notebook)))
     places = {str(REPO), tempfile.gettempdir().rstrip("/") + "/", os.path.expanduser("~").rstrip("/") + "/"}
