@@ -67,8 +67,10 @@
 # 1. **the same start and the same order**: the same initial weights, and the same examples in
 #    every global batch (lesson 3 builds such runs);
 # 2. **equal shares**: every replica gets as many examples as every other in every step. Keras
-#    averages each replica's loss over its own share, so an uneven last batch weighs the examples
-#    of the smaller share more (lesson 3; the remedy is `drop_remainder = TRUE`);
+#    computes step 2's division as each replica's mean loss over its own share, divided by the
+#    number of replicas: the same as dividing by the global batch when the shares are equal, but an
+#    uneven last batch then weighs the examples of the smaller share more (lesson 3; the remedy is
+#    `drop_remainder = TRUE`);
 # 3. **no layer that looks across the batch**: BatchNormalization normalises with the statistics of
 #    the batch it sees, on N replicas each replica's local batch, and keeps its moving statistics
 #    per replica (`synchronized = TRUE` repairs both);
@@ -673,10 +675,8 @@ import keras  # noqa: F401
 #
 # **Gradient clipping.** `clipnorm`, `global_clipnorm` and `clipvalue` clip the gradient before
 # the update (`clipnorm` scales each gradient tensor down to that norm at most, like
-# `tf$clip_by_norm()`). In Keras 3 the optimizer clips *each replica's* gradient (its share, divided
-# by the global batch) and only then all-reduces: `keras/src/optimizers/base_optimizer.py`, `apply`,
-# calls `_clip_gradients` and then `_backend_update_step`, whose TensorFlow version does the
-# all-reduce.
+# `tf$clip_by_norm()`).
+#
 # **Predict, then run.** One SGD step with `clipnorm`, on 2 replicas, from the initial weights of the
 # step by hand: does it apply the mean gradient clipped, as one device would, or the sum of the two
 # replicas' gradients, each clipped on its own?
@@ -712,6 +712,9 @@ import keras  # noqa: F401
 #             max_abs_difference(get_weights(clipped), initial_weights)))
 
 # %% [markdown]
+# The second: in Keras 3 the optimizer clips *each replica's* gradient (its share, divided by the
+# global batch) and only then all-reduces (`keras/src/optimizers/base_optimizer.py`: `apply` calls
+# `_clip_gradients`, then `_backend_update_step`, whose TensorFlow version does the all-reduce).
 # Each replica's share of the gradient is about 1/N of the mean gradient, so on N replicas the same
 # threshold clips less of it, and the summed update may reach N times the threshold. Keras 3 has no
 # switch to clip after the all-reduce: with clipping, N replicas train correctly but not as one
