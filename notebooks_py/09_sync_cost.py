@@ -149,7 +149,8 @@ print("MirroredStrategy's all-reduce equals the ring by hand to float32 precisio
 # do with less (each device must send out all but its own 1/N share of the sum and receive the rest),
 # so a ring is **bandwidth-optimal**. Its weakness is latency: 2(N−1) steps one after another. A
 # binomial **tree** (reduce to a root, then broadcast) needs only 2⌈log₂N⌉ steps, but in its plain
-# form sends the whole gradient at each; NCCL pipelines the chunks through two binary trees across
+# form sends the whole gradient at each; NCCL (NVIDIA's collective communications library, which
+# GPUs all-reduce with) pipelines the chunks through two binary trees across
 # nodes to keep the bandwidth and get the tree's few latencies.
 
 # %%
@@ -275,14 +276,14 @@ print(step_table.round(2).to_string(index=False))
 
 # %% [markdown]
 # On this machine the measured steps are closer to the "shared cores" prediction than to the "own
-# processors" one (the printout says how close, and on which side): virtual devices split a step's
+# processors" one (the table's columns say how close, and on which side): virtual devices split a step's
 # work into N pieces but have only the same cores to run them on, and each replica's share of the
 # all-reduce runs on those cores too. On real GPUs each replica has its own processor, so the compute
 # really shrinks with N, and the all-reduce, which does not, becomes the part that limits the
 # speed-up. The gap is also what α-β leaves out: Adam's update on every
 # replica, and the runtime's work per replica, which grow with N; and one replica's small ops do not
 # keep both cores busy, while N replicas run side by side. So the "shared cores" line is an estimate,
-# not a bound: a measured step can fall on either side of it (the printout says which).
+# not a bound: a measured step can fall on either side of it (compare the first two columns).
 
 # %% [markdown]
 # ### Exercise q2: the break-even local batch
@@ -375,7 +376,7 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # The larger model has 100 times the compute *and* 100 times the
 # gradient, so the ratio at a fixed local batch stays the same; what changes is that latency matters
 # less. Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
-# (buckets sent as soon as their gradients exist, as PyTorch DDP does; the model takes the backward
+# (buckets sent as soon as their gradients exist, as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward
 # pass as two thirds of the compute and sends the buckets one after another) help most when bandwidth
 # limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, splits the
 # gradients into several all-reduces, packed in reverse order so that the last layers' gradients, which
@@ -392,7 +393,8 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # ## Memory: replicated or sharded
 #
 # Training with Adam keeps, per parameter: the weight (4 bytes in float32), its gradient (4), and
-# Adam's two moments (4 each). In ZeRO/DeepSpeed-style mixed precision, weights and gradients are
+# Adam's two moments (4 each). In the mixed precision of ZeRO (the memory optimizer of Microsoft's
+# DeepSpeed library), weights and gradients are
 # bfloat16 (2 each) beside a float32 master copy (4), so the total does not shrink. (Keras'
 # `mixed_bfloat16` of lesson 8 keeps its variables and gradients in float32 and only computes in
 # bfloat16: 16 bytes too.) **Data parallelism
@@ -504,7 +506,7 @@ print(kinds.to_string(index=False))
 # ## Performance tips
 #
 # - **Measure your link before buying devices**: `kerasdist sync-cost` prints α and β of this
-#   machine's CPU transports; on a GPU machine, fit the same model to NCCL's timings (nccl-tests) to
+#   machine's CPU transports; on a GPU machine, fit the same model to NCCL's timings (NVIDIA's nccl-tests benchmarks) to
 #   get your break-even batch.
 # - **Raise the local batch first** (the gradient's size does not grow with it), then send bfloat16
 #   gradients; bucket and overlap the all-reduce where each bucket's latencies are small next to its
