@@ -12,6 +12,10 @@ TensorFlow is broken, keras-team/keras#20585):
 - several processes join through ``keras.distribution.initialize`` (JAX's
   gloo collectives between CPU processes, NCCL between GPUs); each feeds its
   own share of every global batch;
+- with ``steps_per_execution`` > 1 in one process, kerasdist's own calls
+  (``kerasdist.engines.jax_steps``: a jitted ``lax.scan`` of Keras'
+  ``train_step`` over device-resident data) replace ``fit()``, with the same
+  callbacks, checkpoints and stops (the record's ``engine`` says "loop");
 - checkpoints (``kerasdist.state.jax_checkpoint``) hold weights, optimizer state and
   the position, mid-epoch included, written by process 0; a run killed at any
   step and run again ends with the same weights as one never interrupted.
@@ -43,6 +47,7 @@ from kerasdist.state.run_state import RunPosition
 
 STRATEGY_NAME = "DataParallel"
 ENGINE_NAME = "fit"
+SCANNED_ENGINE_NAME = "loop"  # one process, several steps per call: kerasdist's own calls (jax_steps)
 # Validation and test in batches of up to 10,000: MNIST's 10,000 validation digits are one compiled call (a
 # batch of 64 would be 157 calls from Python), and their activations take about 20 MB.
 EVALUATION_BATCH_SIZE = 10_000
@@ -102,7 +107,8 @@ def run_training(options, process=None):
         process: this process's ``Process`` when several train together; None for one process.
 
     Returns:
-        A ``kerasdist.result.TrainingResult`` (``strategy`` "DataParallel", ``engine`` "fit").
+        A ``kerasdist.result.TrainingResult`` (``strategy`` "DataParallel", ``engine`` "fit", or "loop"
+        for kerasdist's own calls of several steps in one process).
 
     Raises:
         KerasdistError: for invalid options, data or checkpoints, before anything is written.
@@ -280,7 +286,8 @@ class _JaxRun:
 
         options = self.options
         return TrainingResult(
-            **options.recorded(), replicas=self.replicas, strategy=STRATEGY_NAME, engine=ENGINE_NAME,
+            **options.recorded(), replicas=self.replicas, strategy=STRATEGY_NAME,
+            engine=SCANNED_ENGINE_NAME if self.scanned else ENGINE_NAME,
             initial_epoch=self.position.epoch, epochs_run=max(0, options.epochs - self.position.epoch),
             history=self.log.history(), steps=self.log.steps(), test=test, wall_time_s=seconds,
             samples_per_s=samples / seconds if seconds > 0 else None, data_source=self.mnist.provenance(),
