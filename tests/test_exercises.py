@@ -66,6 +66,16 @@ def test_every_lesson_has_its_checked_exercises(lesson):
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
+def test_printing_an_exercise_shows_its_title_not_its_solution(lesson):
+    for exercise in exercises_of(lesson):
+        shown = repr(exercise) + str(exercise)
+        assert exercise.title in shown
+        leaked = [code for code in (*exercise.solutions.values(), *(w.code[k] for w in exercise.wrong for k in w.code))
+                  if code.strip() and code.strip().splitlines()[-1].strip() in shown]
+        assert not leaked, f"printing {exercise.name} shows answer-key code"
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
 def test_lessons_hold_each_exercise_with_its_solution_and_a_correct_check(lesson):
     for language, path in lesson_notebooks(lesson):
         notebook = nbformat.read(path, as_version=4)
