@@ -55,9 +55,8 @@ BAD_NUMBERS = {
 }
 BAD_IN_PYTHON = {
     **{name: st.one_of(bad, _wrong_type()) for name, bad in BAD_NUMBERS.items()},
-    "save_every_steps": st.one_of(
-        BAD_NUMBERS["save_every_steps"], _wrong_type().filter(lambda v: v is not None)
-    ),
+    **{name: st.one_of(BAD_NUMBERS[name], _wrong_type().filter(lambda v: v is not None))
+       for name in ("save_every_steps", "steps_per_execution")},  # None: the default
     "epochs": st.one_of(
         BAD_NUMBERS["epochs"], _not_finite(), st.floats(0.01, 1e6).filter(lambda x: x % 1), _wrong_type()
     ),
