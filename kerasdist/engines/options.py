@@ -178,8 +178,8 @@ class TrainingOptions:
     steps_per_execution: int = option(
         None, _optional_count("use 1 for one step per call, or e.g. 50"),
         "steps per compiled call: the loop engine's ``tf.function`` (default "
-        f"{LOOP_STEPS_PER_EXECUTION}) or the JAX engine's ``fit()`` (default 1, so that every step's own "
-        "loss is logged); the JAX engine logs, checkpoints and stops at the end of a call.",
+        f"{LOOP_STEPS_PER_EXECUTION}) or the JAX engine's calls (default 1, so that every step's own loss "
+        "is logged); a checkpoint or a stop lands at the end of a call.",
         "--steps-per-execution", f"steps per compiled call: loop engine (default {LOOP_STEPS_PER_EXECUTION}) "
         "and JAX engine (default 1)", kind=int)
     deterministic: bool = option(
