@@ -298,20 +298,24 @@ def _digests(output):
 
 
 def _srun_workers(local_slurm, directory, *options, timeout=600):
-    """Run 2 tasks of `kerasdist worker` with srun; return the job id and each task's output, by task number."""
+    """Run 2 tasks of `kerasdist worker` with srun; return the job id and each task's stdout, by task number.
+
+    Each task's stderr goes to a file of its own, as a terminal keeps them apart: a worker's record stays the
+    last line of its stdout even when gRPC logs a departed peer after it."""
     outputs = directory / "outputs"
     outputs.mkdir()
     completed = local_slurm.run(
         "srun", "--ntasks=2", "--cpus-per-task=1", "--time=20", f"--output={outputs}/job-%j-task-%t.out",
+        f"--error={outputs}/job-%j-task-%t.err",
         *kerasdist_command("worker", "--data", "sample", "--checkpoint-dir", directory / "checkpoints",
                            "--json", *options),
         timeout=timeout,
     )
-    task_outputs = {int(path.stem.split("-")[3]): path.read_text() for path in outputs.iterdir()}
+    task_outputs = {int(path.stem.split("-")[3]): path.read_text() for path in outputs.glob("*.out")}
     assert completed.returncode == 0, (completed.stdout + completed.stderr)[-2000:] + "\n".join(
-        text[-2000:] for text in task_outputs.values())
+        path.read_text()[-2000:] for path in sorted(outputs.iterdir()))
     assert sorted(task_outputs) == [0, 1]
-    return next(outputs.iterdir()).stem.split("-")[1], task_outputs
+    return next(outputs.glob("*.out")).stem.split("-")[1], task_outputs
 
 
 def _sbatch_script(directory, epochs):
