@@ -132,7 +132,7 @@ def test_two_processes_killed_at_a_random_step_resume_to_the_same_weights(tmp_pa
 
 def test_a_sigint_stops_both_processes_at_the_same_step_and_the_rerun_matches(tmp_path, two_processes):
     arguments = (*LAUNCH, *RESUMABLE, "--checkpoint-dir", tmp_path / "stopped")
-    # Up to 6 calls of 4 steps before the end: the signal reaches both processes through JAX's notifier before
+    # At least 6 calls of 4 steps before the end: the signal reaches both processes through JAX's notifier before
     # the run ends (a signal that lands after the last step stops nothing).
     stop_at = random.randint(3, 2 * STEPS_PER_EPOCH - 24)
     _, stopped = signal_when_logged(arguments, tmp_path / "stopped" / "metrics.jsonl",
