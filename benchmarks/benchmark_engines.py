@@ -155,7 +155,7 @@ def run_reference(setup, source, epochs):
     import jax
     import jax.numpy as jnp
 
-    from kerasdist.measure.speed_ladder import validated_scan_epoch
+    from kerasdist.measure.speed_ladder import scan_state, validated_scan_epoch
     from kerasdist.model import build_model
 
     data = benchmark_data(source)
@@ -164,8 +164,7 @@ def run_reference(setup, source, epochs):
     x, y = jax.device_put(data.x_train), jax.device_put(data.y_train.astype(np.int32))
     x_val, y_val = jax.device_put(data.x_val), jax.device_put(data.y_val.astype(np.int32))
     epoch = validated_scan_epoch(model, x, y, x_val, y_val, GLOBAL_BATCH_SIZE)
-    state = tuple([variable.value for variable in variables] for variables in
-                  (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables))
+    state = scan_state(model)
     trained = len(data.y_train) // GLOBAL_BATCH_SIZE * GLOBAL_BATCH_SIZE
     generator, speeds = np.random.default_rng(SEED), []
     for _ in range(epochs):

@@ -63,15 +63,18 @@ class ScannedSteps:
 
         return run
 
+    def _variable_groups(self):
+        """The model's trainable, non-trainable, optimizer and metrics variables: ``train_step``'s state."""
+        model = self.model
+        return (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
+                model.metrics_variables)
+
     def state(self):
-        """The values of the model's trainable, non-trainable, optimizer and metrics variables (the state
-        ``train_step`` takes)."""
+        """The values of the variables of ``_variable_groups``, as ``train_step`` takes them."""
         import jax
 
-        model = self.model
-        return jax.device_put(tuple([variable.value for variable in variables] for variables in (
-            model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
-            model.metrics_variables)), self.replicated)
+        return jax.device_put(tuple([variable.value for variable in variables]
+                                    for variables in self._variable_groups()), self.replicated)
 
     def run(self, state, indices):
         """Train ``len(indices)`` steps from ``state`` (batch i is ``indices[i]``); the new state and each
@@ -83,8 +86,6 @@ class ScannedSteps:
 
     def write(self, state):
         """Put ``state`` into the model's variables (for checkpoints, validation and the result)."""
-        model = self.model
-        for variables, values in zip((model.trainable_variables, model.non_trainable_variables,
-                                      model.optimizer.variables, model.metrics_variables), state):
+        for variables, values in zip(self._variable_groups(), state):
             for variable, value in zip(variables, values):
                 variable.assign(value)

@@ -229,6 +229,13 @@ def scan_epoch(model, x, y, batch_size):
     return epoch
 
 
+def scan_state(model):
+    """The (trainable, non-trainable, optimizer) variables' values of ``model``: the state ``scan_epoch``'s
+    function takes and returns."""
+    return tuple([variable.value for variable in variables] for variables in
+                 (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables))
+
+
 def validated_scan_epoch(model, x, y, x_val, y_val, batch_size):
     """``scan_epoch`` followed, in the same jitted call, by the loss and accuracy on (x_val, y_val).
 
@@ -263,8 +270,7 @@ def _train_scan(data, epochs, batch_size):
     model.optimizer.build(model.trainable_variables)
     x, y = jax.device_put(data.x_train), jax.device_put(data.y_train.astype(np.int32))
     train_epoch = scan_epoch(model, x, y, batch_size)
-    state = tuple([variable.value for variable in variables] for variables in
-                  (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables))
+    state = scan_state(model)
     steps = len(data.y_train) // batch_size
     generator, seconds = np.random.default_rng(SEED), []
     for _ in range(epochs):
