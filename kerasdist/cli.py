@@ -126,6 +126,9 @@ def build_parser():
     grade.add_argument("--cell-timeout-s", type=_seconds, default=None,
                        help="a cell that runs longer is stopped and the lesson goes on: only its question "
                             "fails (default: a third of --timeout-s, at most 120)")
+    grade.add_argument("--answer-timeout-s", type=_seconds, default=None,
+                       help="the same for a student's answer cell, where a lesson is executed (--whole, "
+                            "or an exercise that needs its lesson): at most --cell-timeout-s, its default")
     return parser
 
 
@@ -449,7 +452,8 @@ def run_course(args):
               "the students' own code", flush=True)
         return {"notebooks": [str(path) for path in written]}
     rows = course.grade(args.submissions, args.csv, timeout_s=args.timeout_s,
-                        cell_timeout_s=args.cell_timeout_s, whole=args.whole)
+                        cell_timeout_s=args.cell_timeout_s, whole=args.whole,
+                        answer_timeout_s=args.answer_timeout_s)
     print(f"{len(rows)} students graded: {args.csv}", flush=True)
     return {"csv": args.csv, "students": len(rows)}
 

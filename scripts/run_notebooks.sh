@@ -8,6 +8,9 @@
 #
 # KERASDIST_DATA picks the lessons' data: "sample" by default here, so committed outputs are the
 # same on every machine; KERASDIST_DATA=auto uses full MNIST where it is cached or downloadable.
+# Each lesson that runs without keras3 is then run once more on a stand-in MNIST of another size, and
+# the numbers it printed are recorded in tests/data/standin_numbers.json (tests/test_lesson_numbers.py
+# checks with them that the lesson types no figure of its run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,7 +60,9 @@ if [ ${#notebooks[@]} -eq 0 ]; then
 fi
 
 selected=()
+declare -A kind_of
 while read -r kind path; do
+    kind_of[$path]=$kind
     case "$mode" in
         plain) [ "$kind" = plain ] && selected+=("$path") ;;
         keras3) [ "$kind" = keras3 ] && selected+=("$path") ;;
@@ -89,5 +94,10 @@ for notebook in "${selected[@]}"; do
     # separately, which GitHub and nbconvert show one piece per line.
     .venv/bin/jupyter nbconvert --coalesce-streams --inplace --log-level=WARN "$notebook"
     printf '%-45s %6s s\n' "$notebook" "$(elapsed "$start")"
+    if [ "${kind_of[$notebook]}" = plain ]; then
+        start=$(date +%s%N)
+        "$PYTHON" tests/test_lesson_numbers.py "$notebook"
+        printf '%-45s %6s s\n' "$notebook on the stand-in" "$(elapsed "$start")"
+    fi
 done
 printf '%-45s %6s s\n' "all ${#selected[@]} notebooks" "$(elapsed "$total_start")"

@@ -18,14 +18,15 @@ if [ "${1:-}" = check ]; then
     tier=check
     shift
 fi
-# Both tiers start with the quick checks: ruff (its rules are in pyproject.toml) and the docstring examples of
-# the package (the ones that need TensorFlow or a trained model are marked +SKIP).
+# Both tiers start with ruff (its rules are in pyproject.toml); the docstring examples of the package and
+# of the tests' helpers run in the pytest run, among the quick tests (those that need TensorFlow or a
+# trained model are marked +SKIP).
 .venv/bin/ruff check kerasdist tests benchmarks scripts
-.venv/bin/python -m pytest -q -p no:cacheprovider --doctest-modules kerasdist
 if [ "$tier" = check ]; then
-    exec .venv/bin/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not slow" tests "$@"
+    exec .venv/bin/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --doctest-modules -m "not slow" \
+        tests kerasdist "$@"
 fi
 # Every lesson cell is bounded: a cell (or a dead kernel) that takes over 15 minutes fails, never hangs.
 # The run ends with its 25 slowest tests, so that the suite's budget (docs/reference/tests.md) is seen.
 exec .venv/bin/python -m pytest -n 3 --dist loadgroup --no-loadscope-reorder --nbval-lax --nbval-current-env --nbval-cell-timeout=900 \
-    --durations=25 tests notebooks "$@"
+    --doctest-modules --durations=25 tests notebooks kerasdist "$@"

@@ -60,7 +60,7 @@ class Page:
     """One tab of a headless chromium, driven through the DevTools protocol on a pipe; every wait is bounded.
 
     Example:
-        >>> with Page() as page:
+        >>> with Page() as page:  # doctest: +SKIP
         ...     page.open("http://127.0.0.1:8000/")
         ...     page.evaluate("document.title")
     """

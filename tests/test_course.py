@@ -141,13 +141,13 @@ def test_grading_a_class_each_answer_alone_equals_running_each_lesson_and_a_hang
         student, tmp_path):
     submitted = made_up_class(student, tmp_path / "submitted")
     started = time.monotonic()
-    whole = graded(submitted, tmp_path / "whole.csv", "--whole", "--cell-timeout-s", "45")
+    whole = graded(submitted, tmp_path / "whole.csv", "--whole", "--answer-timeout-s", "5")
     assert time.monotonic() - started < 2 * 600  # bob's q1 cell was stopped at its bound, not left to loop
     fast = graded(submitted, tmp_path / "fast.csv")
     columns = ["01_quickstart:q1", "01_quickstart:q2", "01_quickstart:q3"]
     assert [float(whole["alice"][c]) for c in columns] == [1.0, 1.0, 1.0]
-    # Bob's first answer never ends: that cell is stopped at its bound (45 s, where lesson 01's longest cell
-    # takes about 6 s, and took over 20 s on 2 cores with twice their load; well inside his lesson's 600 s).
+    # Bob's first answer never ends: that cell is stopped at the answer cells' bound (5 s), while the
+    # lesson's own cells keep theirs (120 s: lesson 01's training cell took over 20 s on a loaded machine).
     # His wrong second answer scores 0; his third is graded.
     assert [float(whole["bob"][c]) for c in columns] == [0.0, 0.0, 1.0], whole["bob"]["status"]
     assert whole["alice"]["status"] == "lesson01: graded"
@@ -165,5 +165,8 @@ def test_course_commands_refuse_bad_input_in_one_line(tmp_path):
     assert empty.returncode == 2 and "no submissions in" in empty.stderr and "Traceback" not in empty.stderr
     cell = run_cli("course", "grade", str(tmp_path), "--timeout-s", "60", "--cell-timeout-s", "60")
     assert cell.returncode == 2 and "the cell time limit must be shorter than the lesson's (60 s)" in cell.stderr
+    answer = run_cli("course", "grade", str(tmp_path), "--cell-timeout-s", "30", "--answer-timeout-s", "40")
+    assert answer.returncode == 2 and answer.stderr.strip().endswith(
+        "the answer cells' time limit must not be longer than the other cells' (30 s). Received: 40 s")
     lesson = run_cli("course", "student", str(tmp_path / "s"), "--lesson", "one")
     assert lesson.returncode == 2 and "a lesson is its number, e.g. 01. Received: 'one'" in lesson.stderr

@@ -2,11 +2,15 @@
 
 The committed outputs of each lesson that runs here (the Python lessons and the reticulate-only R
 notebook) are its run on the offline sample: nbval executes them again in the same test run and
-fails on any error. Each lesson is executed once more here, on a stand-in MNIST of another size
-(tests/standin.py: real digits, 2,250 train instead of the sample's 3,333). A number that a code
-cell printed on the sample but does not print on the stand-in is a figure of the data: sample
-counts, steps, checkpoint names, losses, accuracies. Such a number must not be typed anywhere in
-the lesson's markdown or code, nor in its R twin's: the lesson has to print it from a variable.
+fails on any error. Each lesson was also run on a stand-in MNIST of another size (tests/standin.py:
+real digits, 2,250 train instead of the sample's 3,333) when it was executed for its committed
+outputs: ``scripts/run_notebooks.sh`` records the numbers that run printed in
+``tests/data/standin_numbers.json``, with a digest of the lesson's code cells; a lesson whose code
+changed since fails here until it is run again. A number that a code cell printed on the sample but
+that no cell printed on the stand-in is a figure of the data: sample counts, steps, checkpoint names,
+losses, accuracies. Such a number must not be typed anywhere in the lesson's markdown or code, nor
+in its R twin's: the lesson has to print it from a variable. Lesson 01 runs on the stand-in here
+too (the slow tier), the end-to-end proof that a lesson runs there and that the check finds its figures.
 Timings differ between any two runs, so no text can hold them either; they are told by what they
 are (a number with a unit of time or throughput: "1.14 s/epoch", "818 samples/s", "6.5 s") and
 left out, which also keeps a chance match with a typed number from failing.
@@ -14,11 +18,19 @@ left out, which also keeps a chance match with a typed number from failing.
 Single-digit integers are not checked (they name epochs, replicas and workers in prose), nor, in
 code, decimals of one digit (styling: alpha=0.3) and powers of ten (unit conversions), nor the
 sample's own description ("5,000-digit").
+
+Record the stand-in run of lessons by hand (scripts/run_notebooks.sh does it for each lesson it runs):
+
+    .venv/bin/python tests/test_lesson_numbers.py notebooks/03_convergence.ipynb
 """
 
+import hashlib
 import json
 import os
 import re
+import sys
+import tempfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -98,13 +110,11 @@ def run_with_data(lesson, data):
     return json.loads(nbformat.writes(notebook))
 
 
-def data_dependent_numbers(on_sample, on_standin):
+def data_dependent_numbers(on_sample, printed_on_standin):
     """{number: first code cell index} printed by a cell on the sample but by no cell on the stand-in.
 
     A number the stand-in run prints too, in any cell, is a setting of the lesson (a constant that a
     run may print from another cell, e.g. in the name of the setting that came out fastest)."""
-    printed_on_standin = set().union(*(numbers(printed_text(cell)) for cell in on_standin["cells"]
-                                       if cell["cell_type"] == "code"))
     found = {}
     for index, cell in enumerate(on_sample["cells"]):
         if cell["cell_type"] != "code":
@@ -125,21 +135,42 @@ def literal_uses(notebook, dependent):
     return uses
 
 
-@pytest.fixture(scope="session")
-def standin(tmp_path_factory):
-    return write_standin(tmp_path_factory.mktemp("standin") / "standin.npz")
+RECORD = Path(__file__).resolve().parent / "data" / "standin_numbers.json"
+# The lesson run on the stand-in in every full test run: the course's first, the cheapest that prints
+# sample counts, steps and accuracies.
+RUN_HERE_ON_THE_STANDIN = NOTEBOOKS / "01_quickstart.ipynb"
 
 
-@pytest.mark.slow  # in its lesson's xdist group (conftest.py: a test parametrized by a lesson's path)
-@pytest.mark.parametrize("lesson", LESSONS_RUN_HERE, ids=ids(LESSONS_RUN_HERE))
-def test_lesson_runs_on_data_of_another_size_and_types_no_figure_of_its_run(lesson, standin):
-    if any('KERAS_BACKEND"] = "jax"' in source(cell) for cell in load(lesson)["cells"]):
-        pytest.importorskip("jax", reason="needs JAX, the jax extra (pip install -e '.[jax]')")
-    on_standin = run_with_data(lesson, standin)
-    errors = [f"{o.get('ename')}: {o.get('evalue')}" for c in on_standin["cells"] for o in c.get("outputs", [])
-              if o["output_type"] == "error"]
+def code_digest(notebook):
+    """sha256 of a notebook's code cells, in order: what its stand-in run depends on (not its outputs)."""
+    digest = hashlib.sha256()
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            digest.update(source(cell).encode() + b"\0")
+    return digest.hexdigest()
+
+
+def printed_numbers(notebook):
+    """The checked numbers that any code cell of an executed notebook printed, timings left out."""
+    return set().union(*(numbers(printed_text(cell)) for cell in notebook["cells"] if cell["cell_type"] == "code"))
+
+
+def errors_of(notebook):
+    return [f"{o.get('ename')}: {o.get('evalue')}" for c in notebook["cells"] for o in c.get("outputs", [])
+            if o["output_type"] == "error"]
+
+
+def run_on_standin(lesson, standin_path):
+    """Execute ``lesson`` on the stand-in; return the numbers it printed, or fail naming its errors."""
+    on_standin = run_with_data(lesson, standin_path)
+    errors = errors_of(on_standin)
     assert not errors, f"{lesson.name} fails on the stand-in: {errors}"
-    dependent = data_dependent_numbers(load(lesson), on_standin)
+    return printed_numbers(on_standin)
+
+
+def assert_types_no_figure_of_its_run(lesson, printed_on_standin):
+    """Fail naming each number of the lesson's sample run (its committed outputs) typed into it or its twin."""
+    dependent = data_dependent_numbers(load(lesson), printed_on_standin)
     assert dependent, f"{lesson.name} printed the same numbers on data of another size: is KERASDIST_DATA read?"
     uses = literal_uses(load(lesson), dependent)
     twin = twin_of(lesson)
@@ -148,6 +179,47 @@ def test_lesson_runs_on_data_of_another_size_and_types_no_figure_of_its_run(less
     assert not uses, (
         f"{lesson.name} states figures of one run as literals; print them from variables:\n  " + "\n  ".join(uses)
     )
+
+
+def skip_without_jax(lesson):
+    if any('KERAS_BACKEND"] = "jax"' in source(cell) for cell in load(lesson)["cells"]):
+        pytest.importorskip("jax", reason="needs JAX, the jax extra (pip install -e '.[jax]')")
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory):
+    return write_standin(tmp_path_factory.mktemp("standin") / "standin.npz")
+
+
+# Reads the lesson's files only: not in its xdist group (its parameter is not named "lesson").
+@pytest.mark.parametrize("notebook", LESSONS_RUN_HERE, ids=ids(LESSONS_RUN_HERE))
+def test_lesson_types_no_figure_of_its_recorded_standin_run(notebook):
+    recorded = json.loads(RECORD.read_text()).get(notebook.name)
+    rerun = (f"bash scripts/run_notebooks.sh notebooks/{notebook.name}, or .venv/bin/python "
+             f"tests/test_lesson_numbers.py notebooks/{notebook.name}")
+    assert recorded, f"no stand-in run of {notebook.name} in {RECORD.name}: {rerun}"
+    assert recorded["code_sha256"] == code_digest(load(notebook)), (
+        f"{notebook.name}'s code changed since its stand-in run was recorded: run it again ({rerun})")
+    assert_types_no_figure_of_its_run(notebook, set(recorded["printed_on_standin"]))
+
+
+@pytest.mark.slow  # in its lesson's xdist group (conftest.py: a test parametrized by a lesson's path)
+@pytest.mark.parametrize("lesson", [RUN_HERE_ON_THE_STANDIN], ids=ids([RUN_HERE_ON_THE_STANDIN]))
+def test_lesson_runs_on_data_of_another_size_and_types_no_figure_of_its_run(lesson, standin):
+    skip_without_jax(lesson)
+    assert_types_no_figure_of_its_run(lesson, run_on_standin(lesson, standin))
+
+
+def record(lessons):
+    """Run each lesson on a new stand-in and write what it printed into ``RECORD`` (other lessons kept)."""
+    recorded = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+    with tempfile.TemporaryDirectory() as folder:
+        standin_path = write_standin(Path(folder) / "standin.npz")
+        for lesson in lessons:
+            printed = run_on_standin(lesson, standin_path)
+            recorded[lesson.name] = {"code_sha256": code_digest(load(lesson)), "printed_on_standin": sorted(printed)}
+            RECORD.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+            print(f"{lesson.name}: stand-in run recorded ({len(printed)} numbers printed)", flush=True)
 
 
 def test_numbers_are_read_as_a_reader_reads_them():
@@ -163,3 +235,19 @@ def test_numbers_are_read_as_a_reader_reads_them():
     assert numbers(printed_text(timings)) == {"0.908", "52", "89", "0.75", "64"}
     assert typed_numbers({"cell_type": "code", "source": "plt.plot(x * 1000, alpha=0.3, lw=1.25) # 52"}) == {"1.25", "52"}
     assert typed_numbers({"cell_type": "markdown", "source": "loss 0.3"}) == {"0.3"}
+
+
+if __name__ == "__main__":
+    paths = [Path(arg).resolve() for arg in sys.argv[1:]]
+    if not paths or any(path not in LESSONS_RUN_HERE for path in paths):
+        sys.exit("usage: python tests/test_lesson_numbers.py NOTEBOOK...  (lessons that run here: "
+                 + ", ".join(path.name for path in LESSONS_RUN_HERE) + ")")
+    sys.path.insert(0, str(NOTEBOOKS.parent))
+    from conftest import USER_SETTINGS, user_state_environment
+
+    # The stand-in runs get a user state of their own, as a test run's lessons do.
+    with tempfile.TemporaryDirectory(prefix="kerasdist-standin-user-state-") as user_state:
+        os.environ.update(user_state_environment(user_state))
+        for variable in USER_SETTINGS:
+            os.environ.pop(variable, None)
+        record(paths)

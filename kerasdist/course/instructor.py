@@ -11,9 +11,10 @@ between ``### BEGIN SOLUTION`` and ``### END SOLUTION``) and a check cell (``q1.
   map (``README.md``) its links point to; a later call adds lessons to the same folder.
 - ``grade(submissions, csv_path)`` autogrades ``SUBMISSIONS/<student>/<lesson notebook>.ipynb``: one
   process per student and lesson, and one CSV, a row per student and a column per question. A cell
-  that runs past ``cell_timeout_s`` is interrupted and the lesson goes on, so a hanging answer fails
-  its own question only (the CSV's status names it); a lesson that runs past ``timeout_s`` is killed
-  and fails every question of that lesson; the other students are still graded.
+  that runs past ``cell_timeout_s`` (an answer cell: ``answer_timeout_s``) is interrupted and the
+  lesson goes on, so a hanging answer fails its own question only (the CSV's status names it); a
+  lesson that runs past ``timeout_s`` is killed and fails every question of that lesson; the other
+  students are still graded.
 
     kerasdist course student ~/course-student
     kerasdist course grade submissions/ --csv grades.csv --timeout-s 600
@@ -55,6 +56,8 @@ c.GenerateAssignment.preprocessors = [RemoveSolutionBlocks] + [
     for p in GenerateAssignment.class_traits()["preprocessors"].default()]
 c.Execute.kernel_name = "python3"
 c.Execute.timeout = {cell_timeout!r}
+from kerasdist.course.instructor import CellTimeouts
+c.Execute.timeout_func = CellTimeouts(answer_s={answer_timeout!r}, cell_s={cell_timeout!r})
 c.Execute.interrupt_on_timeout = True
 """
 
@@ -97,11 +100,47 @@ def cell_timeout(timeout_s, cell_timeout_s=None):
     return max(1, int(cell_timeout_s))
 
 
-def _course_directory(root, source, lessons, cell_timeout_s):
+def answer_timeout(cell_timeout_s, answer_timeout_s=None):
+    """An answer cell's bound in whole seconds: ``answer_timeout_s``, or every cell's (``cell_timeout_s``).
+
+    Example:
+        >>> answer_timeout(120), answer_timeout(120, 5)
+        (120, 5)
+    """
+    if answer_timeout_s is None:
+        return cell_timeout_s
+    if not 0 < answer_timeout_s <= cell_timeout_s:
+        raise KerasdistError(f"the answer cells' time limit must not be longer than the other cells' "
+                             f"({cell_timeout_s:g} s). Received: {answer_timeout_s:g} s")
+    return max(1, int(answer_timeout_s))
+
+
+class CellTimeouts:
+    """nbclient's ``timeout_func`` for grading: an answer cell's bound, or every other cell's.
+
+    An answer cell is the one nbgrader names ``qN_answer``: the student's own code, which a teacher
+    may bound more tightly than the lesson's own cells (training, measuring).
+
+    Example:
+        >>> bounds = CellTimeouts(answer_s=5, cell_s=120)
+        >>> bounds({"metadata": {"nbgrader": {"grade_id": "q1_answer"}}}), bounds({"metadata": {}})
+        (5, 120)
+    """
+
+    def __init__(self, answer_s, cell_s):
+        self.answer_s, self.cell_s = answer_s, cell_s
+
+    def __call__(self, cell):
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        return self.answer_s if grade_id.endswith("_answer") else self.cell_s
+
+
+def _course_directory(root, source, lessons, cell_timeout_s, answer_timeout_s=None):
     """An nbgrader course in ``root``: its config, and the lessons as source assignments."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "nbgrader_config.py").write_text(_CONFIG.format(
-        root=str(root), db=str(root / "gradebook.db"), stub=CODE_STUB, cell_timeout=int(cell_timeout_s)))
+        root=str(root), db=str(root / "gradebook.db"), stub=CODE_STUB, cell_timeout=int(cell_timeout_s),
+        answer_timeout=int(answer_timeout_s or cell_timeout_s)))
     for notebook in sorted(source.glob("[0-9][0-9]_*.ipynb")):
         assignment = assignment_of(notebook)
         if lessons and assignment not in lessons:
@@ -226,17 +265,18 @@ def _submissions(folder):
 
 
 def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, verbose=True,
-          cell_timeout_s=None, whole=False):
+          cell_timeout_s=None, whole=False, answer_timeout_s=None):
     """Grade every student's lesson notebooks; write one CSV (a row per student, a column per question).
 
     Each answer cell is checked in its exercise's own context (``kerasdist.course.grading``: seconds
     a student); an exercise that needs what its lesson computed, or every exercise with ``whole``,
     is graded by ``nbgrader autograde`` executing the student's whole lesson in its own process,
     bounded by ``timeout_s`` (past it, that lesson's questions score 0 and its status says so). A
-    cell that runs past ``cell_timeout_s`` (see ``cell_timeout``) is interrupted and the lesson goes
-    on: its question scores 0 and the status names it, as it names an answer stopped at its check's
-    time limit. A question of a notebook the student did not hand in (the other twin, another
-    lesson) is left empty and not counted in ``max_score``. Returns the rows written.
+    cell that runs past ``cell_timeout_s`` (see ``cell_timeout``; an answer cell: ``answer_timeout_s``,
+    by default the same) is interrupted and the lesson goes on: its question scores 0 and the status
+    names it, as it names an answer stopped at its check's time limit. A question of a notebook the
+    student did not hand in (the other twin, another lesson) is left empty and not counted in
+    ``max_score``. Returns the rows written.
 
     Example:
         >>> grade("submissions", "grades.csv", timeout_s=300)  # doctest: +SKIP
@@ -244,6 +284,7 @@ def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, ver
     from kerasdist.course import grading
 
     per_cell = cell_timeout(timeout_s, cell_timeout_s)
+    per_answer = answer_timeout(per_cell, answer_timeout_s)
     found = _submissions(submissions)
     lessons = {assignment_of(nb) for notebooks in found.values() for nb in notebooks}
     questions = _questions(Path(source), lessons)
@@ -265,7 +306,7 @@ def grade(submissions, csv_path, source=SOURCE, timeout_s=DEFAULT_TIMEOUT_S, ver
             for student, notebooks in found.items()}
     rest = {student: notebooks for student, notebooks in rest.items() if notebooks}
     if rest:
-        autograded, autostatus = _autograde(rest, Path(source), timeout_s, per_cell, verbose)
+        autograded, autostatus = _autograde(rest, Path(source), timeout_s, per_cell, per_answer, verbose)
         for key, score in autograded.items():
             exercise = {q.name: q for q in exercises_of(key[1][:2])}.get(key[2])
             if whole or (exercise is not None and grading.needs_the_lesson(exercise)):
@@ -291,7 +332,7 @@ def _questions(source, lessons):
     return found
 
 
-def _autograde(found, source, timeout_s, per_cell, verbose):
+def _autograde(found, source, timeout_s, per_cell, per_answer, verbose):
     """``nbgrader autograde`` of each student's lessons: ``(scores, status)`` keyed as ``grade`` keys them."""
     from nbgrader.api import Gradebook, MissingEntry
 
@@ -300,7 +341,7 @@ def _autograde(found, source, timeout_s, per_cell, verbose):
     with tempfile.TemporaryDirectory(prefix="kerasdist-grading-") as work:
         root = Path(work)
         # The student editions record the lessons' questions in the gradebook.
-        _release(root, _course_directory(root, source, lessons, per_cell))
+        _release(root, _course_directory(root, source, lessons, per_cell, per_answer))
         for student, notebooks in found.items():
             for assignment in sorted({assignment_of(nb) for nb in notebooks}):
                 folder = root / "submitted" / student / assignment
