@@ -7,6 +7,7 @@ of the repository, which keeps the lessons folder to the lessons. Cells marked
 absl log lines go to stderr, which is never compared.
 """
 
+import doctest
 import functools
 import importlib.util
 import json
@@ -152,7 +153,7 @@ def pytest_collection_modifyitems(config, items):
     of ``SHARED_FIXTURES`` one group; skip the
     keras3 R twins when R lacks keras3/tfdatasets; stop comparing stderr streams. A lesson that
     ``ON_ANOTHER_CPU`` runs under nbval in this run (as on another CPU: the same cells and comparisons,
-    with other kernels) is not run here a second time."""
+    with other kernels) is not run here a second time; docstring examples that are all +SKIP are left out."""
     twins = {}
     for item in items:
         lesson = getattr(item, "callspec", None) and item.callspec.params.get("lesson")
@@ -181,12 +182,20 @@ def pytest_collection_modifyitems(config, items):
                 "its R code is still parsed by tests/test_notebooks.py"
             )))
     elsewhere = lessons_run_on_another_cpu(items)
-    deselected = [item for item in items if Path(str(item.fspath)) in elsewhere]
+    deselected = [item for item in items
+                  if Path(str(item.fspath)) in elsewhere or only_skipped_examples(item)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if Path(str(item.fspath)) not in elsewhere]
+        items[:] = [item for item in items if item not in deselected]
     if config.getoption("dist", None) == "loadgroup":
         items.sort(key=scheduling_order)
+
+
+def only_skipped_examples(item):
+    """True for a docstring's examples that are all marked +SKIP (they need TensorFlow or a trained model):
+    shown to a reader, never run, so not a test that skips (which CI would refuse)."""
+    examples = getattr(getattr(item, "dtest", None), "examples", None)
+    return bool(examples) and all(example.options.get(doctest.SKIP) for example in examples)
 
 
 def scheduling_order(item):
