@@ -96,6 +96,7 @@ import tensorflow as tf
 from IPython.display import Markdown, display
 from kerasdist import model
 from kerasdist.experiments import compare, plots
+from kerasdist.measure import hardware
 from kerasdist.course.exercises.lesson03 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
@@ -288,49 +289,57 @@ print(f"2 replicas / 1 device, steady state: {steady[2] / steady[1]:.2f}x on vir
 # %% [markdown]
 # On real GPUs each device has its own compute, and the picture changes. No GPU measurement exists
 # for this course yet, so the figure below is a **cost model, not a measurement**. At a fixed global
-# batch, one step on N devices takes
+# batch (**strong scaling**: the same work split over more devices), one step on N devices takes
 #
-# `step time = compute / N + all-reduce(N) + input time`
+# `step time = compute of global batch / N on one device + all-reduce(N) + input time`
 #
 # A ring all-reduce of G bytes of gradients is a reduce-scatter followed by an all-gather: each
 # device sends (and receives) `2 (N - 1) / N x G` bytes through its link (at bandwidth B), and waits
 # for `2 (N - 1)` hops of latency. The model adds the three terms: it assumes that no communication
 # overlaps with compute, which is how Keras' optimizer asks for it (one all-reduce once the tape has
-# every gradient). The parameters are assumptions set in the code cell below and written on the
-# chart: the compute time of one global batch on one GPU, the link bandwidth (PCIe-class), the hop
-# latency and an input time not hidden by prefetching; the gradient size is that of this lesson's MLP.
+# every gradient). Its figures come from kerasdist's one hardware model (`kerasdist.measure.hardware`,
+# used by lessons 8 and 9 too): an NVIDIA H100 GPU's published peak and memory bandwidth, and a PCIe
+# 4.0 link's bandwidth (a server of the previous generation: the H100 itself speaks PCIe 5.0, twice
+# as fast). A device's compute is predicted, not assumed: each matrix product of the step takes the
+# longer of its arithmetic at the peak and its memory traffic at the bandwidth (every operand read
+# from the GPU's memory; its 50 MB cache could serve layers this small faster), plus Adam's update
+# and an assumed floor for launching the step's kernels (a few microseconds each). A float32
+# model's products run on the GPU's tensor cores as TensorFloat-32, TensorFlow's default there. The
+# hop latency is assumed too, and the input is taken as hidden by prefetching (lesson 4).
 
 # %%
-# The cost model's parameters (assumptions, not measurements) and its chart.
-MODEL_GLOBAL_BATCH = 4096          # samples per step, fixed as N grows
-MODEL_COMPUTE_S = 1e-3             # forward + backward of one global batch on one GPU
-MODEL_BANDWIDTH_BYTES_PER_S = 10e9  # one PCIe-class link
-MODEL_LATENCY_S = 10e-6            # per hop of the ring
-MODEL_INPUT_S = 0.1e-3             # input time per step not overlapped with compute
+# The cost model: a GPU's compute from kerasdist's hardware model (published figures, a model, not a
+# measurement), a PCIe 4.0 link, the MLP's float32 gradients; one step at a fixed global batch.
+MODEL_GLOBAL_BATCH = 4096          # samples per step, fixed as N grows (strong scaling)
+MODEL_INPUT_S = 0.0                # input hidden by prefetching (lesson 4)
+gpu, link = hardware.H100_SXM, hardware.LINKS["PCIe 4.0 x16"]
+print(hardware.describe_step(hardware.DENSE_LAYERS, MODEL_GLOBAL_BATCH))
+compute_s = {n: hardware.predicted_step(hardware.DENSE_LAYERS, MODEL_GLOBAL_BATCH // n)["seconds"] for n in (1, 2, 4, 8)}
 gradient_bytes = 4 * model.build_model(BASE_LEARNING_RATE).count_params()  # float32 gradients of the MLP
-figure = plots.plot_step_time_model(MODEL_GLOBAL_BATCH, MODEL_COMPUTE_S, gradient_bytes,
-                                    MODEL_BANDWIDTH_BYTES_PER_S, MODEL_LATENCY_S, MODEL_INPUT_S)
+figure = plots.plot_step_time_model(MODEL_GLOBAL_BATCH, compute_s, gradient_bytes, link["bandwidth"], link["alpha"],
+                                    MODEL_INPUT_S, f"kerasdist's hardware model ({gpu.name}, TensorFloat-32)")
 figure.savefig("results/figures/03_step_time_cost_model.png", dpi=100, bbox_inches="tight")
-modelled = {n: sum(plots.step_time_model(n, MODEL_COMPUTE_S, gradient_bytes, MODEL_BANDWIDTH_BYTES_PER_S,
-                                         MODEL_LATENCY_S, MODEL_INPUT_S)) for n in (1, 8)}
+modelled = {n: sum(plots.step_time_model(n, compute_s[n], gradient_bytes, link["bandwidth"], link["alpha"],
+                                         MODEL_INPUT_S)) for n in (1, 8)}
 print(f"model: gradients of {gradient_bytes / 1e6:.2f} MB; 8 devices would be "
-      f"{modelled[1] / modelled[8]:.1f}x as fast as 1 (perfect scaling: 8x)")
+      f"{modelled[1] / modelled[8]:.2f}x as fast as 1 (perfect scaling: 8x)")
 
 # %%
-# The all-reduce term of the model for 2 and 8 devices, and the part of it that is latency.
-ring = {n: plots.step_time_model(n, MODEL_COMPUTE_S, gradient_bytes, MODEL_BANDWIDTH_BYTES_PER_S,
-                                 MODEL_LATENCY_S, MODEL_INPUT_S)[1] for n in (2, 8)}
-for n, seconds in ring.items():
-    print(f"model, {n} devices: all-reduce {1e3 * seconds:.2f} ms, of which latency "
-          f"{1e3 * 2 * (n - 1) * MODEL_LATENCY_S:.2f} ms; compute {1e3 * MODEL_COMPUTE_S / n:.3f} ms")
+# The model's terms for 1, 2 and 8 devices: each device's compute, and the all-reduce with its latency part.
+for n in (1, 2, 8):
+    compute, all_reduce, _ = plots.step_time_model(n, compute_s[n], gradient_bytes, link["bandwidth"], link["alpha"],
+                                                   MODEL_INPUT_S)
+    print(f"model, {n} device(s): compute {1e6 * compute:.0f} us on each; all-reduce {1e6 * all_reduce:.0f} us, "
+          f"of which latency {1e6 * 2 * (n - 1) * link['alpha']:.0f} us")
 
 # %% [markdown]
-# The model says three things. Compute shrinks as 1/N, which virtual CPU devices cannot show. The
-# bytes each device sends hardly grow with N: `2 (N - 1) / N` of the gradient is at most twice the
-# gradient for any N, which is why the ring all-reduce scales; only the latency term,
-# `2 (N - 1)` hops, grows with N. So the speed-up of a small model like this MLP stays far below N
-# because compute / N shrinks beneath a communication time that stays about the same: soon the
-# step is mostly all-reduce.
+# The model says three things. The compute per device does not shrink as 1/N: on a GPU this small
+# MLP's step is mostly a fixed cost (the assumed kernel launches and Adam's update) that does not
+# shrink with the batch; the matrix products alone nearly do. The bytes each device sends grow with
+# N only up to twice the gradient: `2 (N - 1) / N` of it, whatever N, which is why the ring
+# all-reduce scales; only the latency term, `2 (N - 1)` hops, grows without limit. And so, for a model this small, an all-reduce over PCIe takes about as long as
+# the whole step on one GPU, or longer: more devices make it slower, as the printout says. Data parallelism pays when
+# each device has enough compute per byte of gradient.
 #
 # When is a step compute-bound? Per device and step, with a per-device batch of b examples, the
 # forward and backward pass of a dense layer cost about 6 floating-point operations per weight per
@@ -339,28 +348,33 @@ for n, seconds in ring.items():
 # `b > (g / 3) x F / B`: the per-device batch must grow with the ratio of the device's speed to its
 # link's. The model's width cancels out (a wider MLP has more compute *and* proportionally more
 # gradient); layers that use each weight many times per example (convolutions, sequence models) do
-# more compute per byte. The cell below puts in an assumed GPU and two kinds of link.
+# more compute per byte. This leaves out the latency term, `2 (N - 1)` hops: it holds where the
+# gradient is large. The cell below puts in the GPU's peak and two of its links.
 
 # %%
-# Per-device batch above which compute outweighs the all-reduce, b > (g / 3) x F / B (assumptions).
-MODEL_GPU_FLOPS = 100e12  # an assumed GPU's dense throughput, operations/s
-for link, bandwidth in (("PCIe-class", MODEL_BANDWIDTH_BYTES_PER_S), ("NVLink-class", 30 * MODEL_BANDWIDTH_BYTES_PER_S)):
-    for gradient_type, bytes_per_value in (("float32", 4), ("bfloat16", 2)):
-        print(f"{link} link, {gradient_type} gradients: compute-bound above "
-              f"{bytes_per_value / 3 * MODEL_GPU_FLOPS / bandwidth:,.0f} examples per device")
+# Per-device batch above which compute at the GPU's peak outlasts the all-reduce's bandwidth term, b > (g / 3) x F / B.
+for link_name in ("PCIe 4.0 x16", "NVLink 4 (H100)"):
+    for number_type, bytes_per_value in (("tensorfloat32", 4), ("bfloat16", 2)):
+        rate, bandwidth = gpu.peak_flops[number_type], hardware.LINKS[link_name]["bandwidth"]
+        print(f"{link_name}, {number_type} (gradients of {bytes_per_value} bytes): compute outlasts the bytes "
+              f"sent above {bytes_per_value / 3 * rate / bandwidth:,.0f} examples per device")
 
 # %% [markdown]
-# Under these assumptions a PCIe-class link needs a per-device batch in the ten thousands before
-# compute outweighs the all-reduce, an NVLink-class link a few hundred; real kernels run below peak,
-# which lowers the bound. Two more ways change the sum itself. **Overlap**: the gradients of the last
-# layers are ready long before the backward pass ends; PyTorch's DistributedDataParallel, for one,
-# all-reduces them in buckets while the pass goes on, so the step tends to max(compute,
+# At the peak, PCIe needs a per-device batch in the tens of thousands before compute outlasts the
+# bytes sent, NVLink one in the thousands; bfloat16 halves the bytes and doubles the peak, so the
+# batch stays where it was. Real kernels run below peak, which lowers it; real links below their
+# bandwidth, and the latency term, raise it: for this MLP's small gradient the latency dominates
+# (the model's terms above), so the batch it needs is larger still. Two more ways change the sum itself. **Overlap**: the gradients of
+# the last layers are ready long before the backward pass ends; PyTorch's DistributedDataParallel,
+# for one, all-reduces them in buckets while the pass goes on, so the step tends to max(compute,
 # communication) instead of their sum. **Less communication**: bfloat16 gradients halve the bytes,
 # and gradient accumulation (the last section) would all-reduce once per k steps. Not yet in Keras 3
 # on TensorFlow: its optimizer applies the accumulated update, all-reduce included, inside a
 # conditional, and `fit()` under `MirroredStrategy` fails there ("`merge_call` called while defining
 # a new graph", keras-team/keras#20582, open), so on this stack accumulation runs on one device only.
-# Measure on your own GPUs before you trust any of these parameters.
+# Lesson 9 measures an all-reduce on this machine and predicts a GPU cluster with the same model;
+# `benchmarks/accelerator_step.py` times the step on a real GPU beside this prediction. Measure on your
+# own GPUs before you trust any of these figures.
 
 # %% [markdown]
 # ## Why an uneven last batch would make them part
@@ -954,10 +968,11 @@ q3.assert_correct()
 #   difference measured over all steps is float32 round-off.
 # - That needs the same initial weights, the same data order and no uneven last batch: a batch split
 #   unevenly weighs the samples of the smaller share more.
-# - Virtual CPU replicas share cores and cannot be faster. On real GPUs, step time is about
-#   compute / N + all-reduce + input when nothing overlaps: a ring all-reduce sends less than twice
-#   the gradient per device whatever N, and only its latency grows with N, so it is compute / N
-#   shrinking beneath it that limits the speed-up of small models.
+# - Virtual CPU replicas share cores and cannot be faster. On real GPUs at a fixed global batch
+#   (strong scaling), step time is about each device's compute + all-reduce + input when nothing
+#   overlaps: a ring all-reduce sends less than twice the gradient per device whatever N, and only
+#   its latency grows with N, so it is the compute shrinking beneath it that limits the speed-up of
+#   small models; kerasdist's hardware model predicts that this MLP does not gain from 8 GPUs.
 # - At a fixed per-replica batch the global batch grows with the replicas; with an unchanged
 #   learning rate, training falls behind per epoch.
 # - The linear scaling rule with warm-up (Goyal et al., 2017) brings it back: the rate ramps from η

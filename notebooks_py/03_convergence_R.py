@@ -324,66 +324,79 @@ import keras  # noqa: F401
 # %% [markdown]
 # On real GPUs each device has its own compute, and the picture changes. No GPU measurement exists
 # for this course yet, so the figure below is a **cost model, not a measurement**. At a fixed global
-# batch, one step on N devices takes
+# batch (**strong scaling**: the same work split over more devices), one step on N devices takes
 #
-# `step time = compute / N + all-reduce(N) + input time`
+# `step time = compute of global batch / N on one device + all-reduce(N) + input time`
 #
 # A ring all-reduce of G bytes of gradients is a reduce-scatter followed by an all-gather: each
 # device sends (and receives) `2 (N - 1) / N x G` bytes through its link (at bandwidth B), and waits
 # for `2 (N - 1)` hops of latency. The model adds the three terms: it assumes that no communication
 # overlaps with compute, which is how Keras' optimizer asks for it (one all-reduce once the tape has
-# every gradient). The parameters are assumptions set in the code cell below and written on the
-# chart: the compute time of one global batch on one GPU, the link bandwidth (PCIe-class), the hop
-# latency and an input time not hidden by prefetching; the gradient size is that of this lesson's MLP.
-
+# every gradient). Its figures come from kerasdist's one hardware model (`kerasdist.measure.hardware`,
+# used by lessons 8 and 9 too): an NVIDIA H100 GPU's published peak and memory bandwidth, and a PCIe
+# 4.0 link's bandwidth (a server of the previous generation: the H100 itself speaks PCIe 5.0, twice
+# as fast). A device's compute is predicted, not assumed: each matrix product of the step takes the
+# longer of its arithmetic at the peak and its memory traffic at the bandwidth (every operand read
+# from the GPU's memory; its 50 MB cache could serve layers this small faster), plus Adam's update
+# and an assumed floor for launching the step's kernels (a few microseconds each). A float32
+# model's products run on the GPU's tensor cores as TensorFloat-32, TensorFlow's default there. The
+# hop latency is assumed too, and the input is taken as hidden by prefetching (lesson 4).
+#
+#
 
 # %% magic_args="-w 11 -h 4 --units in -r 90" language="R"
-# # The cost model's parameters (assumptions, not measurements) and its chart.
-# model_global_batch <- 4096       # samples per step, fixed as N grows
-# model_compute_s <- 1e-3          # forward + backward of one global batch on one GPU
-# model_bandwidth <- 10e9          # bytes/s of one PCIe-class link
-# model_latency_s <- 10e-6         # per hop of the ring
-# model_input_s <- 0.1e-3          # input time per step not overlapped with compute
+# # The cost model: a GPU's compute from kerasdist's hardware model (published figures, a model, not a
+# # measurement), a PCIe 4.0 link, the MLP's float32 gradients; one step at a fixed global batch.
+# hardware <- reticulate::import("kerasdist.measure.hardware")
+# model_global_batch <- 4096L      # samples per step, fixed as N grows (strong scaling)
+# model_input_s <- 0               # input hidden by prefetching (lesson 4)
+# gpu <- hardware$H100_SXM
+# link <- hardware$LINKS[["PCIe 4.0 x16"]]
+# cat(hardware$describe_step(hardware$DENSE_LAYERS, model_global_batch), "\n", sep = "")
 # gradient_bytes <- 4 * build_model()$count_params()  # float32 gradients of the MLP
-# devices_n <- c(1, 2, 4, 8)
+# devices_n <- c(1L, 2L, 4L, 8L)
 # step_parts <- sapply(devices_n, function(n) c(
-#   compute = model_compute_s / n,
-#   all_reduce = if (n > 1) 2 * (n - 1) / n * gradient_bytes / model_bandwidth + 2 * (n - 1) * model_latency_s else 0,
+#   compute = hardware$predicted_step(hardware$DENSE_LAYERS, model_global_batch %/% n)$seconds,
+#   all_reduce = if (n > 1) 2 * (n - 1) / n * gradient_bytes / link$bandwidth + 2 * (n - 1) * link$alpha else 0,
 #   input = model_input_s
 # ))
 # par(mfrow = c(1, 2), mar = c(7, 5, 2.5, 1), las = 1, cex = 0.9, cex.main = 0.95)
-# barplot(1e3 * step_parts, names.arg = devices_n, col = c("steelblue", "darkorange", "gray70"),
-#         xlab = "devices N", ylab = "ms per step", main = "MODEL, not a measurement: time per step",
-#         legend.text = c("compute / N", "all-reduce (ring)", "input"), args.legend = list(bty = "n", cex = 0.8))
+# barplot(1e6 * step_parts, names.arg = devices_n, col = c("steelblue", "darkorange", "gray70"),
+#         xlab = "devices N", ylab = "µs per step", main = "MODEL, not a measurement: time per step",
+#         legend.text = c("compute on each device", "all-reduce (ring)", "input"),
+#         args.legend = list(bty = "n", cex = 0.8))
 # modelled_speed <- model_global_batch / colSums(step_parts)
-# plot(devices_n, modelled_speed / 1e6, type = "o", pch = 19, ylim = c(0, max(modelled_speed[1] * devices_n) / 1e6),
+# plot(devices_n, modelled_speed / 1e6, type = "o", pch = 19,
+#      ylim = c(0, max(modelled_speed[1] * devices_n, modelled_speed) / 1e6),
 #      xlab = "devices N", ylab = "million samples/s", main = "MODEL: samples/s at a fixed global batch", xaxt = "n")
 # axis(1, at = devices_n)
 # lines(devices_n, modelled_speed[1] * devices_n / 1e6, lty = 3, col = "gray40")
 # legend("topleft", c("model", "perfect scaling"), lty = c(1, 3), col = c("black", "gray40"), bty = "n", cex = 0.8)
-# mtext(sprintf("step time = compute/N + all-reduce(N) + input; global batch %d, compute %g ms on 1 device",
-#               model_global_batch, 1e3 * model_compute_s), side = 1, line = 4.5, adj = 1, cex = 0.6)
-# mtext(sprintf("gradients %.2f MB, link %g GB/s, hop latency %g us, input %g ms per step; no overlap",
-#               gradient_bytes / 1e6, model_bandwidth / 1e9, 1e6 * model_latency_s, 1e3 * model_input_s),
+# mtext(sprintf("step time = compute on each device + all-reduce(N) + input; global batch %d, compute from %s",
+#               model_global_batch, paste0("kerasdist's hardware model (", gpu$name, ", TensorFloat-32)")),
+#       side = 1, line = 4.5, adj = 1, cex = 0.6)
+# mtext(sprintf("gradients %.2f MB, link %g GB/s, hop latency %g us (assumed), input %g us per step; no overlap",
+#               gradient_bytes / 1e6, link$bandwidth / 1e9, 1e6 * link$alpha, 1e6 * model_input_s),
 #       side = 1, line = 5.3, adj = 1, cex = 0.6)
-# cat(sprintf("model: gradients of %.2f MB; 8 devices would be %.1fx as fast as 1 (perfect scaling: 8x)\n",
+# cat(sprintf("model: gradients of %.2f MB; 8 devices would be %.2fx as fast as 1 (perfect scaling: 8x)\n",
 #             gradient_bytes / 1e6, modelled_speed[4] / modelled_speed[1]))
 
 # %% language="R"
-# # The all-reduce term of the model for 2 and 8 devices, and the part of it that is latency.
-# for (n in c(2, 8)) {
-#   all_reduce <- step_parts["all_reduce", devices_n == n]
-#   cat(sprintf("model, %d devices: all-reduce %.2f ms, of which latency %.2f ms; compute %.3f ms\n",
-#               n, 1e3 * all_reduce, 1e3 * 2 * (n - 1) * model_latency_s, 1e3 * model_compute_s / n))
+# # The model's terms for 1, 2 and 8 devices: each device's compute, and the all-reduce with its latency part.
+# for (n in c(1L, 2L, 8L)) {
+#   parts <- step_parts[, devices_n == n]
+#   cat(sprintf("model, %d device(s): compute %.0f us on each; all-reduce %.0f us, of which latency %.0f us\n",
+#               n, 1e6 * parts[["compute"]], 1e6 * parts[["all_reduce"]], 1e6 * 2 * (n - 1) * link$alpha))
 # }
 
 # %% [markdown]
-# The model says three things. Compute shrinks as 1/N, which virtual CPU devices cannot show. The
-# bytes each device sends hardly grow with N: `2 (N - 1) / N` of the gradient is at most twice the
-# gradient for any N, which is why the ring all-reduce scales; only the latency term,
-# `2 (N - 1)` hops, grows with N. So the speed-up of a small model like this MLP stays far below N
-# because compute / N shrinks beneath a communication time that stays about the same: soon the
-# step is mostly all-reduce.
+# The model says three things. The compute per device does not shrink as 1/N: on a GPU this small
+# MLP's step is mostly a fixed cost (the assumed kernel launches and Adam's update) that does not
+# shrink with the batch; the matrix products alone nearly do. The bytes each device sends grow with
+# N only up to twice the gradient: `2 (N - 1) / N` of it, whatever N, which is why the ring
+# all-reduce scales; only the latency term, `2 (N - 1)` hops, grows without limit. And so, for a model this small, an all-reduce over PCIe takes about as long as
+# the whole step on one GPU, or longer: more devices make it slower, as the printout says. Data parallelism pays when
+# each device has enough compute per byte of gradient.
 #
 # When is a step compute-bound? Per device and step, with a per-device batch of b examples, the
 # forward and backward pass of a dense layer cost about 6 floating-point operations per weight per
@@ -392,31 +405,37 @@ import keras  # noqa: F401
 # `b > (g / 3) x F / B`: the per-device batch must grow with the ratio of the device's speed to its
 # link's. The model's width cancels out (a wider MLP has more compute *and* proportionally more
 # gradient); layers that use each weight many times per example (convolutions, sequence models) do
-# more compute per byte. The cell below puts in an assumed GPU and two kinds of link.
+# more compute per byte. This leaves out the latency term, `2 (N - 1)` hops: it holds where the
+# gradient is large. The cell below puts in the GPU's peak and two of its links.
+
 
 # %% language="R"
-# # Per-device batch above which compute outweighs the all-reduce, b > (g / 3) x F / B (assumptions).
-# model_gpu_flops <- 100e12  # an assumed GPU's dense throughput, operations/s
-# links <- c(`PCIe-class` = model_bandwidth, `NVLink-class` = 30 * model_bandwidth)
-# for (link in names(links))
-#   for (gradient_type in c("float32", "bfloat16")) {
-#     bytes_per_value <- if (gradient_type == "float32") 4 else 2
-#     cat(sprintf("%s link, %s gradients: compute-bound above %s examples per device\n", link, gradient_type,
-#                 format(round(bytes_per_value / 3 * model_gpu_flops / links[[link]]), big.mark = ",")))
+# # Per-device batch above which compute at the GPU's peak outlasts the all-reduce's bandwidth term, b > (g / 3) x F / B.
+# for (link_name in c("PCIe 4.0 x16", "NVLink 4 (H100)"))
+#   for (number_type in c("tensorfloat32", "bfloat16")) {
+#     bytes_per_value <- if (number_type == "tensorfloat32") 4 else 2
+#     rate <- gpu$peak_flops[[number_type]]
+#     bandwidth <- hardware$LINKS[[link_name]]$bandwidth
+#     cat(sprintf("%s, %s (gradients of %d bytes): compute outlasts the bytes sent above %s examples per device\n", link_name,
+#                 number_type, bytes_per_value, format(round(bytes_per_value / 3 * rate / bandwidth), big.mark = ",")))
 #   }
 
 # %% [markdown]
-# Under these assumptions a PCIe-class link needs a per-device batch in the ten thousands before
-# compute outweighs the all-reduce, an NVLink-class link a few hundred; real kernels run below peak,
-# which lowers the bound. Two more ways change the sum itself. **Overlap**: the gradients of the last
-# layers are ready long before the backward pass ends; PyTorch's DistributedDataParallel, for one,
-# all-reduces them in buckets while the pass goes on, so the step tends to max(compute,
+# At the peak, PCIe needs a per-device batch in the tens of thousands before compute outlasts the
+# bytes sent, NVLink one in the thousands; bfloat16 halves the bytes and doubles the peak, so the
+# batch stays where it was. Real kernels run below peak, which lowers it; real links below their
+# bandwidth, and the latency term, raise it: for this MLP's small gradient the latency dominates
+# (the model's terms above), so the batch it needs is larger still. Two more ways change the sum itself. **Overlap**: the gradients of
+# the last layers are ready long before the backward pass ends; PyTorch's DistributedDataParallel,
+# for one, all-reduces them in buckets while the pass goes on, so the step tends to max(compute,
 # communication) instead of their sum. **Less communication**: bfloat16 gradients halve the bytes,
 # and gradient accumulation (the last section) would all-reduce once per k steps. Not yet in Keras 3
 # on TensorFlow: its optimizer applies the accumulated update, all-reduce included, inside a
 # conditional, and `fit()` under `MirroredStrategy` fails there ("`merge_call` called while defining
 # a new graph", keras-team/keras#20582, open), so on this stack accumulation runs on one device only.
-# Measure on your own GPUs before you trust any of these parameters.
+# Lesson 9 measures an all-reduce on this machine and predicts a GPU cluster with the same model;
+# `benchmarks/accelerator_step.py` times the step on a real GPU beside this prediction. Measure on your
+# own GPUs before you trust any of these figures.
 
 # %% [markdown]
 # ## Why an uneven last batch would make them part
@@ -999,10 +1018,11 @@ import keras  # noqa: F401
 #   difference measured over all steps is float32 round-off.
 # - That needs the same initial weights, the same data order and no uneven last batch: a batch split
 #   unevenly weighs the samples of the smaller share more.
-# - Virtual CPU replicas share cores and cannot be faster. On real GPUs, step time is about
-#   compute / N + all-reduce + input when nothing overlaps: a ring all-reduce sends less than twice
-#   the gradient per device whatever N, and only its latency grows with N, so it is compute / N
-#   shrinking beneath it that limits the speed-up of small models.
+# - Virtual CPU replicas share cores and cannot be faster. On real GPUs at a fixed global batch
+#   (strong scaling), step time is about each device's compute + all-reduce + input when nothing
+#   overlaps: a ring all-reduce sends less than twice the gradient per device whatever N, and only
+#   its latency grows with N, so it is the compute shrinking beneath it that limits the speed-up of
+#   small models; kerasdist's hardware model predicts that this MLP does not gain from 8 GPUs.
 # - At a fixed per-replica batch the global batch grows with the replicas; with an unchanged
 #   learning rate, training falls behind per epoch.
 # - The linear scaling rule with warm-up (Goyal et al., 2017) brings it back: the rate ramps from η

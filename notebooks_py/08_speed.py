@@ -71,9 +71,9 @@ import tensorflow as tf
 from kerasdist import data as data_module
 from kerasdist import model as model_module
 from kerasdist.experiments import plots
-from kerasdist.measure import speed_ladder
-from kerasdist.measure.speed import (ADAM_BYTES_PER_WEIGHT, Timing, gemm_flops_per_s, memory_bytes_per_s, step_kernels,
-                             time_calls)
+from kerasdist.measure import hardware, speed_ladder
+from kerasdist.measure.speed import (ADAM_BYTES_PER_WEIGHT, Timing, dense_kernels, gemm_flops_per_s, memory_bytes_per_s,
+                             step_kernels, time_calls)
 from kerasdist.course.exercises.lesson08 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
@@ -234,7 +234,7 @@ q1.assert_correct()
 # | type | exponent bits | mantissa bits | smallest normal number | smallest number at all | where it is fast |
 # |---|---|---|---|---|---|
 # | bfloat16 | 8 (as float32) | 7 | ~1e-38 | ~9e-41 | CPUs with AVX512_BF16/AMX, TPUs, recent GPUs |
-# | float16 | 5 | 10 | ~6e-5 | ~6e-8 | GPUs (tensor cores) |
+# | float16 | 5 | 10 | ~6e-5 | ~6e-8 | GPUs (tensor cores), CPUs with AVX512_FP16/AMX-FP16 |
 #
 # bfloat16 keeps float32's range, so small gradients survive and `mixed_bfloat16` needs nothing else.
 # float16 does not: below ~6e-5 its numbers lose precision (subnormals), and below about half of
@@ -665,7 +665,8 @@ q3.assert_correct()
 # ## What carries over to GPUs
 #
 # No GPU was measured for this course, so this section reasons from the measurements above and from
-# lesson 3's **cost model** (assumptions, not measurements).
+# kerasdist's **hardware model** (`kerasdist.measure.hardware`: an H100's published figures, a model,
+# not a measurement), the one lessons 3 and 9 use.
 #
 # - **Per-call overhead matters more on a GPU.** Each op is a kernel launch of a few microseconds,
 #   and a step of this MLP on a GPU is short; `steps_per_execution` and XLA's fusion carry over.
@@ -676,22 +677,34 @@ q3.assert_correct()
 #   XLA works on one device (the ladder's rung), in kerasdist's loop (which compiles each replica's
 #   gradient, not the all-reduce), and on the JAX backend under `keras.distribution` (lesson 7),
 #   where XLA compiles the whole step of every device.
-# - **Mixed precision changes types.** GPUs' tensor cores run float16 and (recent ones) bfloat16;
-#   use `mixed_float16` with loss scaling (Keras' `fit` adds it; kerasdist's loop calls
-#   `optimizer.scale_loss`), or `mixed_bfloat16` where supported. The CPU's ratios say nothing about
-#   a GPU's.
+# - **Mixed precision changes types, and float32 is not what it is on a CPU.** GPUs' tensor cores run
+#   float16 and (recent ones) bfloat16; use `mixed_float16` with loss scaling (Keras' `fit` adds it;
+#   kerasdist's loop calls `optimizer.scale_loss`), or `mixed_bfloat16` where supported. But on an
+#   A100 or H100 a float32 model's matrix products already run on the tensor cores, as
+#   **TensorFloat-32** (float32's range, a 10-bit mantissa): TensorFlow turns it on by default there
+#   (`tf.config.experimental.enable_tensor_float_32_execution`), and so does JAX's default precision.
+#   Its peak is half of bfloat16's, where plain float32's (without the tensor cores) is about a
+#   fifteenth, so mixed precision gains about 2x on the products, and MFU of a float32 model is measured against TensorFloat-32's peak.
+#   The CPU's ratios say nothing about a GPU's.
+# - **A product's intensity grows with the batch, up to the layer's width.** A (b x n_in) @ (n_in x
+#   n_out) product does about b / 2 FLOPs per byte of float32 operands (b per byte of bfloat16) while
+#   b is well below n_in and n_out, then levels off at n_in n_out / (2 (n_in + n_out)) (the table
+#   below gives this MLP's). A GPU's ridge is far higher than this CPU's: its peak outgrows a CPU's
+#   by more than its memory bandwidth does (the ridges are printed below). So the same product can be compute-bound here and memory-bound there:
+#   the classification depends on the machine.
 # - **Gradients stay float32.** Under a mixed policy the weights are float32, so their gradients are
 #   too: the all-reduce between replicas moves as many bytes as before (checked below).
-# - **Compute shrinks, communication does not.** In lesson 3's model a step on N devices takes
-#   `compute / N + all-reduce(N) + input`, with no overlap: Keras and kerasdist all-reduce in
+# - **Compute shrinks, communication does not.** In lesson 3's model (a fixed global batch: **strong
+#   scaling**) a step on N devices takes `each device's compute + all-reduce(N) + input`, with no
+#   overlap: Keras and kerasdist all-reduce in
 #   `apply_gradients`, after the whole backward pass (PyTorch's DDP and XLA's asynchronous
 #   collectives overlap the two, which hides part of the all-reduce). Anything that makes compute
 #   faster leaves the all-reduce as it is, so the speed-up from more devices drops.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# Gradient bytes under mixed_bfloat16, and lesson 3's cost model with its assumed parameters: one device
-# and 8 devices when one device's compute takes the assumed time, and half of it.
+# Gradient bytes under mixed_bfloat16; then the hardware model's GPU (lessons 3 and 9 use the same) at lesson
+# 3's global batch, in float32 (TensorFloat-32 products) and mixed bfloat16: one GPU, and 8 on PCIe against 1.
 keras.mixed_precision.set_global_policy("mixed_bfloat16")
 try:
     bfloat16_mlp = model_module.build_model()
@@ -703,25 +716,43 @@ finally:
     keras.mixed_precision.set_global_policy("float32")
 gradient_bytes = sum(g.shape.num_elements() * g.dtype.size for g in gradients)
 print(f"gradients under mixed_bfloat16: {sorted(gradient_dtypes)}, {gradient_bytes / 1e6:.2f} MB per step")
-MODEL_COMPUTE_S = 1e-3             # lesson 3's assumptions: one global batch of 4096 on one GPU,
-MODEL_BANDWIDTH_BYTES_PER_S = 10e9  # a PCIe-class link,
-MODEL_LATENCY_S = 10e-6            # latency per hop of the ring,
-MODEL_INPUT_S = 0.1e-3             # input time not hidden by prefetching
-step_s = {}
-for compute_s in (MODEL_COMPUTE_S, MODEL_COMPUTE_S / 2):
-    step_s[compute_s] = {n: sum(plots.step_time_model(n, compute_s, gradient_bytes, MODEL_BANDWIDTH_BYTES_PER_S,
-                                                      MODEL_LATENCY_S, MODEL_INPUT_S)) for n in (1, 8)}
-    print(f"model, compute {compute_s * 1e3:.1f} ms per step: 8 devices {step_s[compute_s][1] / step_s[compute_s][8]:.1f}x "
-          "as fast as 1")
-print(f"model: halving the compute makes one device {step_s[MODEL_COMPUTE_S][1] / step_s[MODEL_COMPUTE_S / 2][1]:.2f}x "
-      "as fast (the input time is not halved)")
+MODEL_GLOBAL_BATCH = 4096  # lesson 3's, fixed as N grows (strong scaling)
+link = hardware.LINKS["PCIe 4.0 x16"]
+one_gpu_s = {}
+for number_type in ("tensorfloat32", "bfloat16"):
+    print(hardware.describe_step(hardware.DENSE_LAYERS, MODEL_GLOBAL_BATCH, dtype=number_type))
+    step_s = {n: sum(plots.step_time_model(
+        n, hardware.predicted_step(hardware.DENSE_LAYERS, MODEL_GLOBAL_BATCH // n, dtype=number_type)["seconds"],
+        gradient_bytes, link["bandwidth"], link["alpha"], 0.0)) for n in (1, 8)}
+    one_gpu_s[number_type] = step_s[1]
+    print(f"model, {number_type}: 8 GPUs on PCIe {step_s[1] / step_s[8]:.2f}x as fast as 1")
+print(f"model: mixed bfloat16 makes one GPU {one_gpu_s['tensorfloat32'] / one_gpu_s['bfloat16']:.2f}x as fast "
+      "as TensorFloat-32 (the launches and the update do not shrink)")
+
+# %%
+# Arithmetic intensity of the MLP's products against the batch, and how many of them sit on the memory side
+# of each machine's ridge: this CPU's (measured above), an H100's in TensorFloat-32 and in bfloat16 (model).
+ridges = {"this CPU": ridge, "H100, TF32": hardware.ridge_point(), "H100, bf16": hardware.ridge_point(dtype="bfloat16")}
+print("ridge points: " + ", ".join(f"{name} {value:.0f} FLOP/byte" for name, value in ridges.items()))
+print(f"{'batch':>6} {'intensity (float32 operands)':>30} {'memory-bound of 8: this CPU':>28} {'H100 TF32':>10} "
+      f"{'H100 bf16':>10}")
+for batch in (64, 256, 1024, 4096):
+    four_byte = [k["flops"] / k["bytes"] for k in dense_kernels(hardware.DENSE_LAYERS, batch)]
+    two_byte = [k["flops"] / k["bytes"] for k in dense_kernels(hardware.DENSE_LAYERS, batch, bytes_per_value=2)]
+    below = [sum(i < ridges[name] for i in intensities)
+             for name, intensities in (("this CPU", four_byte), ("H100, TF32", four_byte), ("H100, bf16", two_byte))]
+    print(f"{batch:>6} {min(four_byte):>13.1f} to {max(four_byte):<14.1f} {below[0]:>28} {below[1]:>10} {below[2]:>10}")
 
 # %% [markdown]
-# In the model, halving the compute (say, by mixed precision) speeds one device up by less than two
-# (the input term stays) and lowers what 8 devices add on top. What does carry over from this CPU are
-# the *reasons*: overhead per call, unfused small ops, a memory-bound optimizer update and a batch too
-# small to keep the matrix units busy. The *numbers* do not: measure them on your own GPUs, with the
-# same side-by-side method, before you trust any ratio.
+# In the model, mixed precision halves the products' time but not the kernel launches and the
+# update, so one GPU gains less than two; and 8 GPUs over PCIe are slower than one for this MLP at
+# either precision, because its all-reduce takes longer than its whole step (lesson 9 predicts where
+# larger models and faster links take it). The table shows why the GPU's step is short yet far from
+# its peak: this MLP's layers are too narrow for its products' intensity to reach an H100's ridge at
+# any batch, so all of them are memory-bound there, more than on this CPU. What does carry over from this CPU are the *reasons*: overhead per call, unfused
+# small ops, a memory-bound optimizer update and a batch too small to keep the matrix units busy.
+# The *numbers* do not: measure them on your own GPUs, with the same side-by-side method, before you
+# trust any ratio (`benchmarks/accelerator_step.py` times this step on a GPU beside the model).
 
 # %% [markdown]
 # ## Performance tips

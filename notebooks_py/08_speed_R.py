@@ -303,7 +303,7 @@ import keras  # noqa: F401
 # | type | exponent bits | mantissa bits | smallest normal number | smallest number at all | where it is fast |
 # |---|---|---|---|---|---|
 # | bfloat16 | 8 (as float32) | 7 | ~1e-38 | ~9e-41 | CPUs with AVX512_BF16/AMX, TPUs, recent GPUs |
-# | float16 | 5 | 10 | ~6e-5 | ~6e-8 | GPUs (tensor cores) |
+# | float16 | 5 | 10 | ~6e-5 | ~6e-8 | GPUs (tensor cores), CPUs with AVX512_FP16/AMX-FP16 |
 #
 # bfloat16 keeps float32's range, so small gradients survive and `mixed_bfloat16` needs nothing else.
 # float16 does not: below ~6e-5 its numbers lose precision (subnormals), and below about half of
@@ -794,7 +794,8 @@ import keras  # noqa: F401
 # ## What carries over to GPUs
 #
 # No GPU was measured for this course, so this section reasons from the measurements above and from
-# lesson 3's **cost model** (assumptions, not measurements).
+# kerasdist's **hardware model** (`kerasdist.measure.hardware`: an H100's published figures, a model,
+# not a measurement), the one lessons 3 and 9 use.
 #
 # - **Per-call overhead matters more on a GPU.** Each op is a kernel launch of a few microseconds,
 #   and a step of this MLP on a GPU is short; `steps_per_execution` and XLA's fusion carry over.
@@ -805,22 +806,34 @@ import keras  # noqa: F401
 #   XLA works on one device (the ladder's rung), in kerasdist's loop (which compiles each replica's
 #   gradient, not the all-reduce), and on the JAX backend under `keras.distribution` (lesson 7),
 #   where XLA compiles the whole step of every device.
-# - **Mixed precision changes types.** GPUs' tensor cores run float16 and (recent ones) bfloat16;
-#   use `mixed_float16` with loss scaling (keras3's `fit()` adds it; kerasdist's loop calls
-#   `optimizer.scale_loss`), or `mixed_bfloat16` where supported. The CPU's ratios say nothing about
-#   a GPU's.
+# - **Mixed precision changes types, and float32 is not what it is on a CPU.** GPUs' tensor cores run
+#   float16 and (recent ones) bfloat16; use `mixed_float16` with loss scaling (keras3's `fit()` adds it;
+#   kerasdist's loop calls `optimizer.scale_loss`), or `mixed_bfloat16` where supported. But on an
+#   A100 or H100 a float32 model's matrix products already run on the tensor cores, as
+#   **TensorFloat-32** (float32's range, a 10-bit mantissa): TensorFlow turns it on by default there
+#   (`tf$config$experimental$enable_tensor_float_32_execution()`), and so does JAX's default precision.
+#   Its peak is half of bfloat16's, where plain float32's (without the tensor cores) is about a
+#   fifteenth, so mixed precision gains about 2x on the products, and MFU of a float32 model is measured against TensorFloat-32's peak.
+#   The CPU's ratios say nothing about a GPU's.
+# - **A product's intensity grows with the batch, up to the layer's width.** A (b x n_in) @ (n_in x
+#   n_out) product does about b / 2 FLOPs per byte of float32 operands (b per byte of bfloat16) while
+#   b is well below n_in and n_out, then levels off at n_in n_out / (2 (n_in + n_out)) (the table
+#   below gives this MLP's). A GPU's ridge is far higher than this CPU's: its peak outgrows a CPU's
+#   by more than its memory bandwidth does (the ridges are printed below). So the same product can be compute-bound here and memory-bound there:
+#   the classification depends on the machine.
 # - **Gradients stay float32.** Under a mixed policy the weights are float32, so their gradients are
 #   too: the all-reduce between replicas moves as many bytes as before (checked below).
-# - **Compute shrinks, communication does not.** In lesson 3's model a step on N devices takes
-#   `compute / N + all-reduce(N) + input`, with no overlap: Keras and kerasdist all-reduce in
+# - **Compute shrinks, communication does not.** In lesson 3's model (a fixed global batch: **strong
+#   scaling**) a step on N devices takes `each device's compute + all-reduce(N) + input`, with no
+#   overlap: Keras and kerasdist all-reduce in
 #   `apply_gradients`, after the whole backward pass (PyTorch's DDP and XLA's asynchronous
 #   collectives overlap the two, which hides part of the all-reduce). Anything that makes compute
 #   faster leaves the all-reduce as it is, so the speed-up from more devices drops.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
-# # Gradient bytes under mixed_bfloat16, and lesson 3's cost model with its assumed parameters: one device
-# # and 8 devices when one device's compute takes the assumed time, and half of it.
+# # Gradient bytes under mixed_bfloat16; then the hardware model's GPU (lessons 3 and 9 use the same) at lesson
+# # 3's global batch, in float32 (TensorFloat-32 products) and mixed bfloat16: one GPU, and 8 on PCIe against 1.
 # config_set_dtype_policy("mixed_bfloat16")
 # tryCatch({
 #   bfloat16_mlp <- build_mlp()
@@ -833,31 +846,54 @@ import keras  # noqa: F401
 # gradient_bytes <- sum(vapply(gradients, function(g) g$shape$num_elements() * g$dtype$size, numeric(1)))
 # cat(sprintf("gradients under mixed_bfloat16: [%s], %.2f MB per step\n",
 #             paste0("'", gradient_dtypes, "'", collapse = ", "), gradient_bytes / 1e6))
-# model_compute_s <- 1e-3             # lesson 3's assumptions: one global batch of 4096 on one GPU,
-# model_bandwidth_bytes_per_s <- 10e9  # a PCIe-class link,
-# model_latency_s <- 10e-6            # latency per hop of the ring,
-# model_input_s <- 0.1e-3             # input time not hidden by prefetching
-# # Seconds per step on n devices (kerasdist.experiments.plots.step_time_model): compute / n + ring all-reduce + input.
-# step_time_model <- function(n, compute_s) {
-#   all_reduce <- 0
-#   if (n > 1) {
-#     all_reduce <- 2 * (n - 1) / n * gradient_bytes / model_bandwidth_bytes_per_s + 2 * (n - 1) * model_latency_s
-#   }
-#   compute_s / n + all_reduce + model_input_s
+# hardware <- import("kerasdist.measure.hardware")
+# model_global_batch <- 4096L  # lesson 3's, fixed as N grows (strong scaling)
+# link <- hardware$LINKS[["PCIe 4.0 x16"]]
+# # Seconds per step on n GPUs (kerasdist.experiments.plots.step_time_model): each GPU's compute of its share of
+# # the global batch (the hardware model) + ring all-reduce; the input is taken as hidden by prefetching.
+# step_time_model <- function(n, number_type) {
+#   compute_s <- hardware$predicted_step(hardware$DENSE_LAYERS, model_global_batch %/% n, dtype = number_type)$seconds
+#   all_reduce <- if (n > 1) 2 * (n - 1) / n * gradient_bytes / link$bandwidth + 2 * (n - 1) * link$alpha else 0
+#   compute_s + all_reduce
 # }
-# for (compute_s in c(model_compute_s, model_compute_s / 2)) {
-#   cat(sprintf("model, compute %.1f ms per step: 8 devices %.1fx as fast as 1\n", compute_s * 1e3,
-#               step_time_model(1, compute_s) / step_time_model(8, compute_s)))
+# for (number_type in c("tensorfloat32", "bfloat16")) {
+#   cat(hardware$describe_step(hardware$DENSE_LAYERS, model_global_batch, dtype = number_type), "\n", sep = "")
+#   cat(sprintf("model, %s: 8 GPUs on PCIe %.2fx as fast as 1\n", number_type,
+#               step_time_model(1L, number_type) / step_time_model(8L, number_type)))
 # }
-# cat(sprintf("model: halving the compute makes one device %.2fx as fast (the input time is not halved)\n",
-#             step_time_model(1, model_compute_s) / step_time_model(1, model_compute_s / 2)))
+# cat(sprintf("model: mixed bfloat16 makes one GPU %.2fx as fast as TensorFloat-32 (the launches and the update do not shrink)\n",
+#             step_time_model(1L, "tensorfloat32") / step_time_model(1L, "bfloat16")))
+
+# %% language="R"
+# # Arithmetic intensity of the MLP's products against the batch, and how many of them sit on the memory side
+# # of each machine's ridge: this CPU's (measured above), an H100's in TensorFloat-32 and in bfloat16 (model).
+# ridges <- c("this CPU" = ridge, "H100, TF32" = hardware$ridge_point(),
+#             "H100, bf16" = hardware$ridge_point(dtype = "bfloat16"))
+# cat("ridge points: ", paste(sprintf("%s %.0f FLOP/byte", names(ridges), ridges), collapse = ", "), "\n", sep = "")
+# cat(sprintf("%6s %30s %28s %10s %10s\n", "batch", "intensity (float32 operands)", "memory-bound of 8: this CPU",
+#             "H100 TF32", "H100 bf16"))
+# intensities_of <- function(batch, bytes_per_value) {
+#   vapply(kd_speed$dense_kernels(hardware$DENSE_LAYERS, batch, bytes_per_value = bytes_per_value),
+#          function(k) k$flops / k$bytes, numeric(1))
+# }
+# for (batch in c(64L, 256L, 1024L, 4096L)) {
+#   four_byte <- intensities_of(batch, 4L)
+#   two_byte <- intensities_of(batch, 2L)
+#   cat(sprintf("%6d %13.1f to %-14.1f %28d %10d %10d\n", batch, min(four_byte), max(four_byte),
+#               sum(four_byte < ridges[["this CPU"]]), sum(four_byte < ridges[["H100, TF32"]]),
+#               sum(two_byte < ridges[["H100, bf16"]])))
+# }
 
 # %% [markdown]
-# In the model, halving the compute (say, by mixed precision) speeds one device up by less than two
-# (the input term stays) and lowers what 8 devices add on top. What does carry over from this CPU are
-# the *reasons*: overhead per call, unfused small ops, a memory-bound optimizer update and a batch too
-# small to keep the matrix units busy. The *numbers* do not: measure them on your own GPUs, with the
-# same side-by-side method, before you trust any ratio.
+# In the model, mixed precision halves the products' time but not the kernel launches and the
+# update, so one GPU gains less than two; and 8 GPUs over PCIe are slower than one for this MLP at
+# either precision, because its all-reduce takes longer than its whole step (lesson 9 predicts where
+# larger models and faster links take it). The table shows why the GPU's step is short yet far from
+# its peak: this MLP's layers are too narrow for its products' intensity to reach an H100's ridge at
+# any batch, so all of them are memory-bound there, more than on this CPU. What does carry over from this CPU are the *reasons*: overhead per call, unfused
+# small ops, a memory-bound optimizer update and a batch too small to keep the matrix units busy.
+# The *numbers* do not: measure them on your own GPUs, with the same side-by-side method, before you
+# trust any ratio (`benchmarks/accelerator_step.py` times this step on a GPU beside the model).
 
 # %% [markdown]
 # ## Performance tips

@@ -28,8 +28,9 @@
 #   all-reduce, from your own α, β and FLOP rate, and the predicted step time of N replicas against
 #   the measured one (and why virtual devices that share cores are not real GPUs);
 # - a **GPU cluster predicted** from published figures (PCIe 4, NVLink 4, 100 Gb/s Ethernet,
-#   InfiniBand NDR): speed-up against N for this MLP and a model 100 times larger, and what
-#   overlapping the all-reduce with the backward pass and bfloat16 gradients change;
+#   InfiniBand NDR) and kerasdist's hardware model of a GPU's step (the one of lessons 3 and 8):
+#   speed-up against N for this MLP and one ten times as wide, and what overlapping the all-reduce
+#   with the backward pass and bfloat16 gradients change;
 # - **memory**: the bytes per parameter of weights, gradients and Adam's moments, which data
 #   parallelism copies to every device and **sharded data parallelism** (ZeRO-3, FSDP) splits,
 #   measured on JAX with a `LayoutMap`, with the collectives XLA inserted;
@@ -79,7 +80,7 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 from kerasdist.experiments import plots
-from kerasdist.measure import jax_collectives, speed, sync_cost
+from kerasdist.measure import hardware, jax_collectives, speed, sync_cost
 from kerasdist import model as model_module
 from kerasdist.course.exercises.lesson09 import q1, q2, q3  # this lesson's checked exercises
 
@@ -313,38 +314,56 @@ q2.assert_correct()
 # %% [markdown]
 # ## A GPU cluster predicted
 #
-# The same model, with published figures instead of measurements: a GPU's peak bfloat16 rate and the
-# bandwidth of four links. The speed-up of N GPUs is N times one GPU's step time over the N-GPU step
-# time (compute, then the all-reduce), at a fixed local batch: below 1, N GPUs do less than one.
-# **This is a model from specifications, not a measurement**: real all-reduces
-# reach a fraction of a link's bandwidth, real steps a fraction of the peak (lesson 8's MFU), and the
-# specifications give no latency, so α is an assumed order of magnitude. The curves say where scaling
-# bends, not how fast a real cluster is.
+# The same model, with published figures instead of measurements: four links' bandwidth, and one
+# GPU's step from kerasdist's hardware model (`kerasdist.measure.hardware`, the one lessons 3 and 8
+# use): each matrix product at the longer of its arithmetic at the H100's bfloat16 peak and its memory
+# traffic at the H100's bandwidth (every operand from its memory, not its cache), plus Adam's update
+# and an assumed floor of kernel launches. The
+# speed-up of N GPUs is N times one GPU's step time over the N-GPU step time (compute, then the
+# all-reduce), at a fixed **local** batch: the global batch grows with N (**weak scaling**, where
+# lesson 3 kept the global batch fixed: strong scaling, the same work split N ways, which a small
+# model gains even less from). Below 1, N GPUs do less than one. **This is a model from
+# specifications, not a measurement**: real all-reduces reach a fraction of a link's bandwidth, real
+# kernels a fraction of the peak, and the specifications give no latency, so α is an assumed order
+# of magnitude. The curves say where scaling bends, not how fast a real cluster is. NVLink joins the
+# 8 GPUs of one HGX/DGX H100 board, so its curves stop at 8 (NVLink Switch systems reach further);
+# beyond, GPUs talk over InfiniBand or Ethernet.
 
 # %%
-# Published figures: the links' bandwidth per GPU and direction, and one GPU's peak.
-links = pd.DataFrame(sync_cost.GPU_LINKS).T
+# Published figures: the links' bandwidth per GPU and direction, and one GPU's step in the hardware model for
+# this MLP and one ten times as wide, in mixed bfloat16 at the local batch; the rate each step then runs at.
+links = pd.DataFrame(hardware.LINKS).T
 links["bandwidth GB/s"] = links["bandwidth"].astype(float) / 1e9
 links["alpha us (assumed)"] = links["alpha"].astype(float) * 1e6
 print(links[["bandwidth GB/s", "alpha us (assumed)", "source"]].to_string())
-gpu = sync_cost.GPU_PEAK_FLOPS
-UTILISATION = 0.4    # an assumed share of the peak that a step reaches (lesson 8's MFU); not measured
-gpu_rate = UTILISATION * gpu["bfloat16"]
-print(f"{gpu['name']}: {gpu['bfloat16'] / 1e12:.0f} TFLOP/s peak bfloat16 ({gpu['source']}); "
-      f"the model assumes {UTILISATION:.0%} of it")
+gpu = hardware.H100_SXM
+LOCAL_BATCH = 4096
+WIDE_LAYERS = ((784, 2560), (2560, 2560), (2560, 10))  # the MLP with hidden layers 10x as wide
+print(hardware.describe_step(hardware.DENSE_LAYERS, LOCAL_BATCH))
+models = {}
+for name, layers in (("this MLP", hardware.DENSE_LAYERS), ("an MLP 10x as wide", WIDE_LAYERS)):
+    print(hardware.describe_step(layers, LOCAL_BATCH, dtype="bfloat16"))
+    step = hardware.predicted_step(layers, LOCAL_BATCH, dtype="bfloat16")
+    flops_per_sample = step["flops"] / LOCAL_BATCH
+    models[name] = {"flops_per_sample": flops_per_sample, "flop_rate": step["flops"] / step["seconds"],
+                    "gradient_bytes": 4 * sum(n_in * n_out + n_out for n_in, n_out in layers)}
+    print(f"  {name}: {models[name]['flop_rate'] / 1e12:.0f} TFLOP/s, "
+          f"{models[name]['flop_rate'] / gpu.peak_flops['bfloat16']:.0%} of the bfloat16 peak (the model's MFU); "
+          f"float32 gradients {models[name]['gradient_bytes'] / 1e6:.1f} MB")
+gpu_rate = models["this MLP"]["flop_rate"]
 
 # %%
-# Speed-up against N at a GPU-sized local batch, for this MLP and one 100 times larger, without and with overlap.
+# Speed-up against N at a GPU-sized local batch, for both MLPs, without and with overlap (NVLink: one board).
 counts = [1, 2, 4, 8, 16, 32, 64]
-LOCAL_BATCH = 4096
 figure, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
-for axis, (name, size) in zip(axes, [("this MLP", 1), ("a model 100x larger", 100)]):
-    for index, (link_name, link) in enumerate(sync_cost.GPU_LINKS.items()):
+for axis, (name, size) in zip(axes, models.items()):
+    for index, (link_name, link) in enumerate(hardware.LINKS.items()):
+        reach = [n for n in counts if link["max_gpus"] is None or n <= link["max_gpus"]]
         for buckets, style in ((None, "-"), (8, "--")):
-            curve = sync_cost.scaling_speedup(counts, LOCAL_BATCH, size * flops["total"], gpu_rate,
-                                              size * gradient_bytes, link["alpha"], 1 / link["bandwidth"],
+            curve = sync_cost.scaling_speedup(reach, LOCAL_BATCH, size["flops_per_sample"], size["flop_rate"],
+                                              size["gradient_bytes"], link["alpha"], 1 / link["bandwidth"],
                                               buckets=buckets)
-            axis.plot(counts, curve, style, color=f"C{index}", marker="o", markersize=3,
+            axis.plot(reach, curve, style, color=f"C{index}", marker="o", markersize=3,
                       label=f"{link_name}{', 8 buckets overlapped' if buckets else ''}")
     axis.plot(counts, counts, ":", color="grey", label="ideal (N)")
     axis.axhline(1, color="black", linewidth=0.6)
@@ -357,25 +376,28 @@ figure.tight_layout()
 plt.show()
 
 # %%
-# What bfloat16 gradients (half the bytes) and overlap do for the large model: 8 GPUs on NVLink, 64 on InfiniBand.
+# What bfloat16 gradients (half the bytes) and overlap do for the wide MLP: 8 GPUs on NVLink, 64 on InfiniBand.
+wide = models["an MLP 10x as wide"]
 for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
-    link = sync_cost.GPU_LINKS[link_name]
-    large = dict(flops_per_sample=100 * flops["total"], flop_rate=gpu_rate, alpha=link["alpha"],
-                 beta=1 / link["bandwidth"])
-    for label, grad_bytes, buckets in [("float32 gradients", 100 * gradient_bytes, None),
-                                       ("bfloat16 gradients", 50 * gradient_bytes, None),
-                                       ("float32, 8 buckets overlapped", 100 * gradient_bytes, 8),
-                                       ("bfloat16, 8 buckets overlapped", 50 * gradient_bytes, 8)]:
-        speedup = sync_cost.scaling_speedup([gpus], LOCAL_BATCH, gradient_bytes=grad_bytes, buckets=buckets,
-                                            **large)[0]
+    link = hardware.LINKS[link_name]
+    for label, grad_bytes, buckets in [("float32 gradients", wide["gradient_bytes"], None),
+                                       ("bfloat16 gradients", wide["gradient_bytes"] / 2, None),
+                                       ("float32, 8 buckets overlapped", wide["gradient_bytes"], 8),
+                                       ("bfloat16, 8 buckets overlapped", wide["gradient_bytes"] / 2, 8)]:
+        speedup = sync_cost.scaling_speedup([gpus], LOCAL_BATCH, wide["flops_per_sample"], wide["flop_rate"],
+                                            grad_bytes, link["alpha"], 1 / link["bandwidth"], buckets=buckets)[0]
         print(f"{link_name:>16}, {label:>30}: {speedup:5.1f}x on {gpus} GPUs")
 
 # %% [markdown]
-# A GPU computes the MLP's step in microseconds, so even at a local batch of thousands its
-# all-reduce is a large part of the step; over the slower links adding GPUs barely pays, or costs.
-# The larger model has 100 times the compute *and* 100 times the
-# gradient, so the ratio at a fixed local batch stays the same; what changes is that latency matters
-# less. Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
+# The model puts a GPU's step of this MLP at tens of microseconds, most of it the launch floor, far
+# below the peak (its MFU above), so even at a local batch of thousands its all-reduce is a large part
+# of the step; over the slower links adding GPUs barely pays, or costs. The wide MLP runs much nearer
+# the peak and its step is several times longer, but its gradient grew more than its step (the
+# printout gives both): it spends less step time per byte of gradient than the small MLP, whose step
+# was mostly fixed cost. So it gains over NVLink, and over InfiniBand and Ethernet only at the
+# largest counts of the chart; below them, and over PCIe (one machine's 8 GPUs), it loses: a larger model does not
+# scale better by itself; its step time per byte of gradient decides.
+# Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
 # (buckets sent as soon as their gradients exist, as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward
 # pass as two thirds of the compute and sends the buckets one after another) help most when bandwidth
 # limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, splits the
@@ -384,8 +406,9 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # `batch_all_reduce`: a pack need not "wait for all inputs to be ready"). Keras' `fit()` does not
 # use it: its optimizer all-reduces every gradient in one call with the default options, one pack,
 # which waits for the whole backward pass (lesson 8); the knob needs your own loop that passes the
-# options to the all-reduce. But each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64 GPUs that
-# can cost more than the overlap saves (the printout says which way it went): one reason NCCL
+# options to the all-reduce. But each bucket pays the ring's 2(N−1) latencies again, which can cost
+# more than the overlap saves, in a flat ring of 64 GPUs and even in one of 8 (the printout says
+# which way it went for the wide MLP): one reason NCCL
 # all-reduces over trees and by node on large clusters. The remedy that always works is a larger local batch
 # (compute grows, the gradient does not), within what the optimizer tolerates (lesson 3).
 
@@ -549,17 +572,21 @@ print(kinds.to_string(index=False))
 # before.
 # </details>
 #
-# 2. With the published figures, at which local batch does the MLP's all-reduce over NVLink 4 hide
-#    behind its compute on 8 GPUs?
+# 2. With the published figures, at which local batch does the MLP's compute on 8 GPUs last as long
+#    as its all-reduce over NVLink 4 (the break-even batch; hiding the all-reduce behind the backward
+#    pass alone, two thirds of the compute, takes a larger batch still)?
 #
 # <details><summary>Solution</summary>
 #
 # ```python
-# nvlink = sync_cost.GPU_LINKS["NVLink 4 (H100)"]
+# nvlink = hardware.LINKS["NVLink 4 (H100)"]
 # link = sync_cost.LinkFit(nvlink["alpha"], 1 / nvlink["bandwidth"], 8, 0.0)
 # print(round(sync_cost.break_even_local_batch(flops["total"], gpu_rate, gradient_bytes, link)))
 # ```
-# Tens of thousands of samples per GPU: the MLP is far too small to need 8 GPUs.
+# Thousands of samples per GPU by this rule, which takes the MLP's rate in the model at a local
+# batch of 4096; the model's own step (`hardware.predicted_step`) runs faster per sample at larger
+# batches, so the batch at which it lasts as long as the all-reduce lies higher still. Either way the
+# MLP is far too small to need 8 GPUs.
 # </details>
 #
 # 3. How many GPUs of 80 GB does a 7-billion-parameter model need just to hold its training state,

@@ -35,8 +35,9 @@
 #   all-reduce, from your own α, β and FLOP rate, and the predicted step time of N replicas against
 #   the measured one (and why virtual devices that share cores are not real GPUs);
 # - a **GPU cluster predicted** from published figures (PCIe 4, NVLink 4, 100 Gb/s Ethernet,
-#   InfiniBand NDR): speed-up against N for this MLP and a model 100 times larger, and what
-#   overlapping the all-reduce with the backward pass and bfloat16 gradients change;
+#   InfiniBand NDR) and kerasdist's hardware model of a GPU's step (the one of lessons 3 and 8):
+#   speed-up against N for this MLP and one ten times as wide, and what overlapping the all-reduce
+#   with the backward pass and bfloat16 gradients change;
 # - **memory**: the bytes per parameter of weights, gradients and Adam's moments, which data
 #   parallelism copies to every device and **sharded data parallelism** (ZeRO-3, FSDP) splits,
 #   measured on JAX with a `LayoutMap`, with the collectives XLA inserted;
@@ -431,16 +432,27 @@ import keras  # noqa: F401
 # %% [markdown]
 # ## A GPU cluster predicted
 #
-# The same model, with published figures instead of measurements: a GPU's peak bfloat16 rate and the
-# bandwidth of four links. The speed-up of N GPUs is N times one GPU's step time over the N-GPU step
-# time (compute, then the all-reduce), at a fixed local batch: below 1, N GPUs do less than one.
-# **This is a model from specifications, not a measurement**: real all-reduces reach a fraction of a
-# link's bandwidth, real steps a fraction of the peak (lesson 8's MFU), and the specifications give no latency, so α is an assumed order of magnitude. The curves say where scaling
-# bends, not how fast a real cluster is.
+# The same model, with published figures instead of measurements: four links' bandwidth, and one
+# GPU's step from kerasdist's hardware model (`kerasdist.measure.hardware`, the one lessons 3 and 8
+# use): each matrix product at the longer of its arithmetic at the H100's bfloat16 peak and its memory
+# traffic at the H100's bandwidth (every operand from its memory, not its cache), plus Adam's update
+# and an assumed floor of kernel launches. The
+# speed-up of N GPUs is N times one GPU's step time over the N-GPU step time (compute, then the
+# all-reduce), at a fixed **local** batch: the global batch grows with N (**weak scaling**, where
+# lesson 3 kept the global batch fixed: strong scaling, the same work split N ways, which a small
+# model gains even less from). Below 1, N GPUs do less than one. **This is a model from
+# specifications, not a measurement**: real all-reduces reach a fraction of a link's bandwidth, real
+# kernels a fraction of the peak, and the specifications give no latency, so α is an assumed order
+# of magnitude. The curves say where scaling bends, not how fast a real cluster is. NVLink joins the
+# 8 GPUs of one HGX/DGX H100 board, so its curves stop at 8 (NVLink Switch systems reach further);
+# beyond, GPUs talk over InfiniBand or Ethernet.
+
 
 # %% language="R"
-# # Published figures: the links' bandwidth per GPU and direction, and one GPU's peak.
-# gpu_links <- sync_cost$GPU_LINKS
+# # Published figures: the links' bandwidth per GPU and direction, and one GPU's step in the hardware model for
+# # this MLP and one ten times as wide, in mixed bfloat16 at the local batch; the rate each step then runs at.
+# hardware <- import("kerasdist.measure.hardware")
+# gpu_links <- hardware$LINKS
 # links <- data.frame(
 #   "bandwidth GB/s" = sprintf("%.1f", vapply(gpu_links, function(link) link$bandwidth / 1e9, numeric(1))),
 #   "alpha us (assumed)" = sprintf("%.1f", vapply(gpu_links, function(link) link$alpha * 1e6, numeric(1))),
@@ -448,28 +460,41 @@ import keras  # noqa: F401
 #   row.names = names(gpu_links), check.names = FALSE
 # )
 # print_table(links, row_names = TRUE)
-# gpu <- sync_cost$GPU_PEAK_FLOPS
-# utilisation <- 0.4  # an assumed share of the peak that a step reaches (lesson 8's MFU); not measured
-# gpu_rate <- utilisation * gpu$bfloat16
-# cat(sprintf("%s: %.0f TFLOP/s peak bfloat16 (%s); the model assumes %.0f%% of it\n", gpu$name, gpu$bfloat16 / 1e12,
-#             gpu$source, 100 * utilisation))
+# gpu <- hardware$H100_SXM
+# local_batch <- 4096L
+# wide_layers <- list(c(784L, 2560L), c(2560L, 2560L), c(2560L, 10L))  # the MLP with hidden layers 10x as wide
+# cat(hardware$describe_step(hardware$DENSE_LAYERS, local_batch), "\n", sep = "")
+# models <- list()
+# for (name in c("this MLP", "an MLP 10x as wide")) {
+#   layers <- if (name == "this MLP") hardware$DENSE_LAYERS else wide_layers
+#   cat(hardware$describe_step(layers, local_batch, dtype = "bfloat16"), "\n", sep = "")
+#   step <- hardware$predicted_step(layers, local_batch, dtype = "bfloat16")
+#   flops_per_sample <- step$flops / local_batch
+#   models[[name]] <- list(flops_per_sample = flops_per_sample, flop_rate = step$flops / step$seconds,
+#                          gradient_bytes = 4 * sum(vapply(layers, function(shape) shape[[1]] * shape[[2]] + shape[[2]],
+#                                                          numeric(1))))
+#   cat(sprintf("  %s: %.0f TFLOP/s, %.0f%% of the bfloat16 peak (the model's MFU); float32 gradients %.1f MB\n",
+#               name, models[[name]]$flop_rate / 1e12, 100 * models[[name]]$flop_rate / gpu$peak_flops$bfloat16,
+#               models[[name]]$gradient_bytes / 1e6))
+# }
+# gpu_rate <- models[["this MLP"]]$flop_rate
 
 # %% magic_args="-w 13 -h 4.2 --units in -r 90" language="R"
-# # Speed-up against N at a GPU-sized local batch, for this MLP and one 100 times larger, without and with overlap.
+# # Speed-up against N at a GPU-sized local batch, for both MLPs, without and with overlap (NVLink: one board).
 # counts <- c(1L, 2L, 4L, 8L, 16L, 32L, 64L)
-# local_batch <- 4096L
 # colours <- palette.colors(length(gpu_links), "Tableau 10")
-# speedup_of <- function(size, link, buckets) {
-#   unlist(sync_cost$scaling_speedup(counts, local_batch, size * flops$total, gpu_rate, size * gradient_bytes,
-#                                    link$alpha, 1 / link$bandwidth, buckets = buckets))
-# }
-# model_sizes <- c("this MLP" = 1, "a model 100x larger" = 100)
 # curves <- list()
-# for (panel in names(model_sizes)) {
+# for (panel in names(models)) {
+#   size <- models[[panel]]
 #   for (index in seq_along(gpu_links)) {
+#     link <- gpu_links[[index]]
+#     reach <- if (is.null(link$max_gpus)) counts else counts[counts <= link$max_gpus]
 #     for (buckets in list(NULL, 8L)) {
+#       speedup <- unlist(sync_cost$scaling_speedup(as.list(reach), local_batch, size$flops_per_sample, size$flop_rate,
+#                                                   size$gradient_bytes, link$alpha, 1 / link$bandwidth,
+#                                                   buckets = buckets))
 #       curves[[length(curves) + 1]] <- list(panel = panel, index = index, overlapped = !is.null(buckets),
-#                                             speedup = speedup_of(model_sizes[[panel]], gpu_links[[index]], buckets))
+#                                             counts = reach, speedup = speedup)
 #     }
 #   }
 # }
@@ -478,15 +503,15 @@ import keras  # noqa: F401
 # draw_scaling <- function() {
 #   old <- par(mfrow = c(1, 2), mar = c(4.5, 4.5, 2.5, 0.5), oma = c(0, 0, 2, 15))
 #   on.exit(par(old))
-#   for (panel in names(model_sizes)) {
+#   for (panel in names(models)) {
 #     plot(counts, counts, log = "xy", type = "l", lty = 3, col = "grey40", xaxt = "n", yaxt = "n", ylim = limits,
-#          xlab = "GPUs N", ylab = if (panel == names(model_sizes)[1]) "speed-up over one GPU (model)" else "",
+#          xlab = "GPUs N", ylab = if (panel == names(models)[1]) "speed-up over one GPU (model)" else "",
 #          main = sprintf("%s, local batch %d", panel, local_batch), cex.main = 0.95)
 #     abline(h = 1, lwd = 0.6)
 #     axis(1, at = counts, labels = counts)
 #     axis(2, at = 10^decades, labels = parse(text = paste0("10^", decades)), las = 1)
 #     for (curve in Filter(function(curve) curve$panel == panel, curves)) {
-#       lines(counts, curve$speedup, type = "o", pch = 19, cex = 0.5, col = colours[curve$index],
+#       lines(curve$counts, curve$speedup, type = "o", pch = 19, cex = 0.5, col = colours[curve$index],
 #             lty = if (curve$overlapped) 2 else 1)
 #     }
 #   }
@@ -499,15 +524,17 @@ import keras  # noqa: F401
 # draw_scaling()
 
 # %% language="R"
-# # What bfloat16 gradients (half the bytes) and overlap do for the large model: 8 GPUs on NVLink, 64 on InfiniBand.
+# # What bfloat16 gradients (half the bytes) and overlap do for the wide MLP: 8 GPUs on NVLink, 64 on InfiniBand.
+# wide <- models[["an MLP 10x as wide"]]
 # for (case in list(list(gpus = 8L, link_name = "NVLink 4 (H100)"), list(gpus = 64L, link_name = "InfiniBand NDR"))) {
 #   link <- gpu_links[[case$link_name]]
-#   for (setting in list(list(label = "float32 gradients", grad_bytes = 100 * gradient_bytes, buckets = NULL),
-#                        list(label = "bfloat16 gradients", grad_bytes = 50 * gradient_bytes, buckets = NULL),
-#                        list(label = "float32, 8 buckets overlapped", grad_bytes = 100 * gradient_bytes, buckets = 8L),
-#                        list(label = "bfloat16, 8 buckets overlapped", grad_bytes = 50 * gradient_bytes, buckets = 8L))) {
-#     speedup <- sync_cost$scaling_speedup(list(case$gpus), local_batch, flops_per_sample = 100 * flops$total,
-#                                          flop_rate = gpu_rate, gradient_bytes = setting$grad_bytes,
+#   for (setting in list(list(label = "float32 gradients", grad_bytes = wide$gradient_bytes, buckets = NULL),
+#                        list(label = "bfloat16 gradients", grad_bytes = wide$gradient_bytes / 2, buckets = NULL),
+#                        list(label = "float32, 8 buckets overlapped", grad_bytes = wide$gradient_bytes, buckets = 8L),
+#                        list(label = "bfloat16, 8 buckets overlapped", grad_bytes = wide$gradient_bytes / 2,
+#                             buckets = 8L))) {
+#     speedup <- sync_cost$scaling_speedup(list(case$gpus), local_batch, flops_per_sample = wide$flops_per_sample,
+#                                          flop_rate = wide$flop_rate, gradient_bytes = setting$grad_bytes,
 #                                          alpha = link$alpha, beta = 1 / link$bandwidth,
 #                                          buckets = setting$buckets)[[1]]
 #     cat(sprintf("%16s, %30s: %5.1fx on %d GPUs\n", case$link_name, setting$label, speedup, case$gpus))
@@ -515,11 +542,15 @@ import keras  # noqa: F401
 # }
 
 # %% [markdown]
-# A GPU computes the MLP's step in microseconds, so even at a local batch of thousands its
-# all-reduce is a large part of the step; over the slower links adding GPUs barely pays, or costs.
-# The larger model has 100 times the compute *and* 100 times the
-# gradient, so the ratio at a fixed local batch stays the same; what changes is that latency matters
-# less. Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
+# The model puts a GPU's step of this MLP at tens of microseconds, most of it the launch floor, far
+# below the peak (its MFU above), so even at a local batch of thousands its all-reduce is a large part
+# of the step; over the slower links adding GPUs barely pays, or costs. The wide MLP runs much nearer
+# the peak and its step is several times longer, but its gradient grew more than its step (the
+# printout gives both): it spends less step time per byte of gradient than the small MLP, whose step
+# was mostly fixed cost. So it gains over NVLink, and over InfiniBand and Ethernet only at the
+# largest counts of the chart; below them, and over PCIe (one machine's 8 GPUs), it loses: a larger model does not
+# scale better by itself; its step time per byte of gradient decides.
+# Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
 # (buckets sent as soon as their gradients exist, as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward
 # pass as two thirds of the compute and sends the buckets one after another) help most when bandwidth
 # limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, splits the
@@ -528,8 +559,9 @@ import keras  # noqa: F401
 # `batch_all_reduce`: a pack need not "wait for all inputs to be ready"). Keras' `fit()` does not
 # use it: its optimizer all-reduces every gradient in one call with the default options, one pack,
 # which waits for the whole backward pass (lesson 8); the knob needs your own loop that passes the
-# options to the all-reduce. But each bucket pays the ring's 2(N−1) latencies again, and in a flat ring of 64
-# GPUs that can cost more than the overlap saves (the printout says which way it went): one reason NCCL
+# options to the all-reduce. But each bucket pays the ring's 2(N−1) latencies again, which can cost
+# more than the overlap saves, in a flat ring of 64 GPUs and even in one of 8 (the printout says
+# which way it went for the wide MLP): one reason NCCL
 # all-reduces over trees and by node on large clusters. The remedy that always works is a larger local batch
 # (compute grows, the gradient does not), within what the optimizer tolerates (lesson 3).
 
@@ -715,17 +747,21 @@ import keras  # noqa: F401
 # before.
 # </details>
 #
-# 2. With the published figures, at which local batch does the MLP's all-reduce over NVLink 4 hide
-#    behind its compute on 8 GPUs?
+# 2. With the published figures, at which local batch does the MLP's compute on 8 GPUs last as long
+#    as its all-reduce over NVLink 4 (the break-even batch; hiding the all-reduce behind the backward
+#    pass alone, two thirds of the compute, takes a larger batch still)?
 #
 # <details><summary>Solution</summary>
 #
 # ```r
-# nvlink <- sync_cost$GPU_LINKS[["NVLink 4 (H100)"]]
+# nvlink <- hardware$LINKS[["NVLink 4 (H100)"]]
 # link <- sync_cost$LinkFit(nvlink$alpha, 1 / nvlink$bandwidth, 8L, 0)
 # print(round(sync_cost$break_even_local_batch(flops$total, gpu_rate, gradient_bytes, link)))
 # ```
-# Tens of thousands of samples per GPU: the MLP is far too small to need 8 GPUs.
+# Thousands of samples per GPU by this rule, which takes the MLP's rate in the model at a local
+# batch of 4096; the model's own step (`hardware.predicted_step`) runs faster per sample at larger
+# batches, so the batch at which it lasts as long as the all-reduce lies higher still. Either way the
+# MLP is far too small to need 8 GPUs.
 # </details>
 #
 # 3. How many GPUs of 80 GB does a 7-billion-parameter model need just to hold its training state,

@@ -195,14 +195,14 @@ def test_coinciding_curves_are_found_from_the_values():
 
 def test_step_time_model_splits_compute_and_pays_for_the_all_reduce():
     one = step_time_model(1, 4e-3, 1e6, 1e10, 1e-5, 1e-4)
-    four = step_time_model(4, 4e-3, 1e6, 1e10, 1e-5, 1e-4)
+    four = step_time_model(4, 1.5e-3, 1e6, 1e10, 1e-5, 1e-4)
     assert one == pytest.approx((4e-3, 0.0, 1e-4))
-    assert four[0] == pytest.approx(1e-3)
+    assert four[0] == pytest.approx(1.5e-3)  # each device's compute, as given: not 1/N of one device's
     assert four[1] == pytest.approx(1.5 * 1e6 / 1e10 + 6 * 1e-5)
 
 
 def test_step_time_model_chart_draws_samples_per_second_from_zero():
-    figure = plot_step_time_model(4096, 1e-3, 1e6, 1e10, 1e-5, 1e-4)
+    figure = plot_step_time_model(4096, {1: 1e-3, 2: 6e-4, 4: 4e-4, 8: 3e-4}, 1e6, 1e10, 1e-5, 1e-4, "assumed")
     speed_axis = figure.axes[1]
     low, high = speed_axis.get_ylim()
     assert low == 0 and high >= max(max(line.get_ydata()) for line in speed_axis.get_lines())

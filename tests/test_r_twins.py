@@ -77,6 +77,9 @@ KEY_NUMBERS = {
         ("uneven split of 5 losses", r"mean of (?:5|\(3\) and \(2\)):\s+([\d.]+)", None, 0),
         ("gradient gap of an uneven batch, %", r"differs from the 1-device one by (\d+)%", None, 1),
         ("cost model", r"model: gradients of ([\d.]+) MB; 8 devices would be ([\d.]+)x as fast", None, 0),
+        ("the hardware model's step", r"^(model, NVIDIA H100 SXM, .+)$", None, 0),
+        ("the cost model's terms", r"^model, (\d) device\(s\): compute (\d+) us on each; all-reduce (\d+) us, "
+         r"of which latency (\d+) us$", None, 0),
         ("steps per epoch", r"global batch (\d+): (\d+) steps per epoch", None, 0),
         ("warm-up from the base rate", r"step 0: ([\d.e-]+) \(the base rate\); end of the warm-up and after: "
          r"([\d.e-]+)", None, 0),
@@ -237,9 +240,11 @@ KEY_NUMBERS = {
         ("Adam's update: bytes, weights, intensity",
          r"^Adam's update, fused: ([\d.]+) MB for ([\d,]+) weights, ([\d.]+) FLOP/byte", None, 0),
         ("gradients under mixed_bfloat16", r"^gradients under mixed_bfloat16: (\[.+\]), ([\d.]+) MB per step$", None, 0),
-        ("cost model", r"^model, compute ([\d.]+) ms per step: 8 devices ([\d.]+)x as fast as 1$", None, 0),
-        ("cost model: halving the compute on one device",
-         r"^model: halving the compute makes one device ([\d.]+)x as fast", None, 0),
+        ("the hardware model's step", r"^(model, NVIDIA H100 SXM, .+)$", None, 0),
+        ("8 GPUs against 1 in the model", r"^model, (tensorfloat32|bfloat16): 8 GPUs on PCIe ([\d.]+)x as fast as 1$",
+         None, 0),
+        ("mixed bfloat16 on one GPU in the model",
+         r"^model: mixed bfloat16 makes one GPU ([\d.]+)x as fast", None, 0),
     ],
     # All-reduce timings and step times differ run to run: only what the model, the data and the published
     # figures fix is compared. The hand ring's gap to a plain sum is not: Python sums in float32, R in double.
@@ -258,7 +263,8 @@ KEY_NUMBERS = {
         ("published links",
          r"^(PCIe 4\.0 x16|NVLink 4 \(H100\)|100 Gb/s Ethernet|InfiniBand NDR)\s+([\d.]+)\s+([\d.]+)\s+(\S.*)$",
          None, 0),
-        ("the GPU's peak and the assumed share", r"^(NVIDIA H100 SXM: .+)$", None, 0),
+        ("the hardware model's steps", r"^(model, NVIDIA H100 SXM, .+)$", None, 0),
+        ("the rate of each MLP's step in the model", r"^  (this MLP|an MLP 10x as wide): (.+)$", None, 0),
         ("speed-ups modelled from specifications",
          r"^\s*(NVLink 4 \(H100\)|InfiniBand NDR),\s+(.+?):\s+([\d.]+)x on (\d+) GPUs$", None, 0),
         ("bytes per device, replicated and sharded (GB)",

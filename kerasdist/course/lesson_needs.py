@@ -112,7 +112,7 @@ LESSONS = (
     Lesson("01", "01_quickstart", "Quickstart", 34, 44, replicas(2), KERNEL, "TensorFlow", MNIST),
     Lesson("02", "02_checkpoints_resume", "Checkpoints and resume", 72, 55, replicas(2),
            "kernel + a training process it kills", "TensorFlow", MNIST),
-    Lesson("03", "03_convergence", "Convergence", 115, 100, "1 device, " + replicas(2),
+    Lesson("03", "03_convergence", "Convergence", 62, 44, "1 device, " + replicas(2),
            KERNEL, "TensorFlow", MNIST),
     Lesson("04", "04_input_pipelines", "Input pipelines", 69, 129, replicas(2) + ", 2 workers simulated",
            KERNEL, "TensorFlow", MNIST),
@@ -124,9 +124,9 @@ LESSONS = (
            "2 JAX devices, " + replicas(2),
            "kernel + 2 JAX processes on 127.0.0.1", "JAX and TensorFlow",
            MNIST),
-    Lesson("08", "08_speed", "Speed", 135, 152, "1 device (a GPU or the CPU)",
+    Lesson("08", "08_speed", "Speed", 92, 93, "1 device (a GPU or the CPU)",
            "kernel + a process per JAX rung", "TensorFlow and JAX", FASHION),
-    Lesson("09", "09_sync_cost", "What synchronization costs", 64, 82, replicas(4) + ", 2-4 JAX devices",
+    Lesson("09", "09_sync_cost", "What synchronization costs", 68, 65, replicas(4) + ", 2-4 JAX devices",
            "kernel + worker processes on 127.0.0.1", "TensorFlow and JAX", MNIST),
 )
 

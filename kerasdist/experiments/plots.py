@@ -161,7 +161,7 @@ def _plot_curves(axis, curves, labels, colours, styles, markers):
 
 
 def step_time_model(replicas, compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s):
-    """Modelled seconds per step at a fixed global batch: compute/N + ring all-reduce(N) + input.
+    """Modelled seconds per step on N devices: each device's compute + ring all-reduce(N) + input.
 
     A ring all-reduce of ``gradient_bytes`` over N devices (a reduce-scatter,
     then an all-gather) sends ``2 (N - 1) / N`` times the gradient through
@@ -173,7 +173,8 @@ def step_time_model(replicas, compute_s, gradient_bytes, bandwidth_bytes_per_s, 
 
     Args:
         replicas: N, the number of devices.
-        compute_s: forward and backward pass of the whole global batch on one device.
+        compute_s: one device's forward and backward pass of its share of the step's batch (at a fixed
+            global batch, the global batch / N: ``kerasdist.measure.hardware.predicted_step`` of it).
         gradient_bytes: size of the gradients (4 bytes per float32 weight).
         bandwidth_bytes_per_s: bandwidth of one link between devices.
         latency_s: latency of one hop.
@@ -183,7 +184,7 @@ def step_time_model(replicas, compute_s, gradient_bytes, bandwidth_bytes_per_s, 
         ``(compute, all_reduce, input)`` seconds.
 
     Example:
-        >>> compute, all_reduce, _ = step_time_model(2, 2e-3, 1e6, 1e10, 1e-5, 0.0)
+        >>> compute, all_reduce, _ = step_time_model(2, 1e-3, 1e6, 1e10, 1e-5, 0.0)
         >>> compute, round(all_reduce, 6)
         (0.001, 0.00012)
     """
@@ -191,54 +192,57 @@ def step_time_model(replicas, compute_s, gradient_bytes, bandwidth_bytes_per_s, 
     if replicas > 1:
         all_reduce = 2 * (replicas - 1) / replicas * gradient_bytes / bandwidth_bytes_per_s
         all_reduce += 2 * (replicas - 1) * latency_s
-    return compute_s / replicas, all_reduce, input_s
+    return compute_s, all_reduce, input_s
 
 
 def plot_step_time_model(global_batch_size, compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s,
-                         input_s, replicas=(1, 2, 4, 8)):
+                         input_s, compute_source):
     """Stacked bars of modelled step time, and the samples/s it implies, for N real devices.
 
     A labelled cost model, not a measurement: ``step_time_model`` with the
     parameters written on the chart.
 
     Args:
-        global_batch_size: samples per step (fixed as N grows).
-        compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s: see ``step_time_model``.
-        replicas: the device counts to draw.
+        global_batch_size: samples per step (fixed as N grows: strong scaling).
+        compute_s: ``{N: one device's compute at N devices}``, the device counts to draw.
+        gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s: see ``step_time_model``.
+        compute_source: where the compute times come from, written on the chart.
 
     Returns:
         A matplotlib ``Figure``.
 
     Example:
-        >>> figure = plot_step_time_model(1024, 4e-3, 1.1e6, 1e10, 1e-5, 2e-4)
+        >>> figure = plot_step_time_model(1024, {1: 4e-3, 2: 2e-3}, 1.1e6, 1e10, 1e-5, 2e-4, "assumed")
     """
-    parts = [step_time_model(n, compute_s, gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s)
+    replicas = sorted(compute_s)
+    parts = [step_time_model(n, compute_s[n], gradient_bytes, bandwidth_bytes_per_s, latency_s, input_s)
              for n in replicas]
     figure, (time_axis, speed_axis) = plt.subplots(1, 2, figsize=(11, 3.8))
     positions = range(len(replicas))
     bottom = [0.0] * len(replicas)
-    for index, (name, color) in enumerate((("compute / N", "tab:blue"), ("all-reduce (ring)", "tab:orange"),
-                                           ("input", "tab:gray"))):
-        heights = [1e3 * part[index] for part in parts]
+    for index, (name, color) in enumerate((("compute on each device", "tab:blue"),
+                                           ("all-reduce (ring)", "tab:orange"), ("input", "tab:gray"))):
+        heights = [1e6 * part[index] for part in parts]
         time_axis.bar(positions, heights, bottom=bottom, label=name, color=color)
         bottom = [b + h for b, h in zip(bottom, heights)]
     time_axis.set_xticks(list(positions), [str(n) for n in replicas])
-    time_axis.set(title="MODEL, not a measurement: time per step", xlabel="devices N", ylabel="ms per step")
+    time_axis.set(title="MODEL, not a measurement: time per step", xlabel="devices N", ylabel="µs per step")
     time_axis.legend(fontsize=8)
     speeds = [global_batch_size / sum(part) for part in parts]
-    speed_axis.plot(list(replicas), speeds, "o-", label="model")
-    speed_axis.plot(list(replicas), [speeds[0] * n / replicas[0] for n in replicas], ":", color="gray",
+    speed_axis.plot(replicas, speeds, "o-", label="model")
+    speed_axis.plot(replicas, [speeds[0] * n / replicas[0] for n in replicas], ":", color="gray",
                     label="perfect scaling")
+    top = max(speeds[0] * max(replicas) / replicas[0], max(speeds))
     speed_axis.set(title="MODEL: samples/s at a fixed global batch", xlabel="devices N", ylabel="samples/s",
-                   xticks=list(replicas), ylim=(0, 1.05 * speeds[0] * max(replicas) / replicas[0]))
+                   xticks=replicas, ylim=(0, 1.05 * top))
     speed_axis.legend(fontsize=8, loc="upper left")
     speed_axis.yaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}"))
-    parameters = (f"Cost model, assumed parameters: step time = compute/N + all-reduce(N) + input; "
-                  f"global batch {global_batch_size}, compute {1e3 * compute_s:g} ms on 1 device, "
-                  f"gradients {gradient_bytes / 1e6:.2f} MB,\nring all-reduce over links of "
-                  f"{bandwidth_bytes_per_s / 1e9:g} GB/s with {1e6 * latency_s:g} µs per hop, "
-                  f"input {1e3 * input_s:g} ms per step; no overlap of communication with compute. "
-                  "No GPU was measured.")
+    parameters = (f"Cost model: step time = compute on each device + all-reduce(N) + input; global batch "
+                  f"{global_batch_size}, compute from {compute_source},\n"
+                  f"gradients {gradient_bytes / 1e6:.2f} MB, "
+                  f"ring all-reduce over links of {bandwidth_bytes_per_s / 1e9:g} GB/s with "
+                  f"{1e6 * latency_s:g} µs per hop (assumed), input {1e6 * input_s:g} µs per step;\n"
+                  "no overlap of communication with compute. No GPU was measured.")
     for axis in (time_axis, speed_axis):
         axis.grid(alpha=0.3)
     figure.tight_layout(rect=(0, 0.1, 1, 1))

@@ -86,29 +86,41 @@ def training_flops_per_sample(model):
 def step_kernels(model, batch_size):
     """The matrix products of one training step of a model of Dense layers, with their FLOPs and bytes.
 
-    Per layer with an ``n_in x n_out`` kernel, on a batch of ``b``: the
-    forward product (b x n_in) @ (n_in x n_out), the kernel's gradient
-    (n_in x b) @ (b x n_out), and, except for the first layer, the input's
-    gradient (b x n_out) @ (n_out x n_in). A product (m x k) @ (k x n) costs
-    ``2 m k n`` FLOPs and moves at least ``4 (m k + k n + m n)`` bytes in
-    float32 (each operand read once, the result written once).
-
-    Returns:
-        A list of ``{"name", "m", "k", "n", "flops", "bytes"}``.
+    See ``dense_kernels``, which this calls with the model's kernel shapes and float32 values.
 
     Example:
         >>> [kernel["name"] for kernel in step_kernels(build_model(), 64)][:2]  # doctest: +SKIP
         ['layer 1 forward', 'layer 1 kernel gradient']
     """
+    shapes = [tuple(layer.kernel.shape) for layer in model.layers if hasattr(layer, "kernel")]
+    return dense_kernels(shapes, batch_size)
+
+
+def dense_kernels(layers, batch_size, bytes_per_value=4):
+    """The matrix products of one training step through Dense kernels of shapes ``layers``.
+
+    Per layer with an ``n_in x n_out`` kernel, on a batch of ``b``: the
+    forward product (b x n_in) @ (n_in x n_out), the kernel's gradient
+    (n_in x b) @ (b x n_out), and, except for the first layer, the input's
+    gradient (b x n_out) @ (n_out x n_in). A product (m x k) @ (k x n) costs
+    ``2 m k n`` FLOPs and moves at least ``bytes_per_value (m k + k n + m n)``
+    bytes (each operand read once, the result written once).
+
+    Returns:
+        A list of ``{"name", "m", "k", "n", "flops", "bytes"}``.
+
+    Example:
+        >>> [(kernel["name"], kernel["flops"]) for kernel in dense_kernels([(784, 256)], 64)]
+        [('layer 1 forward', 25690112), ('layer 1 kernel gradient', 25690112)]
+    """
     kernels = []
-    shapes_in_order = [layer.kernel.shape for layer in model.layers if hasattr(layer, "kernel")]
-    for index, (n_in, n_out) in enumerate(shapes_in_order):
+    for index, (n_in, n_out) in enumerate(layers):
         shapes = [("forward", batch_size, n_in, n_out), ("kernel gradient", n_in, batch_size, n_out)]
         if index:
             shapes.append(("input gradient", batch_size, n_out, n_in))
         for part, m, k, n in shapes:
             kernels.append({"name": f"layer {index + 1} {part}", "m": m, "k": k, "n": n,
-                            "flops": 2 * m * k * n, "bytes": 4 * (m * k + k * n + m * n)})
+                            "flops": 2 * m * k * n, "bytes": bytes_per_value * (m * k + k * n + m * n)})
     return kernels
 
 

@@ -243,18 +243,6 @@ def pipeline_bubble(stages, micro_batches):
     return (stages - 1) / (micro_batches + stages - 1)
 
 
-# Published figures for a GPU cluster (a model from specifications, never a measurement). Bandwidth is
-# one direction's, per GPU; the specifications give no latency, so alpha is an assumed order of magnitude.
-GPU_LINKS = {
-    "PCIe 4.0 x16": {"bandwidth": 32e9, "alpha": 10e-6, "source": "PCI-SIG: 16 GT/s x 16 lanes"},
-    "NVLink 4 (H100)": {"bandwidth": 450e9, "alpha": 5e-6, "source": "NVIDIA H100: 900 GB/s both directions"},
-    "100 Gb/s Ethernet": {"bandwidth": 12.5e9, "alpha": 20e-6, "source": "IEEE 802.3: 100 Gb/s = 12.5 GB/s"},
-    "InfiniBand NDR": {"bandwidth": 50e9, "alpha": 5e-6, "source": "NDR: 400 Gb/s per port = 50 GB/s"},
-}
-GPU_PEAK_FLOPS = {"name": "NVIDIA H100 SXM", "bfloat16": 989e12, "float32": 67e12,
-                  "source": "NVIDIA H100 datasheet, dense (no sparsity)"}
-
-
 def time_synchronous_step(strategy, images, labels, steps_per_call=20, rounds=5):
     """The :class:`~kerasdist.measure.speed.Timing` of one training step of the course's MLP on ``strategy``'s
     replicas, with ``images`` and ``labels`` (numpy arrays) as the global batch, in seconds per step.
