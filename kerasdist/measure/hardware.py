@@ -49,18 +49,19 @@ STEP_LAUNCH_FLOOR_S = 30e-6
 # The course's MLP (kerasdist.model.build_model): 784-256-256-10, 269,322 parameters.
 DENSE_LAYERS = ((784, 256), (256, 256), (256, 10))
 
-# Links between GPUs: bandwidth per GPU and direction, and where the link reaches. The specifications give
-# no latency: alpha (per step of a ring) is an assumed order of magnitude. PCIe 4.0 is a server of the
-# previous generation (the H100 itself speaks PCIe 5.0, twice as fast); NVLink 4 joins the 8 GPUs of an
-# HGX/DGX board (NVLink Switch systems reach further).
+# Links between GPUs: bandwidth per GPU and direction, and how many GPUs one reaches (PCIe and NVLink:
+# those of one machine; InfiniBand and Ethernet join machines). The specifications give no latency:
+# alpha (per step of a ring) is an assumed order of magnitude. PCIe 4.0 is a server of the previous
+# generation (the H100 itself speaks PCIe 5.0, twice as fast); NVLink 4 joins the 8 GPUs of an HGX/DGX
+# board (NVLink Switch systems reach further).
 LINKS = {
-    "PCIe 4.0 x16": {"bandwidth": 32e9, "alpha": 10e-6, "max_gpus": 8, "reach": "the GPUs of one machine",
+    "PCIe 4.0 x16": {"bandwidth": 32e9, "alpha": 10e-6, "max_gpus": 8,
                      "source": "PCI-SIG: 16 GT/s x 16 lanes"},
-    "NVLink 4 (H100)": {"bandwidth": 450e9, "alpha": 5e-6, "max_gpus": 8, "reach": "the 8 GPUs of one board",
+    "NVLink 4 (H100)": {"bandwidth": 450e9, "alpha": 5e-6, "max_gpus": 8,
                         "source": "NVIDIA H100: 900 GB/s both directions"},
-    "100 Gb/s Ethernet": {"bandwidth": 12.5e9, "alpha": 20e-6, "max_gpus": None, "reach": "machines",
+    "100 Gb/s Ethernet": {"bandwidth": 12.5e9, "alpha": 20e-6, "max_gpus": None,
                           "source": "IEEE 802.3: 100 Gb/s = 12.5 GB/s"},
-    "InfiniBand NDR": {"bandwidth": 50e9, "alpha": 5e-6, "max_gpus": None, "reach": "machines",
+    "InfiniBand NDR": {"bandwidth": 50e9, "alpha": 5e-6, "max_gpus": None,
                        "source": "NDR: 400 Gb/s per port = 50 GB/s"},
 }
 
