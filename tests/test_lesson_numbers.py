@@ -181,11 +181,6 @@ def assert_types_no_figure_of_its_run(lesson, printed_on_standin):
     )
 
 
-def skip_without_jax(lesson):
-    if any('KERAS_BACKEND"] = "jax"' in source(cell) for cell in load(lesson)["cells"]):
-        pytest.importorskip("jax", reason="needs JAX, the jax extra (pip install -e '.[jax]')")
-
-
 @pytest.fixture(scope="session")
 def standin(tmp_path_factory):
     return write_standin(tmp_path_factory.mktemp("standin") / "standin.npz")
@@ -206,7 +201,6 @@ def test_lesson_types_no_figure_of_its_recorded_standin_run(notebook):
 @pytest.mark.slow  # in its lesson's xdist group (conftest.py: a test parametrized by a lesson's path)
 @pytest.mark.parametrize("lesson", [RUN_HERE_ON_THE_STANDIN], ids=ids([RUN_HERE_ON_THE_STANDIN]))
 def test_lesson_runs_on_data_of_another_size_and_types_no_figure_of_its_run(lesson, standin):
-    skip_without_jax(lesson)
     assert_types_no_figure_of_its_run(lesson, run_on_standin(lesson, standin))
 
 
