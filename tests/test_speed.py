@@ -64,8 +64,33 @@ def test_memory_bandwidth_is_a_rate_of_gigabytes():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_matmul_throughput_is_a_finite_rate(dtype):
-    rate = kerasdist.matmul_flops_per_s(dtype, size=128, repeats=2, rounds=2)
-    assert math.isfinite(rate) and rate > 1e6
+    median, low, high = kerasdist.matmul_flops_per_s(dtype, size=128, repeats=2, rounds=3)
+    assert math.isfinite(median) and 0 < low <= median <= high and median > 1e6
+
+
+def test_the_nominal_peak_is_an_upper_bound_of_the_measured_one():
+    nominal = speed.nominal_flops_per_s()
+    assert nominal.flops_per_s == nominal.cores * nominal.flops_per_cycle * nominal.clock_hz
+    assert kerasdist.matmul_flops_per_s(size=256, repeats=4, rounds=3).high < nominal.flops_per_s
+
+
+def test_the_nominal_peak_reads_the_widest_vectors_and_the_highest_clock(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("model name\t: Some CPU @ 2.00GHz\ncpu MHz\t\t: 1200.000\n"
+                       "flags\t\t: fpu sse2 avx avx2 fma\n")
+    nominal = speed.nominal_flops_per_s(cpuinfo=str(cpuinfo), cpufreq=str(tmp_path / "none"))
+    assert (nominal.flops_per_cycle, nominal.clock_hz, nominal.clock_source) == (32, 2e9, "model name")
+    assert speed.nominal_flops_per_s("bfloat16", cpuinfo=str(cpuinfo)).flops_per_cycle == 32
+    (tmp_path / "cpufreq").mkdir()
+    (tmp_path / "cpufreq" / "cpuinfo_max_freq").write_text("3500000\n")
+    cpuinfo.write_text(cpuinfo.read_text().replace("avx2 fma", "avx2 fma avx512f avx512_bf16"))
+    nominal = speed.nominal_flops_per_s("bfloat16", cpuinfo=str(cpuinfo), cpufreq=str(tmp_path / "cpufreq"))
+    assert (nominal.flops_per_cycle, nominal.clock_hz, nominal.instructions) == (128, 3.5e9, "avx512_bf16")
+
+
+def test_the_nominal_peak_without_cpuinfo_is_one_clear_error(tmp_path):
+    with pytest.raises(RuntimeError, match="needs"):
+        speed.nominal_flops_per_s(cpuinfo=str(tmp_path / "missing"))
 
 
 @pytest.mark.parametrize("engine", ["fit", "loop"])

@@ -2,6 +2,7 @@
 
 import collections
 import os
+import re
 import statistics
 import threading
 import time
@@ -24,6 +25,29 @@ class Timing(NamedTuple):
     median: float
     low: float
     high: float
+
+
+class Rate(NamedTuple):
+    """A rate (FLOP/s, bytes/s) of repeated calls: at the median call, and the spread (at the slower and faster quartile calls)."""
+
+    median: float
+    low: float
+    high: float
+
+
+def _rate(amount, timing):
+    return Rate(amount / timing.median, amount / timing.high, amount / timing.low)
+
+
+class NominalPeak(NamedTuple):
+    """A CPU's nominal peak: cores x FLOPs per cycle of each core x clock, with what each factor was read from."""
+
+    flops_per_s: float
+    cores: int
+    flops_per_cycle: int
+    clock_hz: float
+    instructions: str
+    clock_source: str
 
 
 def time_calls(function, *arguments, rounds=11):
@@ -132,7 +156,7 @@ def gemm_flops_per_s(m, k, n, dtype="float32", jit_compile=False, products=50, r
     kernel instead of TensorFlow's (oneDNN on x86 CPUs).
 
     Returns:
-        ``(median, low, high)`` FLOP/s: the median call and the spread of the calls (see ``time_calls``).
+        A ``Rate``: FLOP/s at the median call, and the spread of the calls (see ``time_calls``).
 
     Example:
         >>> gemm_flops_per_s(64, 784, 256)[0] > 1e9  # doctest: +SKIP
@@ -151,9 +175,7 @@ def gemm_flops_per_s(m, k, n, dtype="float32", jit_compile=False, products=50, r
             total += tf.cast(tf.reduce_sum(tf.linalg.matmul(lefts[index], right)), tf.float32)
         return total
 
-    timing = time_calls(run, lefts, right, rounds=rounds)
-    flops = 2 * m * k * n * products
-    return flops / timing.median, flops / timing.high, flops / timing.low
+    return _rate(2 * m * k * n * products, time_calls(run, lefts, right, rounds=rounds))
 
 
 def memory_bytes_per_s(megabytes=256, rounds=7):
@@ -166,7 +188,7 @@ def memory_bytes_per_s(megabytes=256, rounds=7):
     caches measure main memory.
 
     Returns:
-        ``(median, low, high)`` bytes/s, as ``gemm_flops_per_s``.
+        A ``Rate`` in bytes/s, as ``gemm_flops_per_s``.
 
     Example:
         >>> memory_bytes_per_s()[0] > 1e9  # doctest: +SKIP
@@ -193,22 +215,20 @@ def memory_bytes_per_s(megabytes=256, rounds=7):
         for worker in workers:
             worker.join()
 
-    timing = time_calls(all_cores, rounds=rounds)
-    moved = 12 * elements
-    return moved / timing.median, moved / timing.high, moved / timing.low
+    return _rate(12 * elements, time_calls(all_cores, rounds=rounds))
 
 
-def matmul_flops_per_s(dtype="float32", size=1024, repeats=20, rounds=10):
-    """The best FLOP/s of ``repeats`` chained ``size x size`` matmuls in one ``tf.function``, over ``rounds``.
+def matmul_flops_per_s(dtype="float32", size=1024, repeats=20, rounds=11):
+    """The measured peak: the ``Rate`` of ``repeats`` chained ``size x size`` matmuls in one ``tf.function``.
 
     Each product feeds the next, so no matmul can be skipped as a repeat of
     another; float32 and bfloat16 run the same op, ``tf.linalg.matmul``, on
-    the same device. Many short rounds: on a shared machine the best of them
-    is the one least slowed down by other programs.
+    the same device. The median of ``rounds`` calls, with their spread, as
+    every other rate of the course.
 
     Example:
-        >>> matmul_flops_per_s("bfloat16") / matmul_flops_per_s("float32")  # doctest: +SKIP
-        4.2
+        >>> matmul_flops_per_s("float32").median > 1e9  # doctest: +SKIP
+        True
     """
     import tensorflow as tf
 
@@ -222,13 +242,57 @@ def matmul_flops_per_s(dtype="float32", size=1024, repeats=20, rounds=10):
             a = tf.linalg.matmul(a, b)
         return tf.reduce_sum(tf.cast(a[0, :8], tf.float32))
 
-    chain(a, b).numpy()  # trace and warm up
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        chain(a, b).numpy()
-        best = min(best, time.perf_counter() - started)
-    return 2 * size**3 * repeats / best
+    return _rate(2 * size**3 * repeats, time_calls(chain, a, b, rounds=rounds))
+
+
+# The most FMA units an x86 core has (Intel since Haswell, AMD since Zen 2, with AVX2; some with AVX-512):
+# assumed for every CPU, so that the nominal peak is an upper bound, loose on a core with fewer.
+FMA_UNITS_PER_CORE = 2
+
+
+def nominal_flops_per_s(dtype="float32", cpuinfo="/proc/cpuinfo", cpufreq="/sys/devices/system/cpu/cpu0/cpufreq"):
+    """The CPU's nominal peak: usable cores x FLOPs per cycle of one core x the highest clock the system reports.
+
+    FLOPs per cycle: ``FMA_UNITS_PER_CORE`` fused multiply-adds (2 FLOPs) on
+    the widest vector of the instructions in ``/proc/cpuinfo`` (avx512f: 16
+    float32 lanes, avx2 or avx: 8, else 4). For ``"bfloat16"``: AMX (amx_bf16)
+    1,024 per cycle, AVX512_BF16's dot products 32 lanes, else float32's rate
+    (bfloat16 is then converted). The clock is the highest of cpufreq's
+    maximum, the model name's "@ ...GHz" and the "cpu MHz" lines (on a virtual
+    machine only the host's base clock may show: a core that turbos above it
+    could beat the figure, which the lesson then says).
+
+    Example:
+        >>> nominal_flops_per_s().flops_per_s > 1e9  # doctest: +SKIP
+        True
+    """
+    try:
+        with open(cpuinfo) as stream:
+            text = stream.read()
+    except OSError as error:
+        raise RuntimeError(f"the nominal peak needs {cpuinfo} (Linux): {error}") from None
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines()
+                      if line.startswith(("flags", "Features"))), []))
+    lanes, instructions = (16, "avx512f") if "avx512f" in flags else (8, "avx2/avx") if flags & {"avx2", "avx"}         else (4, "128-bit vectors")
+    per_cycle = FMA_UNITS_PER_CORE * 2 * lanes
+    if dtype == "bfloat16" and "amx_bf16" in flags:
+        per_cycle, instructions = 1024, "amx_bf16"
+    elif dtype == "bfloat16" and "avx512_bf16" in flags:
+        per_cycle, instructions = FMA_UNITS_PER_CORE * 2 * 32, "avx512_bf16"
+    clocks = {"cpu MHz": max((float(value) * 1e6 for value in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)),
+                             default=0.0)}
+    named = re.search(r"@\s*([\d.]+)\s*GHz", text)
+    clocks["model name"] = float(named.group(1)) * 1e9 if named else 0.0
+    try:
+        with open(os.path.join(cpufreq, "cpuinfo_max_freq")) as stream:
+            clocks["cpufreq maximum"] = float(stream.read()) * 1e3
+    except (OSError, ValueError):
+        pass
+    source, clock = max(clocks.items(), key=lambda item: item[1])
+    if not clock:
+        raise RuntimeError(f"no clock rate in {cpuinfo} or {cpufreq}: the nominal peak is unknown here")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return NominalPeak(cores * per_cycle * clock, cores, per_cycle, clock, instructions, source)
 
 
 def cpu_bfloat16_instructions(cpuinfo="/proc/cpuinfo"):
