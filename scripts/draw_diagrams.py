@@ -130,15 +130,16 @@ def data_vs_model_parallelism():
 
     # Right: model parallelism, the layers split across the devices.
     axis.text(90, 70, "Model parallelism", ha="center", fontsize=11, fontweight="bold")
-    for device, (x, names) in enumerate(((66, layers[:2]), (94, layers[2:]))):
+    # The split of lesson 6's TwoDeviceMLP: dense_1 on device 0, dense_2 and logits on device 1.
+    for device, (x, names) in enumerate(((66, layers[:1]), (94, layers[1:]))):
         axis.add_patch(patches.Rectangle((x, 22), 22, 36, facecolor=NEUTRAL, edgecolor=EDGE, linestyle="--"))
         axis.text(x + 11, 55, f"device {device}", ha="center", va="center", fontsize=9, fontweight="bold")
-        _layers(axis, x + 1.5, 33 if device == 0 else 39, 19, names)
+        _layers(axis, x + 1.5, 36, 19, names)
         axis.text(x + 11, 26, "part of the model\n(its own weights)", ha="center", va="center", fontsize=8)
     _box(axis, 67.5, 10, 19, 6, "the whole batch", DATA, fontsize=8.5)
     _arrow(axis, (77, 16), (77, 22))
-    _arrow(axis, (85.5, 42), (95.5, 42), color=ACCENT, text="activations", text_offset=(0, 2.5))
-    _arrow(axis, (95.5, 37.5), (85.5, 37.5), color=ACCENT, text="their gradients", text_offset=(0, -3))
+    _arrow(axis, (86.5, 39.4), (95.5, 39.4), color=ACCENT, text="activations", text_offset=(0, 3.2))
+    _arrow(axis, (95.5, 37.1), (86.5, 37.1), color=ACCENT, text="their gradients", text_offset=(0, -4.1))
     axis.text(90, 4, "Splits the MODEL: for a model too big\nfor one device's memory.",
               ha="center", va="center", fontsize=9)
     axis.plot([60, 60], [6, 72], color="#999999", linewidth=0.8)
@@ -191,7 +192,8 @@ def cluster_tf_config():
 
 def keras_distribution_mesh():
     """Lesson 7's two layouts on a mesh of two devices: DataParallel copies the weights and splits the
-    batch; ModelParallel splits the hidden Dense kernels by columns and keeps the batch whole.
+    batch; ModelParallel splits the hidden Dense kernels by columns (and their biases with them) and keeps
+    the batch whole.
 
     Returns:
         The matplotlib Figure.
@@ -203,12 +205,12 @@ def keras_distribution_mesh():
          ("dense_1/kernel 784 x 256", "dense_2/kernel 256 x 256", "logits/kernel 256 x 10"),
          "every weight whole on each device:\nPartitionSpec()", REPLICA),
         (66, "ModelParallel: mesh (1, 2), axes \"batch\", \"model\"",
-         ("dense_1/kernel 784 x 128\n(columns 0-127)", "dense_2/kernel 256 x 128\n(columns 0-127)",
-          "logits/kernel 256 x 10"),
-         ("dense_1/kernel 784 x 128\n(columns 128-255)", "dense_2/kernel 256 x 128\n(columns 128-255)",
-          "logits/kernel 256 x 10"),
-         "LayoutMap: \"dense.*kernel\" -> (None, \"model\");\n"
-         "no key for logits: whole on each device", UPDATE),
+         ("dense_1/kernel 784 x 128\n+ bias 128 (units 0-127)",
+          "dense_2/kernel 256 x 128\n+ bias 128 (units 0-127)", "logits/kernel 256 x 10"),
+         ("dense_1/kernel 784 x 128\n+ bias 128 (units 128-255)",
+          "dense_2/kernel 256 x 128\n+ bias 128 (units 128-255)", "logits/kernel 256 x 10"),
+         "LayoutMap: \"dense.*kernel\" -> (None, \"model\"),\n"
+         "\"dense.*bias\" -> (\"model\",); no key for logits: whole", UPDATE),
     )
     for x, title, left, right, note, color in panels:
         axis.text(x + 27, 71, title, ha="center", fontsize=10.5, fontweight="bold")
@@ -220,7 +222,7 @@ def keras_distribution_mesh():
                       fontweight="bold")
             for row, name in enumerate(reversed(layers)):
                 _box(axis, device_x + 1.5, 27 + row * 11, 20, 8.5, name,
-                     REPLICA if "(columns" not in name else color, fontsize=7.5)
+                     REPLICA if "(units" not in name else color, fontsize=7.5)
         axis.text(x + 27, 19, note, ha="center", va="center", fontsize=8)
         axis.plot([x - 2, x + 56], [14.5, 14.5], color="#cccccc", linewidth=0.6)
     # Left: the batch is split along the batch axis; XLA inserts the all-reduce of the gradients.
