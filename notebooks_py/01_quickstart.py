@@ -61,28 +61,23 @@
 # **all** of these hold:
 #
 # 1. **the same start and the same order**: the same initial weights, and the same examples in
-#    every global batch (lesson 3 builds such runs);
-# 2. **equal shares**: every replica gets as many examples as every other in every step. Keras
-#    computes step 2's division as each replica's mean loss over its own share, divided by the
-#    number of replicas: the same as dividing by the global batch when the shares are equal, but an
-#    uneven last batch then weighs the examples of the smaller share more (lesson 3; the remedy is
-#    `drop_remainder=True`);
-# 3. **no layer that looks across the batch**: BatchNormalization normalises with the statistics of
-#    the batch it sees, on N replicas each replica's local batch, and keeps its moving statistics
-#    per replica (`synchronized=True` repairs both);
-# 4. **no random layer**: dropout looks at one example at a time, but its random stream is one
-#    mirrored seed, so in Keras 3 every replica draws the *same* mask for its own rows: noise
-#    correlated across replicas, not the mask one device draws for the global batch;
-# 5. **no gradient clipping in the optimizer**: Keras 3 clips each replica's share of the gradient
-#    before the all-reduce, not the summed gradient.
+#    every global batch;
+# 2. **equal shares**: every replica gets as many examples as every other in every step (a short
+#    last batch, split unevenly, counts the examples of the smaller share more);
+# 3. **no layer that looks across the batch**, such as BatchNormalization: on N replicas it sees
+#    only its replica's share of the batch;
+# 4. **no random layer**, such as dropout: in Keras 3 every replica draws the *same* random mask;
+# 5. **no gradient clipping in the optimizer**: Keras 3 clips each replica's share of the gradient,
+#    not the summed gradient.
+#
+# Each of these is explained where it is shown: 3 to 5 in the section "When N replicas follow one
+# device's path" below, each by a run; 1 and 2 in lesson 3, over whole trainings.
 #
 # What is left is the order of floating-point additions: two replicas sum their gradients in
 # another order than one device, so the runs agree to rounding, not bit for bit (lesson 3 measures
-# how closely; `tf.config.experimental.enable_op_determinism()` makes each run repeat itself, it does
-# not make the two add in the same order). The MLP used here meets all five conditions. It is
+# how closely). The MLP used here meets all five conditions. It is
 # "the guide's MLP" of this course: 784-256-256-10 with Adam, `get_compiled_model()` of the keras.io guide
 # [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/).
-# The section "When N replicas follow one device's path" below runs the counter-examples 3 to 5.
 
 # %% [markdown]
 # ## Data parallelism, not model parallelism
@@ -103,21 +98,31 @@
 #   Data that does not fit in memory is the input pipeline's job: `tf.data` streams it from disk
 #   (lesson 4). A **model** that does not fit on one device is the case for model parallelism,
 #   which splits the layers (or the tensors) across devices and passes activations between them.
-#   In between sits *sharded* data parallelism (ZeRO, FSDP): still data parallel, but each device
-#   keeps only a slice of the weights, gradients and optimizer state, which a mirrored replica
-#   holds in full (with Adam in float32, 16 bytes per weight); `keras.distribution` shards weights
-#   with a `LayoutMap` (lesson 7).
+#   In between sits *sharded* data parallelism: still data parallel (every device computes on
+#   its own share of the batch), but each device keeps only a slice of the weights, of their
+#   gradients and of the optimizer's state, where a replica of this lesson holds all of them in
+#   full. With Adam in float32 that is 16 bytes per weight: 4 for the weight, 4 for its gradient
+#   and 8 for Adam's two running averages; sharding divides it by the number of devices, at the
+#   price of sending the slices back and forth. Its best-known implementations are ZeRO
+#   (DeepSpeed) and FSDP (PyTorch's Fully Sharded Data Parallel); lesson 9 measures what it
+#   sends, and lesson 7 shards weights with Keras' own `LayoutMap`.
 
 # %% [markdown]
 # ## Setup
 #
 # kerasdist is imported before TensorFlow: it starts TensorFlow with its C++ start-up lines
-# kept out of the cell outputs. `KERASDIST_DATA` chooses the data: `auto` (the default) takes
-# full MNIST when available; the test suite sets it to `sample`.
+# kept out of the cell outputs. The environment variable `KERASDIST_DATA` chooses the data:
+# `auto` (the default) takes full MNIST when Keras has it or can download it, `sample` always
+# takes the offline sample (the stored outputs of this notebook come from it).
 #
 # The sections that teach a skill end with a checked exercise: complete the cell, run the check
 # under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
 # `q1.solution()` help.
+#
+# In the course's own copy of the lessons, some code cells start with the comment
+# `# NBVAL_CHECK_OUTPUT`. It is for the course's tests (they re-run the lesson and compare that
+# cell's output with the stored one); it changes nothing when you run the cell, and the copy handed
+# out to students leaves it out.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -144,7 +149,10 @@ EPOCHS = 3
 # split into n *virtual* CPU devices with
 # `tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)`.
 # Virtual CPUs share the same cores, so they do not make training faster; they make the
-# replicas real, so everything in this lesson behaves as it would on n GPUs.
+# replicas real, so everything in this lesson behaves as it would on n GPUs, except for speed and
+# the all-reduce implementation: on CPUs (and on one GPU split in several) the strategy sums with
+# TensorFlow's ring algorithm (RING), on physical GPUs with NVIDIA's NCCL library (lesson 6 shows
+# which one a strategy picked).
 #
 # This has to happen before TensorFlow uses its devices (before the first tensor, dataset or
 # model). To change the number of replicas later, restart the kernel.
@@ -166,7 +174,17 @@ print(devices)
 # The dataset is batched by the **global** batch size. The strategy cuts every global batch into
 # one local batch per replica, so each replica sees `global / replicas` samples per step. The
 # usual way to choose them: pick the per-replica batch that fits one device well, and multiply.
-# What the distributed dataset yields is a `PerReplica` value: one tensor per replica.
+#
+# The loader below prints which source it used and how many digits each split holds. With `auto`
+# and no network, it first prints a line that starts "No network: using the offline sample", with
+# the reason the download failed in brackets: that is information, not an error, and the lesson
+# then runs on the sample.
+#
+# `fit()` splits every global batch for you. To look at the split yourself, two methods of the
+# strategy help. `strategy.experimental_distribute_dataset(dataset)` wraps a dataset so that each
+# element it yields is already cut into one local batch per replica: a `PerReplica` value, which
+# holds one tensor per replica. `strategy.experimental_local_results(value)` returns those tensors
+# as a tuple, replica 0's first.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -260,6 +278,17 @@ q1.assert_correct()
 # Then one `MirroredStrategy` step with 2 replicas, from the same initial weights and on the same
 # global batch, must end with the same weights. The model is the classic MNIST MLP
 # (784-256-256-10) that the whole course uses; `kerasdist.model.build_model()` builds the same one.
+#
+# A gradient by hand takes `tf.GradientTape`, which Keras' `fit()` also uses inside each step.
+# TensorFlow records the operations run inside `with tf.GradientTape() as tape:`; afterwards
+# `tape.gradient(loss, model.trainable_variables)` returns the gradient of `loss` with respect to
+# each weight, as a list in the order of the weights. `gradients_of` below does just that. With one
+# such list per replica, `zip(*replica_gradients)` groups each weight's gradients across the
+# replicas, and `tf.add_n` sums each group: the all-reduce, by hand.
+#
+# The `MirroredStrategy` step builds its model inside `with strategy.scope():`, so that the model's
+# weights get one copy per replica; the section "Build and compile in the strategy scope" shows
+# what happens without it.
 
 # %%
 # The course's model, as a function: every model of this lesson is built by it.
@@ -347,12 +376,19 @@ print(f"the step moved the weights by up to {moved:.1e}")
 # update everywhere. Keras `fit()` scales each replica's loss for you (its mean over the local batch,
 # divided by the number of replicas: the same as dividing its sum by the global batch, when the
 # shares are equal); in a custom training loop you do it with
-# `tf.nn.compute_average_loss(per_example_loss, global_batch_size=...)` (lesson 5). Both assume full,
-# evenly split batches. With a fixed `global_batch_size`, a short last batch is still divided by the
-# full global batch, so its step comes out smaller; without the argument, TensorFlow divides by the
-# local batch size x N (`tensorflow/python/ops/nn_impl_distribute.py`, `compute_average_loss`), which
-# weighs an uneven share as `fit()` does. The exact mean divides the local sum by the all-reduced
-# count of examples; this course drops the last partial batch instead (lesson 3).
+# `tf.nn.compute_average_loss(per_example_loss, global_batch_size=...)` (lesson 6 writes such a loop
+# cell by cell; lesson 5's multi-worker script is another). Both assume full, evenly split batches.
+# With a fixed `global_batch_size`, a short last batch is still divided by the full global batch, so
+# its step comes out smaller; without the argument, TensorFlow divides by the local batch size x N,
+# which weighs an uneven share as `fit()` does. The exact mean divides the local sum by the
+# all-reduced count of examples; this course drops the last partial batch instead (lesson 3).
+#
+# <details><summary>Look inside</summary>
+#
+# `compute_average_loss` is in `tensorflow/python/ops/nn_impl_distribute.py`: without
+# `global_batch_size` it multiplies the local batch size by the number of replicas in sync.
+#
+# </details>
 
 # %% [markdown]
 # ### Exercise q2: one replica's gradients
@@ -405,6 +441,36 @@ with strategy.scope():
 model.summary()
 
 # %% [markdown]
+# `model.summary()` gives the weights' memory in "MB", and Keras' MB there is 1024 x 1024 bytes,
+# a *mebibyte* (MiB). Other tools, and lesson 9, write MB for a million bytes, so the same weights
+# are about 5% more "MB" there. The cell below computes both from the number of weights, 4 bytes
+# each in float32.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The weights' memory in both units.
+weight_bytes = 4 * model.count_params()
+print(f"{model.count_params():,} weights x 4 bytes = {weight_bytes:,} bytes")
+print(f"= {weight_bytes / 2**20:.2f} MiB (1 MiB = 1,048,576 bytes)")
+print(f"= {weight_bytes / 1e6:.2f} MB (1 MB = 1,000,000 bytes)")
+
+# %% [markdown]
+# **Why the scope.** Keras notes the strategy that is in force when a model is created, and
+# TensorFlow makes a variable mirrored only when it is created under a strategy's scope. The cell
+# below builds the same MLP outside the scope: nothing fails, but that model belongs to
+# TensorFlow's *default strategy*, which runs everything on one device, and its weights are plain
+# variables. `fit()` would train it on one device, on the whole global batch, and never say so.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# The same MLP built outside the scope, beside the one built inside it.
+outside = build_mlp()
+for where, built in (("inside the scope", model), ("outside the scope", outside)):
+    print(f"built {where}: {type(built.distribute_strategy).__name__} with "
+          f"{built.distribute_strategy.num_replicas_in_sync} replica(s), "
+          f"its weights are {type(built.weights[0].value).__name__}s")
+
+# %% [markdown]
 # ### Exercise q3: build and compile in the scope
 #
 # Write `build_and_compile(strategy)`: build the lesson's MLP with `build_mlp()` and compile it (Adam, sparse categorical cross-entropy from logits) so that it trains on all of the strategy's replicas. The check gives it two 2-replica MirroredStrategies, one after the other.
@@ -441,9 +507,14 @@ q3.assert_correct()
 # `fit()` and `evaluate()` need no change: Keras sees the strategy the model was built under,
 # distributes the dataset and runs every step on all replicas. The order of the examples is the
 # dataset's own (its seeded `shuffle()`): `fit()` ignores its `shuffle` argument when the data is a
-# `tf.data.Dataset` (Keras' data adapter only warns if it is `True`; see
-# `keras/src/trainers/data_adapters/__init__.py`), so `shuffle=False` changes nothing but keeps that
-# warning away.
+# `tf.data.Dataset` (Keras only warns if it is `True`), so `shuffle=False` changes nothing but keeps
+# that warning away.
+#
+# <details><summary>Look inside</summary>
+#
+# The warning is raised by `get_data_adapter` in `keras/src/trainers/data_adapters/__init__.py`.
+#
+# </details>
 
 # %%
 # Train: each step splits a global batch across the replicas and all-reduces their gradients.
@@ -474,21 +545,20 @@ figure.tight_layout()
 # ## What a mirrored variable is
 #
 # A Keras weight is a `keras.Variable`; under a `MirroredStrategy` the TensorFlow variable inside
-# it (`.value`) is a `MirroredVariable`: one component variable per device. Outside a replica step
-# (`get_weights()`, saving) you read the first replica's component; inside one (`fit`, `evaluate`,
-# `predict` run their steps there) each replica reads its own.
+# it (`.value`) is a `MirroredVariable`: one component variable per device, which the strategy
+# treats as one variable.
 #
-# The components start equal: the strategy fills every component after the first with the first
-# one's value (`_get_variable_creator_initial_value` in `tensorflow/python/distribute/mirrored_strategy.py`;
-# with several workers, worker 0 broadcasts its initial values to the others, lesson 5). After that,
-# nothing in the variable keeps the components equal. Keras creates its weights with aggregation
-# `"none"` (`keras/src/layers/layer.py`, `add_weight`), and for such a variable an `assign` inside a
-# replica step changes only that replica's copy. What keeps the copies equal is the optimizer: in
-# every step it all-reduces the gradients with a SUM (`keras/src/backend/tensorflow/optimizer.py`,
-# `_all_reduce_sum_gradients`), then leaves the replicas with `merge_call` and applies that one
-# update to every component from cross-replica context (`strategy.extended.update`, in
-# `_distributed_tf_update_step`). State that a layer writes in a replica step, without the
-# optimizer, is not synchronized: the next section shows one.
+# Two words first, for where code runs. Code that runs once for each replica, on that replica's
+# device and with its share of the batch, runs in *replica context*: the body of a training step.
+# Code that runs once for all the replicas runs in *cross-replica context*: creating the model in
+# `strategy.scope()`, `get_weights()`, saving. `strategy.run(fn)` is the door from one to the
+# other: called in cross-replica context, it calls `fn` once per replica, in replica context, and
+# returns their results as one `PerReplica` value. Keras' `fit()`, `evaluate()` and `predict()`
+# run every step that way. Inside `fn`, `tf.distribute.get_replica_context().replica_id_in_sync_group`
+# is the number of the replica running it, 0 to N-1. `strategy.run` is meant to be called inside a
+# `tf.function` (TensorFlow's compiled graph, as Keras does; called eagerly it works but warns that
+# it is slow), hence `tf.function(lambda: strategy.run(fn))()` in the cells below: build that
+# graph, and call it at once.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -502,6 +572,60 @@ print(type(mirrored).__name__, "with", len(mirrored.values), "components")
 # Where the components live: one per replica device.
 for component in mirrored.values:
     print(component.device)
+
+# %% [markdown]
+# A TensorFlow device name has the parts `/job:<name>/replica:<index>/task:<index>/device:<type>:<index>`.
+# The job and the task say which process of a cluster holds the device (lesson 5's two workers are
+# tasks 0 and 1 of the job "worker"; alone, the process is task 0 of the job "localhost"). The
+# "replica" part belongs to that address of a process; a cluster defined by `TF_CONFIG` (lesson 5)
+# names only jobs and tasks, so it stays 0. It is **not** the strategy's replica: the strategy's
+# replicas differ in the last part, the device (`CPU:0`, `CPU:1`).
+#
+# Outside a replica step (`get_weights()`, saving) you read the first replica's component; inside
+# one each replica reads its own. The cell below asks TensorFlow which context it is in, in the
+# scope and inside `strategy.run`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# Cross-replica context in the scope; replica context (once per replica) inside strategy.run.
+def replica_id():
+    return tf.distribute.get_replica_context().replica_id_in_sync_group
+
+
+with strategy.scope():
+    print("in strategy.scope(): cross-replica context:", tf.distribute.in_cross_replica_context())
+replica_ids = tf.function(lambda: strategy.run(replica_id))()  # a PerReplica value
+print("inside strategy.run(): replica ids", [int(i) for i in strategy.experimental_local_results(replica_ids)])
+
+# %% [markdown]
+# The components start equal: the strategy fills every component after the first with the first
+# one's value when the variable is created (with several workers, worker 0 sends its initial
+# values to the others, lesson 5). After that, nothing in the variable keeps the components equal.
+# Each variable has an *aggregation*, its rule for a write made in replica context, and Keras
+# creates its weights with aggregation "none": each replica's write changes only that replica's
+# copy. The cell below shows such a write.
+#
+# What keeps the copies equal is the optimizer. In every step, in replica context, it sums the
+# replicas' gradients with an all-reduce, so every replica holds the same sum. Then it steps out
+# into cross-replica context (TensorFlow's call for that is `merge_call`: it pauses the replicas
+# and runs a function once for all of them) and there applies that one update to every component
+# of every weight, with `strategy.extended.update(variable, update_fn)`, which calls `update_fn` on
+# each component. State that a layer writes in a replica step, without the optimizer, is not
+# synchronized: the next section shows one.
+#
+# <details><summary>Look inside</summary>
+#
+# - The equal start: `_get_variable_creator_initial_value` in
+#   `tensorflow/python/distribute/mirrored_strategy.py`.
+# - Aggregation "none" for every Keras weight: `add_weight` in `keras/src/layers/layer.py`.
+# - The optimizer's step under a strategy, in `keras/src/backend/tensorflow/optimizer.py`:
+#   `_backend_update_step` calls `_all_reduce_sum_gradients`, then `merge_call` with
+#   `_distributed_tf_update_step`, which calls `strategy.extended.update` for each variable.
+#   (It asks through `maybe_merge_call`, `tensorflow/python/distribute/merge_call_interim.py`:
+#   under XLA on GPUs only, MirroredStrategy skips the merge and each replica applies the same
+#   summed update to its own copy.)
+#
+# </details>
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -587,9 +711,16 @@ print({f"synchronized={key}": f"{value:.1e}" for key, value in moving_mean_sprea
 #
 # **Dropout.** Dropout looks at one example at a time, but its random numbers come from the
 # layer's seed state, and in Keras 3 that state is one mirrored variable (aggregation "none",
-# `keras/src/random/seed_generator.py`). Every replica starts its step from the same seed. Below, a
+# created by the layer's `SeedGenerator`). Every replica starts its step from the same seed. Below, a
 # `Dropout(0.5)` layer is applied to a global batch of 8 rows of ones, on 2 replicas and on one
 # device, from the same seed.
+#
+# <details><summary>Look inside</summary>
+#
+# The seed state is created in `keras/src/random/seed_generator.py` (`SeedGenerator`), as a
+# variable with aggregation "none".
+#
+# </details>
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -663,18 +794,26 @@ print(f"the clipped step moved the weights by up to {clipped_move:.1e}")
 
 # %% [markdown]
 # The second: in Keras 3 the optimizer clips *each replica's* gradient (its share, divided by the
-# global batch) and only then all-reduces (`keras/src/optimizers/base_optimizer.py`: `apply` calls
-# `_clip_gradients`, then `_backend_update_step`, whose TensorFlow version does the all-reduce).
-# Each replica's share of the gradient is about 1/N of the mean gradient, so on N replicas the same
-# threshold clips less of it, and the summed update may reach N times the threshold. Keras 3 has no
-# switch to clip after the all-reduce: with clipping, N replicas train correctly but not as one
-# device, and the threshold means something else for each N.
+# global batch) and only then all-reduces. Each replica's share of the gradient is about 1/N of
+# the mean gradient, so on N replicas the same threshold clips less of it, and the summed update
+# may reach N times the threshold. Keras 3 has no switch to clip after the all-reduce: with
+# clipping, N replicas train correctly but not as one device, and the threshold means something
+# else for each N.
 #
 # **Op determinism.** Lesson 3 calls `tf.config.experimental.enable_op_determinism()`. It makes
 # TensorFlow choose deterministic kernels and `tf.data` keep its order, so that the same program on
-# the same machine repeats its numbers bit for bit (its docstring,
-# `tensorflow/python/framework/config.py`). It does not make 1 device and N replicas add in the same
-# order: their gap stays at rounding, not zero.
+# the same machine repeats its numbers bit for bit. It does not make 1 device and N replicas add in
+# the same order: their gap stays at rounding, not zero.
+#
+# <details><summary>Look inside</summary>
+#
+# - Clipping before the all-reduce: in `keras/src/optimizers/base_optimizer.py`, `apply` calls
+#   `_clip_gradients`, then `_backend_update_step`, whose TensorFlow version
+#   (`keras/src/backend/tensorflow/optimizer.py`) does the all-reduce.
+# - What op determinism promises: the docstring of `enable_op_determinism` in
+#   `tensorflow/python/framework/config.py`.
+#
+# </details>
 
 # %% [markdown]
 # ## The same run in one call
@@ -747,8 +886,9 @@ print(f"test accuracy {result.test['accuracy']:.3f}, {result.samples_per_s:.0f} 
 # - **Replica context vs cross-replica context**: code inside `strategy.run(fn)` runs once per
 #   replica, in *replica context* (`tf.distribute.get_replica_context()` says which replica);
 #   code in `strategy.scope()` outside `strategy.run`, such as creating variables or calling
-#   `strategy.reduce`, runs once for all replicas, in *cross-replica context*. The cell below
-#   shows both; lesson 5's custom training loop uses `strategy.run` and `strategy.reduce`.
+#   `strategy.reduce`, runs once for all replicas, in *cross-replica context* ("What a mirrored
+#   variable is" shows both; lesson 6's custom training loop uses `strategy.run` and
+#   `strategy.reduce`, and so does lesson 5's multi-worker script).
 # - **PerReplica**: a value with one component per replica, as the distributed dataset yields
 #   (this lesson, "Global batch and per-replica batch") and `strategy.run` returns;
 #   `strategy.experimental_local_results` lists its components.
@@ -761,18 +901,6 @@ print(f"test accuracy {result.test['accuracy']:.3f}, {result.samples_per_s:.0f} 
 # - **All-reduce**: the collective operation that sums a value over all replicas and gives the
 #   result to every one of them; here it sums the gradients ("Data parallelism from scratch"; across
 #   machines in lesson 5, and its implementations in lesson 6).
-
-# %%
-# NBVAL_CHECK_OUTPUT
-# Cross-replica context in the scope; replica context (once per replica) inside strategy.run.
-def replica_id():
-    return tf.distribute.get_replica_context().replica_id_in_sync_group
-
-
-with strategy.scope():
-    print("in strategy.scope(): cross-replica context:", tf.distribute.in_cross_replica_context())
-replica_ids = tf.function(lambda: strategy.run(replica_id))()  # a PerReplica value
-print("inside strategy.run(): replica ids", [int(i) for i in strategy.experimental_local_results(replica_ids)])
 
 # %% [markdown]
 # ## Exercises
@@ -813,21 +941,22 @@ print("inside strategy.run(): replica ids", [int(i) for i in strategy.experiment
 #
 #    </details>
 #
-# 3. Build *and compile* the model *outside* `strategy.scope()` and fit it as before. Which
-#    strategy does `model.distribute_strategy` report, and how many replicas actually train?
+# 3. "Why the scope" built a model outside `strategy.scope()`. Now build it *inside* the scope
+#    but `compile()` it *outside*, and fit it as before. What happens?
 #
 #    <details><summary>Hint</summary>
 #
-#    Print `type(model.distribute_strategy).__name__` and
-#    `model.distribute_strategy.num_replicas_in_sync`.
+#    `compile()` creates the optimizer. Under which strategy is it created, and under which are
+#    the model's weights?
 #
 #    </details>
 #    <details><summary>Solution</summary>
 #
-#    The default strategy (`_DefaultDistributionStrategy`) with 1 replica: the variables are plain,
-#    not mirrored, and one device trains on the whole global batch. Nothing fails, which is why
-#    the scope is easy to forget. (Build outside but compile inside, and `fit()` does fail: the
-#    optimizer was made under the strategy and asks for its scope when it creates its variables.)
+#    `fit()` fails with `RuntimeError: Mixing different tf.distribute.Strategy objects`:
+#    the optimizer was created outside the scope and belongs to the default strategy, while the
+#    model's variables belong to the `MirroredStrategy`. Built and compiled outside (the cell
+#    "Why the scope"), nothing fails and one device trains; built and compiled inside, all the
+#    replicas train.
 #
 #    </details>
 #

@@ -38,6 +38,9 @@ KEY_NUMBERS = {
         ("test accuracy, run_training()", r"test accuracy ([\d.]+), \d+ samples/s", None, 0.005),
         ("replicas' summed gradients = mean gradient", r"mean gradient of the global batch: (\w+)", None, 0),
         ("step by hand vs MirroredStrategy", rf"weights after one step: max \|difference\| {NUMBER}", None, 1e-6),
+        ("the weights' memory in MiB and MB", r"^= ([\d.]+) (MiB|MB) \(1 (?:MiB|MB) = ([\d,]+) bytes\)$", None, 0),
+        ("a model built inside and outside the scope",
+         r"^built (inside|outside) the scope: (\w+) with (\d+) replica\(s\), its weights are (\w+)$", None, 0),
     ],
     "02_checkpoints_resume": [
         ("devices", r"Number of devices: (\d+)", None, 0),
