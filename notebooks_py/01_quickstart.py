@@ -119,10 +119,10 @@
 # under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
 # `q1.solution()` help.
 #
-# In the course's own copy of the lessons, some code cells start with the comment
-# `# NBVAL_CHECK_OUTPUT`. It is for the course's tests (they re-run the lesson and compare that
-# cell's output with the stored one); it changes nothing when you run the cell, and the copy handed
-# out to students leaves it out.
+# In the course's own copy of the lessons, some code cells start with a comment in capitals,
+# `# NBVAL` and a word after it. It is for the course's tests (nbval re-runs the lesson and
+# compares that cell's output with the stored one); it changes nothing when you run the cell, and
+# the copy handed out to students leaves it out.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.

@@ -125,10 +125,10 @@
 # under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
 # and `kd_solution(ex$q1)` help.
 #
-# In the course's own copy of the lessons, some code cells start with the comment
-# `# NBVAL_CHECK_OUTPUT`. It is for the course's tests (they re-run the lesson and compare that
-# cell's output with the stored one); it changes nothing when you run the cell, and the copy handed
-# out to students leaves it out.
+# In the course's own copy of the lessons, some code cells start with a comment in capitals,
+# `# NBVAL` and a word after it. It is for the course's tests (nbval re-runs the lesson and
+# compares that cell's output with the stored one); it changes nothing when you run the cell, and
+# the copy handed out to students leaves it out.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in

@@ -42,7 +42,7 @@ def test_student_edition_holds_no_solution_and_no_hidden_test(student):
     assert (student / "figures").is_dir()
     for path in notebooks:
         text = path.read_text()
-        for marker in ("BEGIN SOLUTION", "HIDDEN TESTS", "assert_correct", "<summary>Solution"):
+        for marker in ("BEGIN SOLUTION", "HIDDEN TESTS", "assert_correct", "<summary>Solution", "NBVAL_"):
             assert marker not in text, f"{path.name}: {marker}"
         notebook = nbformat.read(path, as_version=4)
         shown = set(line.strip() for cell in notebook.cells for line in cell.source.splitlines())
@@ -60,6 +60,19 @@ def test_student_edition_holds_no_solution_and_no_hidden_test(student):
         exercise_cells = [c for c in notebook.cells if c.cell_type == "code" and "nbgrader" in c.metadata]
         assert exercise_cells and all(not c.outputs for c in exercise_cells)
         assert any(c.get("outputs") for c in notebook.cells if c.cell_type == "code"), "lesson outputs kept"
+
+
+def test_the_student_edition_drops_the_nbval_lines_of_code_cells_and_keeps_the_rest():
+    from kerasdist.course.preprocessors import RemoveTestMarkers
+
+    cells = [nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\n# Check the answer.\nq1.check()"),
+             nbformat.v4.new_code_cell("%%R\n# NBVAL_CHECK_OUTPUT\nkd_check(ex$q1)"),
+             nbformat.v4.new_code_cell("print('# NBVAL_CHECK_OUTPUT is only a comment here')"),
+             nbformat.v4.new_markdown_cell("Cells that start with `# NBVAL_CHECK_OUTPUT`\n# NBVAL_CHECK_OUTPUT\n")]
+    handed_out = [RemoveTestMarkers().preprocess_cell(cell.copy(), {}, index)[0].source
+                  for index, cell in enumerate(cells)]
+    assert handed_out[:3] == ["# Check the answer.\nq1.check()", "%%R\nkd_check(ex$q1)", cells[2].source]
+    assert handed_out[3] == cells[3].source  # markdown is left as written
 
 
 @pytest.mark.slow

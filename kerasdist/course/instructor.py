@@ -6,8 +6,9 @@ between ``### BEGIN SOLUTION`` and ``### END SOLUTION``) and a check cell (``q1.
 ``lesson01`` ..., holding both twins.
 
 - ``student_edition(out)`` writes every lesson without solutions (answer regions become
-  ``# YOUR CODE HERE``, a stub valid in Python and in an ``%%R`` cell), without hidden tests and
-  without the collapsed "Solution" blocks, with the exercise cells' outputs cleared, and the course
+  ``# YOUR CODE HERE``, a stub valid in Python and in an ``%%R`` cell), without hidden tests,
+  without the collapsed "Solution" blocks and without the tests' ``# NBVAL_CHECK_OUTPUT`` lines, with
+  the exercise cells' outputs cleared, and the course
   map (``README.md``) its links point to; a later call adds lessons to the same folder.
 - ``grade(submissions, csv_path)`` autogrades ``SUBMISSIONS/<student>/<lesson notebook>.ipynb``: one
   process per student and lesson, and one CSV, a row per student and a column per question. A cell
@@ -49,9 +50,9 @@ c.CourseDirectory.db_url = "sqlite:///" + {db!r}
 c.ClearSolutions.code_stub = {{"python": {stub!r}}}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 from nbgrader.converters import GenerateAssignment
-from kerasdist.course.preprocessors import ClearExerciseOutputs, RemoveSolutionBlocks
+from kerasdist.course.preprocessors import ClearExerciseOutputs, RemoveSolutionBlocks, RemoveTestMarkers
 from nbgrader.preprocessors import ClearOutput
-c.GenerateAssignment.preprocessors = [RemoveSolutionBlocks] + [
+c.GenerateAssignment.preprocessors = [RemoveSolutionBlocks, RemoveTestMarkers] + [
     ClearExerciseOutputs if p is ClearOutput else p
     for p in GenerateAssignment.class_traits()["preprocessors"].default()]
 c.Execute.kernel_name = "python3"
