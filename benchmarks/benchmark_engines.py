@@ -25,8 +25,8 @@ The ladder (``--part ladder``) trains each rung of ``kerasdist.measure.speed_lad
 (TensorFlow's fit, steps_per_execution, XLA, kerasdist's loop, Keras on JAX,
 a ``jax.lax.scan`` epoch), each in a fresh process, ``--repeats`` rounds
 (default 3), and prints each rung's median samples/s of
-training, its ratio to the scan epoch and its MFU (model FLOPs per second
-over the float32 1024x1024 matmul rate).
+training, its ratio to the scan epoch and its share of the measured peak
+(model FLOPs per second over the median float32 1024x1024 matmul rate).
 
 Usage:
     python benchmarks/benchmark_engines.py [--data sample|fashion] [--epochs 3] [--repeats N]
@@ -113,8 +113,8 @@ def run_limit():
     from kerasdist.model import build_model
 
     return {"flops_per_sample": kerasdist.training_flops_per_sample(build_model())["total"],
-            "float32": kerasdist.matmul_flops_per_s("float32"),
-            "mixed_bfloat16": kerasdist.matmul_flops_per_s("bfloat16")}
+            "float32": kerasdist.matmul_flops_per_s("float32").median,
+            "mixed_bfloat16": kerasdist.matmul_flops_per_s("bfloat16").median}
 
 
 def run_seed_code(source, epochs):
@@ -305,8 +305,8 @@ def ladder(source, epochs, repeats, limit):
             print(f"ladder round {round_number + 1}/{repeats}: {rung}: {rates[rung][-1]:,.0f} samples/s",
                   flush=True)
     median = {rung: statistics.median(values) for rung, values in rates.items()}
-    scan = median[speed_ladder.LIMIT_RUNG]
-    lines = ["| rung | samples/s (median) | runs | x scan epoch | MFU | test accuracy |",
+    scan = median[speed_ladder.SCAN_RUNG]
+    lines = ["| rung | samples/s (median) | runs | x scan epoch | share of measured peak | test accuracy |",
              "|---|---|---|---|---|---|"]
     for rung, value in median.items():
         runs = ", ".join(f"{rate:,.0f}" for rate in rates[rung])

@@ -28,7 +28,7 @@ class Timing(NamedTuple):
 
 
 class Rate(NamedTuple):
-    """A rate (FLOP/s, bytes/s) of repeated calls: at the median call, and the spread (at the slower and faster quartile calls)."""
+    """A rate (FLOP/s, bytes/s) of repeated calls: at the median call, and the spread (at the quartiles)."""
 
     median: float
     low: float
@@ -40,7 +40,7 @@ def _rate(amount, timing):
 
 
 class NominalPeak(NamedTuple):
-    """A CPU's nominal peak: cores x FLOPs per cycle of each core x clock, with what each factor was read from."""
+    """A CPU's nominal peak: cores x FLOPs per cycle of a core x clock, and what each factor was read from."""
 
     flops_per_s: float
     cores: int
@@ -83,6 +83,30 @@ def measured_timings():
 def _remember(timing):
     _MEASURED.append(Timing(*timing))
     return timing
+
+
+def step_breakdown(medians):
+    """One training step at one step per call, split into parts that add up to it exactly.
+
+    Each part is the difference between two nested programs, each timed as a
+    whole (``medians``, e.g. milliseconds per step): forward; forward +
+    backward; the whole step (and the update), all at many steps per call;
+    and the whole step at one step per call. So no time is counted twice, and
+    the parts sum to ``medians["whole step, 1 per call"]``. A part can come out
+    slightly negative where it is smaller than the timings' noise.
+
+    Example:
+        >>> step_breakdown({"forward": 0.3, "forward + backward": 0.5, "whole step": 1.2,
+        ...                 "whole step, 1 per call": 1.5})
+        {'forward': 0.3, 'backward': 0.2, 'optimizer update': 0.7, 'host overhead per call': 0.3}
+    """
+    nested = [("forward", "forward"), ("backward", "forward + backward"), ("optimizer update", "whole step"),
+              ("host overhead per call", "whole step, 1 per call")]
+    parts, below = {}, 0.0
+    for part, program in nested:
+        parts[part] = round(medians[program] - below, 12)
+        below = medians[program]
+    return parts
 
 
 def training_flops_per_sample(model):
@@ -250,8 +274,9 @@ def matmul_flops_per_s(dtype="float32", size=1024, repeats=20, rounds=11):
 FMA_UNITS_PER_CORE = 2
 
 
-def nominal_flops_per_s(dtype="float32", cpuinfo="/proc/cpuinfo", cpufreq="/sys/devices/system/cpu/cpu0/cpufreq"):
-    """The CPU's nominal peak: usable cores x FLOPs per cycle of one core x the highest clock the system reports.
+def nominal_flops_per_s(dtype="float32", cpuinfo="/proc/cpuinfo",
+                        cpufreq="/sys/devices/system/cpu/cpu0/cpufreq"):
+    """The CPU's nominal peak: usable cores x FLOPs per cycle of a core x the highest clock reported.
 
     FLOPs per cycle: ``FMA_UNITS_PER_CORE`` fused multiply-adds (2 FLOPs) on
     the widest vector of the instructions in ``/proc/cpuinfo`` (avx512f: 16
@@ -273,14 +298,19 @@ def nominal_flops_per_s(dtype="float32", cpuinfo="/proc/cpuinfo", cpufreq="/sys/
         raise RuntimeError(f"the nominal peak needs {cpuinfo} (Linux): {error}") from None
     flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines()
                       if line.startswith(("flags", "Features"))), []))
-    lanes, instructions = (16, "avx512f") if "avx512f" in flags else (8, "avx2/avx") if flags & {"avx2", "avx"}         else (4, "128-bit vectors")
+    if "avx512f" in flags:
+        lanes, instructions = 16, "avx512f"
+    elif flags & {"avx2", "avx"}:
+        lanes, instructions = 8, "avx2/avx"
+    else:
+        lanes, instructions = 4, "128-bit vectors"
     per_cycle = FMA_UNITS_PER_CORE * 2 * lanes
     if dtype == "bfloat16" and "amx_bf16" in flags:
         per_cycle, instructions = 1024, "amx_bf16"
     elif dtype == "bfloat16" and "avx512_bf16" in flags:
         per_cycle, instructions = FMA_UNITS_PER_CORE * 2 * 32, "avx512_bf16"
-    clocks = {"cpu MHz": max((float(value) * 1e6 for value in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)),
-                             default=0.0)}
+    reported = re.findall(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)
+    clocks = {"cpu MHz": max((float(value) * 1e6 for value in reported), default=0.0)}
     named = re.search(r"@\s*([\d.]+)\s*GHz", text)
     clocks["model name"] = float(named.group(1)) * 1e9 if named else 0.0
     try:

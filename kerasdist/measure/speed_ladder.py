@@ -49,7 +49,7 @@ RUNGS = {
                                          "steps_per_execution": STEPS_PER_CALL, "jit_compile": True},
     "JAX lax.scan epoch": {"backend": "jax", "kind": "scan"},
 }
-LIMIT_RUNG = "JAX lax.scan epoch"
+SCAN_RUNG = "JAX lax.scan epoch"
 # What ``measure`` returned in this process, per (rung, precision, batch size): copies of the last few,
 # oldest first. Lesson 08's check compares a student's ``runs`` with them, so that redefining ``runs``
 # cannot change what it checks.

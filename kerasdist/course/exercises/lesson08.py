@@ -20,7 +20,7 @@ import numpy as np
 
 from kerasdist.course.exercises.core import LESSON_STATE, Exercise, Incorrect, WrongAnswer
 from kerasdist.course.exercises.fixtures import a_number, call_answer, real_number, received, scalar
-from kerasdist.measure.speed import measured_timings, step_kernels
+from kerasdist.measure.speed import measured_timings, step_breakdown, step_kernels
 
 GUIDE = "fit (guide)"
 STEPS_PER_CALL = 50  # speed_ladder.STEPS_PER_CALL (that module loads Keras, which this one must not)
@@ -233,7 +233,6 @@ q1 = Exercise(
     context={"python": LADDER["python"] + "\nimport statistics\nimport numpy as np", "r": LADDER["r"]},
 )
 
-PARTS = ("forward", "backward", "optimizer update", "host overhead per call", "rest (not in the parts timed alone)")
 NEEDED = ("forward", "forward + backward", "optimizer update", "whole step", "whole step, 1 per call")
 
 # The self-test's stand-in for the lesson's timings (milliseconds per step: median, low, high), and the
@@ -255,14 +254,7 @@ TIMINGS = {
                         for name, seconds in _SECONDS_PER_CALL.items())
               + "}\n"
               "median = {name: timing.median for name, timing in timings.items()}\n"
-              "parts = {\n"
-              "    'forward': median['forward'],\n"
-              "    'backward': median['forward + backward'] - median['forward'],\n"
-              "    'optimizer update': median['optimizer update'],\n"
-              "    'host overhead per call': median['whole step, 1 per call'] - median['whole step'],\n"
-              "}\n"
-              "parts['rest (not in the parts timed alone)'] = max(0.0, median['whole step, 1 per call'] "
-              "- sum(parts.values()))",
+              "parts = speed.step_breakdown(median)",
     "r": "timing <- function(median, low, high) c(median = median, low = low, high = high)\n"
          "timings <- list('input pipeline' = timing(0.21, 0.2, 0.23), 'forward' = timing(0.06, 0.05, 0.07),\n"
          "                'forward + backward' = timing(0.16, 0.15, 0.18),\n"
@@ -270,14 +262,12 @@ TIMINGS = {
          "                'whole step, 1 per call' = timing(1.4, 1.3, 1.6),\n"
          "                'whole step, XLA' = timing(0.25, 0.24, 0.27))\n"
          "median_ms <- vapply(timings, function(timing) timing[['median']], numeric(1))\n"
-         "parts <- c(\n"
+         "parts <- c(  # as kerasdist's step_breakdown makes them\n"
          "  'forward' = median_ms[['forward']],\n"
          "  'backward' = median_ms[['forward + backward']] - median_ms[['forward']],\n"
-         "  'optimizer update' = median_ms[['optimizer update']],\n"
+         "  'optimizer update' = median_ms[['whole step']] - median_ms[['forward + backward']],\n"
          "  'host overhead per call' = median_ms[['whole step, 1 per call']] - median_ms[['whole step']]\n"
-         ")\n"
-         "parts[['rest (not in the parts timed alone)']] <- max(0, median_ms[['whole step, 1 per call']] - "
-         "sum(parts))",
+         ")",
 }
 
 
@@ -322,9 +312,7 @@ def _step_medians(timings, language):
 def _check_overhead(answers, language):
     median = _step_medians(answers["timings"], language)
     overhead = median["whole step, 1 per call"] - median["whole step"]
-    parts = {"forward": median["forward"], "backward": median["forward + backward"] - median["forward"],
-             "optimizer update": median["optimizer update"], "host overhead per call": overhead}
-    parts[PARTS[-1]] = max(0.0, median["whole step, 1 per call"] - sum(parts.values()))
+    parts = step_breakdown(median)
     got = a_number(answers["overhead_ms"], "overhead_ms", language)
     if not _close(got, overhead, printed=0.0005):  # printed in ms with three decimals
         if _close(got, median["whole step, 1 per call"]):
