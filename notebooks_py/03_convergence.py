@@ -641,6 +641,16 @@ for run in (one_device, same_rate):
 # after the ramp: with `alpha=1.0` the "decay" ends where it starts. kerasdist builds the same
 # schedule with `scale_learning_rate=True` and `warmup_epochs` (`kerasdist.model.learning_rate_for`,
 # checked below). Here k = 2: the rate goes from 1e-3 to 2e-3 over the first quarter epoch.
+#
+# **Two cautions, before the runs.** The linear rule was derived and tested for SGD with momentum.
+# Adam divides each step by a running estimate of the gradient's size, and for such adaptive
+# optimizers a *square-root* rule is often the better guess: multiply the rate by sqrt(k), not by k
+# (Malladi et al., 2022, who adjust Adam's β1, β2 and ε as well). And every rule breaks down at some
+# batch size, the *critical batch size* (McCandlish et al., 2018): beyond it, more replicas buy speed
+# per epoch but need more epochs to reach the same accuracy. This lesson follows the paper and
+# applies the linear rule to Adam. At k = 2 the two rules ask for 2 x and about 1.4 x the base rate,
+# too close for runs this short to tell apart: the runs below show what the rule and its warm-up do
+# here, not which rule is right (end-of-lesson exercise 3 tries a larger k).
 
 # %% [markdown]
 # **Predict, then run.** What is the scaled run's learning rate at its very first step: 0, the base
@@ -715,8 +725,9 @@ for run in runs:
 
 # %% [markdown]
 # With the same learning rate, the 128-sample run ends its third epoch well above the 1-device loss:
-# half the steps, the same step size. Doubling the rate brings it back with the 1-device run by
-# epochs 2 and 3, but its epoch-1 loss is still higher. Is that the warm-up? The warm-up lasts only a
+# half the steps, the same step size. Doubling the rate (the linear rule) brings it back with the
+# 1-device run by epochs 2 and 3 (a rate x sqrt(2) might do as well: at k = 2 these runs do not tell
+# the rules apart), but its epoch-1 loss is still higher. Is that the warm-up? The warm-up lasts only a
 # few steps, and the epoch-1 figure is the running mean over the whole epoch, which this lesson
 # warned about. So measure it step by step instead: each step's batch loss against the **samples
 # seen** (one step of the 128-sample runs sees as many samples as two of the 1-device run), averaged
@@ -806,13 +817,6 @@ figure.savefig("results/figures/03_epoch1_samples_seen.png", dpi=100, bbox_inche
 # `alpha` is a fraction of `warmup_target` (0.05), and `decay_steps` counts from the end of the
 # warm-up; halfway through the decay the rate is halfway between 2e-3 and 1e-4.
 # </details>
-#
-# Two cautions. The linear rule was derived and tested for SGD with momentum; Adam divides the step
-# by a running estimate of the gradient's size, and for adaptive optimizers a square-root rule is
-# often the better guess (Malladi et al., 2022: the rate x sqrt(k), with Adam's β1, β2 and ε adjusted
-# as well). And every rule breaks down at some batch size, the *critical batch size* (McCandlish et
-# al., 2018): beyond it, more replicas buy speed per epoch but need more epochs to reach the same
-# accuracy.
 
 # %% [markdown]
 # ### Exercise q2: a warm-up schedule
@@ -978,8 +982,9 @@ q3.assert_correct()
 # - The linear scaling rule with warm-up (Goyal et al., 2017) brings it back: the rate ramps from η
 #   to kη over the first steps (Keras' `CosineDecay` with `warmup_target` and `alpha=1.0`, which
 #   then holds kη; the paper resumes its step schedule from kη). Goyal et al. also divided the loss
-#   by the total batch, corrected momentum and kept BatchNormalization per worker; for Adam, treat
-#   the rule as a starting point.
+#   by the total batch, corrected momentum and kept BatchNormalization per worker. For Adam, treat
+#   the rule as a starting point: a square-root rule (the rate x sqrt(k)) is often the better
+#   guess, and at k = 2 these runs cannot tell the two apart.
 # - Measured against samples seen, the warm-up's cost is a lag at the start of epoch 1 that is mostly
 #   gone by its end; the epoch-1 running mean makes it look larger. At k = 2 with Adam, a run
 #   without warm-up kept pace.

@@ -252,64 +252,12 @@ q2.assert_correct()
 # ## Why Keras 3 fit() fails here
 #
 # With a `TF_CONFIG` in each process, the rest is the code of lesson 1: make the strategy, build
-# and compile the model in its scope, call `fit()`. Under `MultiWorkerMirroredStrategy`, Keras 3's
-# `fit()` fails **before its first training step**, inside Keras 3's TensorFlow trainer
-# (`keras/src/backend/tensorflow/trainer.py`):
-#
-# - to build the model's metrics before training, `fit()` takes the first batch from the
-#   distributed dataset and averages it over the replicas with **one**
-#   `strategy.reduce("MEAN", batch, axis=None)` call on the whole `(images, labels)` pair
-#   (`_maybe_symbolic_build`);
-# - `MirroredStrategy` reduces such a pair element by element (`nest.map_structure` in its
-#   `_reduce_to`, `tensorflow/python/distribute/mirrored_strategy.py`), so `fit()` works there;
-#   `MultiWorkerMirroredStrategy`'s `_reduce_to` (`collective_all_reduce_strategy.py`) hands the
-#   whole pair to its collective all-reduce, which tries to make one tensor of it:
-#   `ValueError: Attempt to convert a value (PerReplica...) ... to a Tensor`.
-#
-# The script below prints the last frames of that traceback, in Keras and in `tf.distribute`
-# (with Keras' traceback filtering turned off, so that Keras' own frames show). Past that point the
-# training step would fail too: under a multi-worker strategy Keras averages the step's outputs
-# with `strategy.reduce("MEAN", value, axis=0)` (`reduce_per_replica`, same file), and a scalar
-# loss has no axis 0. That second error, "Invalid reduction dimension 0 for input with 0
-# dimensions", is the one of tensorflow/tensorflow#72388, a different report, now closed;
-# keras-team/keras#20585 tracks the failure of `fit()` (open at the time of writing).
-#
-# There are three ways out:
-#
-# - **a custom training loop**, on Keras 3 with the TensorFlow backend: this lesson, and
-#   kerasdist's loop engine;
-# - **Keras 2**, whose `fit()` supports this strategy (TensorFlow's multi-worker tutorial uses
-#   it): install the `tf_keras` package and set `TF_USE_LEGACY_KERAS=1` before TensorFlow is
-#   imported; `tf.keras` is then Keras 2 (`tensorflow/python/util/lazy_loader.py`);
-# - **Keras 3 on JAX**, with `keras.distribution`: there `fit()` trains in several processes
-#   (lesson 7).
-#
-# Which path for which need:
-#
-# | you need | take | with kerasdist |
-# |---|---|---|
-# | Keras `fit()` and its callbacks in several processes or on several machines | Keras 3 on JAX (`keras.distribution`) | `kerasdist launch --backend jax`; `srun kerasdist worker --backend jax`; `run_training(backend="jax")` in one process |
-# | `tf.distribute` itself: its strategies and collectives, what lessons 1-6 teach | a custom loop under `MultiWorkerMirroredStrategy` | `kerasdist launch` and `kerasdist worker` (the loop engine is their default) |
-# | an evaluator beside training, reading the chief's checkpoints | the TensorFlow path | `kerasdist launch --evaluator` (it reads TensorFlow checkpoints) |
-# | code written for Keras 2 | `tf_keras` with `TF_USE_LEGACY_KERAS=1` | none: kerasdist trains with Keras 3 |
-# | a Slurm job that survives preemption | either | `kerasdist slurm-script --requeue` (add `--backend jax` for JAX) |
-#
-# Both of kerasdist's paths resume exactly from their checkpoints, mid-epoch included; a
-# checkpoint folder belongs to the backend that wrote it, and the other refuses it.
-#
-# A custom training loop does not go through the trainer's reductions. The pattern, from the
-# TensorFlow guides:
-#
-# 1. create the model, and build its optimizer, inside `strategy.scope()`;
-# 2. write one training step for one replica: forward pass, loss **averaged over the global
-#    batch** (`tf.nn.compute_average_loss`), gradients, `apply_gradients` (which all-reduces the
-#    gradients across replicas and workers before the update);
-# 3. run it on every replica with `strategy.run`, inside a `tf.function`;
-# 4. feed it from `strategy.experimental_distribute_dataset`, which gives each worker its shard.
-#
-# The script below does both in each worker: first `fit()`, then the loop, for one epoch, logging
-# the loss of every step for TensorBoard (the next section looks at those logs). We save it to a
-# file and start it twice, with one `TF_CONFIG` each.
+# and compile the model in its scope, call `fit()`. The script below does just that in each worker,
+# with Keras' traceback filtering turned off so that a traceback shows Keras' own frames. Then it
+# trains the same model with a *custom training loop*: a loop you write yourself around one
+# training step (its recipe is in the script's comments, beside its code; lesson 6 builds one cell
+# by cell). It logs the loss of every step for TensorBoard (the next section looks at those logs).
+# We save it to a file and start it twice, with one `TF_CONFIG` each.
 #
 # One rule for such a script: create `MultiWorkerMirroredStrategy()` before any other TensorFlow
 # op, model or dataset. With a `TF_CONFIG` that names a cluster, the strategy sets up TensorFlow's
@@ -319,6 +267,9 @@ q2.assert_correct()
 # fine: the script below imports kerasdist, Keras and TensorFlow, reads its `TF_CONFIG`, and then
 # creates the strategy before anything else. (Without a cluster, the same late start only logs a
 # warning: lesson 6.)
+#
+# **Predict, then run.** `fit()` worked with `MirroredStrategy` in lesson 1. Will it train under
+# `MultiWorkerMirroredStrategy`, in two processes? Decide, then run.
 
 # %%
 # %%writefile results/05_multi_worker/fit_then_loop.py
@@ -361,12 +312,17 @@ except ValueError as error:
         for frame in shown:
             print(f"    {frame.filename.split('site-packages/')[-1]}:{frame.lineno} in {frame.name}")
 
-# 2. The same model, trained by a custom loop. build_model() also builds the optimizer, in the scope.
+# 2. The same model, trained by a custom loop, which does not go through fit()'s reductions. The
+# recipe, from the TensorFlow guides, in four steps:
+# (1) create the model, and build its optimizer, inside strategy.scope() (build_model() does both);
 keras.utils.set_random_seed(0)
 with strategy.scope():
     model = kerasdist.model.build_model()
 
 
+# (2) one training step for one replica: forward pass, loss averaged over the GLOBAL batch
+# (compute_average_loss), gradients, and apply_gradients, which all-reduces the gradients across
+# the replicas and the workers before the update;
 def step_on_replica(images, labels):
     with tf.GradientTape() as tape:
         logits = model(images, training=True)
@@ -377,6 +333,7 @@ def step_on_replica(images, labels):
     return loss
 
 
+# (3) run it on every replica with strategy.run, inside a tf.function;
 @tf.function
 def train_step(iterator):
     per_replica_loss = strategy.run(step_on_replica, args=next(iterator))
@@ -392,6 +349,7 @@ if not task.is_chief:
 writer = tf.summary.create_file_writer(log_dir)
 # What tf.summary.scalar writes (that needs the tensorboard package): a value tagged for the scalars plugin.
 SCALAR = tf.compat.v1.SummaryMetadata(plugin_data=tf.compat.v1.SummaryMetadata.PluginData(plugin_name="scalars"))
+# (4) feed it from strategy.experimental_distribute_dataset, which gives each worker its shard.
 iterator = iter(strategy.experimental_distribute_dataset(dataset))
 steps = len(mnist.y_train) // GLOBAL_BATCH_SIZE
 with writer.as_default():
@@ -437,6 +395,48 @@ for name, worker, error_file in zip(worker_names, workers, error_files):
                   sep="\n")
 
 # %% [markdown]
+# `fit()` failed on both workers, **before its first training step**, and the frames that worker 0
+# printed say where, from the top down:
+#
+# - Keras' `fit()` calls `_maybe_symbolic_build`: to build the model's metrics before training, it
+#   takes the first batch from the distributed dataset and averages it over the replicas with
+#   **one** `strategy.reduce("MEAN", batch, axis=None)` call on the whole `(images, labels)` pair;
+# - `MirroredStrategy` (lesson 1) reduces such a pair element by element, so `fit()` works there;
+#   `MultiWorkerMirroredStrategy` (the `collective_all_reduce_strategy.py` frame) hands the whole
+#   pair to its collective all-reduce (the `cross_device_ops.py` frames), which tries to make one
+#   tensor of it, and the last frame refuses: the `ValueError` "Attempt to convert a value
+#   (PerReplica...) ... to a Tensor".
+#
+# Past that point the training step would fail too: under a multi-worker strategy Keras averages
+# the step's outputs with `strategy.reduce("MEAN", value, axis=0)`, and a scalar loss has no axis 0.
+# That second error, "Invalid reduction dimension 0 for input with 0 dimensions", is the one of
+# tensorflow/tensorflow#72388, a different report, now closed; keras-team/keras#20585 tracks the
+# failure of `fit()` (open at the time of writing).
+#
+# The custom loop trained on both workers: it does not go through the trainer's reductions. It is
+# one of three ways out:
+#
+# - **a custom training loop**, on Keras 3 with the TensorFlow backend: this lesson, and
+#   kerasdist's loop engine;
+# - **Keras 2**, whose `fit()` supports this strategy (TensorFlow's multi-worker tutorial uses
+#   it): install the `tf_keras` package and set `TF_USE_LEGACY_KERAS=1` before TensorFlow is
+#   imported; `tf.keras` is then Keras 2;
+# - **Keras 3 on JAX**, with `keras.distribution`: there `fit()` trains in several processes
+#   (lesson 7).
+#
+# The Summary says which path to take for which need.
+#
+# <details><summary>Look inside</summary>
+#
+# - `_maybe_symbolic_build` and `reduce_per_replica` (the second error) are in
+#   `keras/src/backend/tensorflow/trainer.py`.
+# - `MirroredStrategy`'s `_reduce_to` (`tensorflow/python/distribute/mirrored_strategy.py`) reduces
+#   a nested value with `nest.map_structure`; `MultiWorkerMirroredStrategy`'s `_reduce_to` is in
+#   `tensorflow/python/distribute/collective_all_reduce_strategy.py`.
+# - `TF_USE_LEGACY_KERAS=1` picks Keras 2 for `tf.keras` in `tensorflow/python/util/lazy_loader.py`.
+#
+# </details>
+#
 # **Predict, then run.** Each worker trained on its own half of every global batch. Will the two
 # workers end with the same weights, bit for bit, or only close ones? Decide, then run.
 
@@ -824,13 +824,26 @@ q3.assert_correct()
 #   (`BackupAndRestore`, `TensorBoard`); a custom loop (`strategy.run` in a `tf.function`, loss
 #   averaged over the global batch) trains the same model, and the workers end with identical
 #   weights. Keras 2 (`tf_keras`, `TF_USE_LEGACY_KERAS=1`) and Keras 3 on JAX (lesson 7) are the
-#   other ways out.
+#   other ways out (the table below).
 # - `BackupAndRestore` restores the weights, the optimizer state and the epoch, never the batch: a
 #   mid-epoch backup replays its epoch from the first batch.
 # - `kerasdist launch --workers N` runs such a cluster on one machine; `kerasdist worker` is the
 #   command to start on each machine of a real one, and under Slurm `srun kerasdist worker` finds
 #   its cluster by itself (`SlurmClusterResolver`; `kerasdist slurm-script` writes the `sbatch`
 #   script). Every worker needs the same number and type of devices.
+#
+# Which path for which need:
+#
+# | you need | take | with kerasdist |
+# |---|---|---|
+# | Keras `fit()` and its callbacks in several processes or on several machines | Keras 3 on JAX (`keras.distribution`) | `kerasdist launch --backend jax`; `srun kerasdist worker --backend jax`; `run_training(backend="jax")` in one process |
+# | `tf.distribute` itself: its strategies and collectives, what lessons 1-6 teach | a custom loop under `MultiWorkerMirroredStrategy` | `kerasdist launch` and `kerasdist worker` (the loop engine is their default) |
+# | an evaluator beside training, reading the chief's checkpoints | the TensorFlow path | `kerasdist launch --evaluator` (it reads TensorFlow checkpoints) |
+# | code written for Keras 2 | `tf_keras` with `TF_USE_LEGACY_KERAS=1` | none: kerasdist trains with Keras 3 |
+# | a Slurm job that survives preemption | either | `kerasdist slurm-script --requeue` (add `--backend jax` for JAX) |
+#
+# Both of kerasdist's paths resume exactly from their checkpoints, mid-epoch included; a
+# checkpoint folder belongs to the backend that wrote it, and the other refuses it.
 
 # %% [markdown]
 # ## Exercises

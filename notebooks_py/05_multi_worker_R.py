@@ -256,79 +256,14 @@ import keras  # noqa: F401
 # ## Why Keras 3 fit() fails here
 #
 # With a `TF_CONFIG` in each process, the rest is the code of lesson 1: make the strategy, build
-# and compile the model in its scope, call `fit()`. Under `MultiWorkerMirroredStrategy`, Keras 3's
-# `fit()` fails **before its first training step**, inside Keras 3's TensorFlow trainer
-# (`keras/src/backend/tensorflow/trainer.py`); keras3 calls the same Python `fit()`, so R meets
-# the same error:
-#
-# - to build the model's metrics before training, `fit()` takes the first batch from the
-#   distributed dataset and averages it over the replicas with **one**
-#   `strategy.reduce("MEAN", batch, axis=None)` call on the whole `(images, labels)` pair
-#   (`_maybe_symbolic_build`);
-# - `MirroredStrategy` reduces such a pair element by element (`nest.map_structure` in its
-#   `_reduce_to`, `tensorflow/python/distribute/mirrored_strategy.py`), so `fit()` works there;
-#   `MultiWorkerMirroredStrategy`'s `_reduce_to` (`collective_all_reduce_strategy.py`) hands the
-#   whole pair to its collective all-reduce, which tries to make one tensor of it:
-#   `ValueError: Attempt to convert a value (PerReplica...) ... to a Tensor`.
-#
-# The script below prints the last frames of that traceback, in Keras and in `tf.distribute`
-# (with Keras' traceback filtering turned off, `config_disable_traceback_filtering()`, so that
-# Keras' own frames show; reticulate hands R the Python exception itself, traceback included).
-# Past that point the training step would fail too: under a multi-worker strategy Keras averages
-# the step's outputs with `strategy.reduce("MEAN", value, axis=0)` (`reduce_per_replica`, same
-# file), and a scalar loss has no axis 0. That second error, "Invalid reduction dimension 0 for
-# input with 0 dimensions", is the one of tensorflow/tensorflow#72388, a different report, now
-# closed; keras-team/keras#20585 tracks the failure of `fit()` (open at the time of writing).
-#
-# There are three ways out:
-#
-# - **a custom training loop**, on Keras 3 with the TensorFlow backend: this lesson, and
-#   kerasdist's loop engine;
-# - **Keras 2**, whose `fit()` supports this strategy (TensorFlow's multi-worker tutorial uses
-#   it): install the Python package `tf_keras` and set `TF_USE_LEGACY_KERAS=1` before TensorFlow
-#   is imported; `tf.keras` is then Keras 2 (`tensorflow/python/util/lazy_loader.py`). keras3 is
-#   built on Keras 3, so this way out is Python's;
-# - **Keras 3 on JAX**, with `keras.distribution`: there `fit()` trains in several processes
-#   (lesson 7).
-#
-# Which path for which need:
-#
-# | you need | take | with kerasdist |
-# |---|---|---|
-# | Keras `fit()` and its callbacks in several processes or on several machines | Keras 3 on JAX (`keras.distribution`) | `kerasdist launch --backend jax`; `srun kerasdist worker --backend jax`; `kd_train(backend = "jax")` in one process |
-# | `tf.distribute` itself: its strategies and collectives, what lessons 1-6 teach | a custom loop under `MultiWorkerMirroredStrategy` | `kerasdist launch` and `kerasdist worker` (the loop engine is their default) |
-# | an evaluator beside training, reading the chief's checkpoints | the TensorFlow path | `kerasdist launch --evaluator` (it reads TensorFlow checkpoints) |
-# | code written for Keras 2 | `tf_keras` with `TF_USE_LEGACY_KERAS=1` | none: kerasdist trains with Keras 3 |
-# | a Slurm job that survives preemption | either | `kerasdist slurm-script --requeue` (add `--backend jax` for JAX) |
-#
-# Both of kerasdist's paths resume exactly from their checkpoints, mid-epoch included; a
-# checkpoint folder belongs to the backend that wrote it, and the other refuses it.
-#
-# A custom training loop does not go through the trainer's reductions. The pattern, from the
-# TensorFlow guides:
-#
-# 1. create the model, and build its optimizer, inside the strategy's scope;
-# 2. write one training step for one replica: forward pass, loss **averaged over the global
-#    batch** (`tf$nn$compute_average_loss()`), gradients, `apply_gradients()` (which all-reduces
-#    the gradients across replicas and workers before the update);
-# 3. run it on every replica with `strategy$run()`, inside a `tf_function()`;
-# 4. feed it from `strategy$experimental_distribute_dataset()`, which gives each worker its shard.
-#
-# Step 2 cannot be an R function. `strategy$run()` calls it on Python threads that
-# `MirroredStrategy` (and so `MultiWorkerMirroredStrategy`, built on it) starts for the call, one
-# per replica, even for a single replica (`_call_for_each_replica` starts a `_MirroredReplicaThread`
-# per device, `tensorflow/python/distribute/mirrored_run.py`). R runs only on R's main thread:
-# reticulate hands an R function called from another thread to the main thread, which is busy
-# waiting for those very threads. Tried here with one CPU device, the call never returned, and
-# the R function never started. So the replica step is the Python lesson's, a few lines run
-# through reticulate; everything around it (the model, built with keras3, the `tf_function()`,
-# `strategy$run()`, `strategy$reduce()`, the loop, the TensorBoard log) is R. The data pipeline is
-# the Python lesson's too (`kerasdist.data.train_dataset`): the same batches in the same order, so
-# the workers end with the Python lesson's weights, to the bit.
-#
-# The worker script below does both in each worker: first `fit()`, then the loop, for one epoch,
-# logging the loss of every step for TensorBoard (the next section looks at those logs). We save it
-# to a file and start it twice with `Rscript`, with one `TF_CONFIG` each.
+# and compile the model in its scope, call `fit()`; keras3 calls the same Python `fit()`. The worker
+# script below does just that in each worker, with Keras' traceback filtering turned off
+# (`config_disable_traceback_filtering()`) so that a traceback shows Keras' own frames; reticulate
+# hands R the Python exception itself, traceback included. Then it trains the same model with a
+# *custom training loop*: a loop you write yourself around one training step (its recipe is in the
+# script's comments, beside its code; lesson 6 builds one cell by cell). It logs the loss of every
+# step for TensorBoard (the next section looks at those logs). We save it to a file and start it
+# twice with `Rscript`, with one `TF_CONFIG` each.
 #
 # One thing is different in a script of its own: the order. TensorFlow sets up collective ops (the
 # all-reduce between workers) only when it starts its runtime, and keras3 starts that runtime as
@@ -336,6 +271,9 @@ import keras  # noqa: F401
 # attaches keras3 after it; the other way round, the strategy fails with "Collective ops must be
 # configured at program startup". (In this notebook the Python side started TensorFlow long ago,
 # which is why the lessons can attach keras3 first.)
+#
+# **Predict, then run.** `fit()` worked with `MirroredStrategy` in lesson 1. Will it train under
+# `MultiWorkerMirroredStrategy`, in two processes? Decide, then run.
 
 # %%
 # %%writefile results/05_multi_worker_R/fit_then_loop.R
@@ -393,10 +331,15 @@ tryCatch({
   }
 })
 
-# 2. The same model, trained by the Python lesson's custom loop. strategy$run() calls the replica
-# step on Python threads of its own, where R code cannot run: the step is Python, the rest is R.
+# 2. The same model, trained by the Python lesson's custom loop, which does not go through fit()'s
+# reductions. strategy$run() calls the replica step on Python threads of its own, where R code
+# cannot run: the step is Python, the rest is R. The recipe, from the TensorFlow guides, in four steps:
+# (1) create the model, and build its optimizer, inside the strategy's scope (build_model() does both);
 set_random_seed(0)
 with(strategy$scope(), model <- build_model())
+# (2) one training step for one replica: forward pass, loss averaged over the GLOBAL batch
+# (compute_average_loss), gradients, and apply_gradients, which all-reduces the gradients across
+# the replicas and the workers before the update;
 py_run_string("
 import tensorflow as tf
 
@@ -412,6 +355,7 @@ def replica_step(model, global_batch_size):
     return step_on_replica
 ")
 step_on_replica <- py$replica_step(model, global_batch_size)
+# (3) run it on every replica with strategy$run(), inside a tf_function();
 train_step <- tf_function(function(images, labels) {
   per_replica_loss <- strategy$run(step_on_replica, args = list(images, labels))
   strategy$reduce(tf$distribute$ReduceOp$SUM, per_replica_loss, axis = NULL)
@@ -425,6 +369,7 @@ if (!task$is_chief) log_dir <- file.path(log_root, sprintf("workertemp_%d", task
 writer <- tf$summary$create_file_writer(log_dir)
 # What tf$summary$scalar() writes (that needs the tensorboard package): a value tagged for the scalars plugin.
 scalar <- tf$compat$v1$SummaryMetadata(plugin_data = tf$compat$v1$SummaryMetadata$PluginData(plugin_name = "scalars"))
+# (4) feed it from strategy$experimental_distribute_dataset(), which gives each worker its shard.
 iterator <- as_iterator(strategy$experimental_distribute_dataset(dataset))
 steps <- py_len(mnist$y_train) %/% global_batch_size
 with(writer$as_default(), {
@@ -472,6 +417,63 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #       tail(readLines(errors[i], warn = FALSE), 15), sep = "\n")
 
 # %% [markdown]
+# `fit()` failed on both workers, **before its first training step**, and the frames that worker 0
+# printed say where, from the top down:
+#
+# - Keras' `fit()` calls `_maybe_symbolic_build`: to build the model's metrics before training, it
+#   takes the first batch from the distributed dataset and averages it over the replicas with
+#   **one** `strategy.reduce("MEAN", batch, axis=None)` call on the whole `(images, labels)` pair;
+# - `MirroredStrategy` (lesson 1) reduces such a pair element by element, so `fit()` works there;
+#   `MultiWorkerMirroredStrategy` (the `collective_all_reduce_strategy.py` frame) hands the whole
+#   pair to its collective all-reduce (the `cross_device_ops.py` frames), which tries to make one
+#   tensor of it, and the last frame refuses: the `ValueError` "Attempt to convert a value
+#   (PerReplica...) ... to a Tensor".
+#
+# Past that point the training step would fail too: under a multi-worker strategy Keras averages
+# the step's outputs with `strategy.reduce("MEAN", value, axis=0)`, and a scalar loss has no axis 0.
+# That second error, "Invalid reduction dimension 0 for input with 0 dimensions", is the one of
+# tensorflow/tensorflow#72388, a different report, now closed; keras-team/keras#20585 tracks the
+# failure of `fit()` (open at the time of writing).
+#
+# The custom loop trained on both workers: it does not go through the trainer's reductions. It is
+# one of three ways out:
+#
+# - **a custom training loop**, on Keras 3 with the TensorFlow backend: this lesson, and
+#   kerasdist's loop engine;
+# - **Keras 2**, whose `fit()` supports this strategy (TensorFlow's multi-worker tutorial uses
+#   it): install the Python package `tf_keras` and set `TF_USE_LEGACY_KERAS=1` before TensorFlow
+#   is imported; `tf.keras` is then Keras 2. keras3 is built on Keras 3, so this way out is
+#   Python's;
+# - **Keras 3 on JAX**, with `keras.distribution`: there `fit()` trains in several processes
+#   (lesson 7).
+#
+# The Summary says which path to take for which need.
+#
+# The replica step, step (2) of the recipe in the script, cannot be an R function.
+# `strategy$run()` calls it on Python threads that `MirroredStrategy` (and so
+# `MultiWorkerMirroredStrategy`, built on it) starts for the call, one per replica, even for a
+# single replica. R runs only on R's main thread:
+# reticulate hands an R function called from another thread to the main thread, which is busy
+# waiting for those very threads. Tried here with one CPU device, the call never returned, and
+# the R function never started. So the replica step is the Python lesson's, a few lines run
+# through reticulate; everything around it (the model, built with keras3, the `tf_function()`,
+# `strategy$run()`, `strategy$reduce()`, the loop, the TensorBoard log) is R. The data pipeline is
+# the Python lesson's too (`kerasdist.data.train_dataset`): the same batches in the same order, so
+# the workers end with the Python lesson's weights, to the bit.
+#
+# <details><summary>Look inside</summary>
+#
+# - `_maybe_symbolic_build` and `reduce_per_replica` (the second error) are in
+#   `keras/src/backend/tensorflow/trainer.py`.
+# - `MirroredStrategy`'s `_reduce_to` (`tensorflow/python/distribute/mirrored_strategy.py`) reduces
+#   a nested value with `nest.map_structure`; `MultiWorkerMirroredStrategy`'s `_reduce_to` is in
+#   `tensorflow/python/distribute/collective_all_reduce_strategy.py`.
+# - `TF_USE_LEGACY_KERAS=1` picks Keras 2 for `tf.keras` in `tensorflow/python/util/lazy_loader.py`.
+# - The replica threads: `_call_for_each_replica` starts a `_MirroredReplicaThread` per device, in
+#   `tensorflow/python/distribute/mirrored_run.py`.
+#
+# </details>
+#
 # **Predict, then run.** Each worker trained on its own half of every global batch. Will the two
 # workers end with the same weights, bit for bit, or only close ones? Decide, then run.
 
@@ -873,13 +875,26 @@ invisible(strategy$reduce(tf$distribute$ReduceOp$SUM, strategy$run(tf$ones, args
 #   callbacks (`callback_backup_and_restore()`, `callback_tensorboard()`); a custom loop (a keras3
 #   model, a Python replica step, an R loop) trains the same model, and the workers end with
 #   identical weights, the Python lesson's. Keras 2 (`tf_keras`, `TF_USE_LEGACY_KERAS=1`, from
-#   Python) and Keras 3 on JAX (lesson 7) are the other ways out.
+#   Python) and Keras 3 on JAX (lesson 7) are the other ways out (the table below).
 # - `callback_backup_and_restore()` restores the weights, the optimizer state and the epoch, never
 #   the batch: a mid-epoch backup replays its epoch from the first batch.
 # - `kerasdist launch --workers N` runs such a cluster on one machine; `kerasdist worker` is the
 #   command to start on each machine of a real one, and under Slurm `srun kerasdist worker` finds
 #   its cluster by itself (`SlurmClusterResolver`; `kerasdist slurm-script` writes the `sbatch`
 #   script). Every worker needs the same number and type of devices.
+#
+# Which path for which need:
+#
+# | you need | take | with kerasdist |
+# |---|---|---|
+# | Keras `fit()` and its callbacks in several processes or on several machines | Keras 3 on JAX (`keras.distribution`) | `kerasdist launch --backend jax`; `srun kerasdist worker --backend jax`; `kd_train(backend = "jax")` in one process |
+# | `tf.distribute` itself: its strategies and collectives, what lessons 1-6 teach | a custom loop under `MultiWorkerMirroredStrategy` | `kerasdist launch` and `kerasdist worker` (the loop engine is their default) |
+# | an evaluator beside training, reading the chief's checkpoints | the TensorFlow path | `kerasdist launch --evaluator` (it reads TensorFlow checkpoints) |
+# | code written for Keras 2 | `tf_keras` with `TF_USE_LEGACY_KERAS=1` | none: kerasdist trains with Keras 3 |
+# | a Slurm job that survives preemption | either | `kerasdist slurm-script --requeue` (add `--backend jax` for JAX) |
+#
+# Both of kerasdist's paths resume exactly from their checkpoints, mid-epoch included; a
+# checkpoint folder belongs to the backend that wrote it, and the other refuses it.
 
 # %% [markdown]
 # ## Exercises

@@ -109,14 +109,14 @@ class Lesson:
 LESSONS = (
     Lesson("00", "00_R_with_reticulate_R", "R with reticulate", None, 52, replicas(2), KERNEL,
            "TensorFlow", MNIST, "reticulate, kerasdist (R; make setup installs both)"),
-    Lesson("01", "01_quickstart", "Quickstart", 34, 44, replicas(2), KERNEL, "TensorFlow", MNIST),
+    Lesson("01", "01_quickstart", "Quickstart", 29, 28, replicas(2), KERNEL, "TensorFlow", MNIST),
     Lesson("02", "02_checkpoints_resume", "Checkpoints and resume", 72, 55, replicas(2),
            "kernel + a training process it kills", "TensorFlow", MNIST),
-    Lesson("03", "03_convergence", "Convergence", 62, 44, "1 device, " + replicas(2),
+    Lesson("03", "03_convergence", "Convergence", 73, 106, "1 device, " + replicas(2),
            KERNEL, "TensorFlow", MNIST),
     Lesson("04", "04_input_pipelines", "Input pipelines", 69, 129, replicas(2) + ", 2 workers simulated",
            KERNEL, "TensorFlow", MNIST),
-    Lesson("05", "05_multi_worker", "Multi-worker", 64, 59, "2 workers, 1 device each",
+    Lesson("05", "05_multi_worker", "Multi-worker", 75, 57, "2 workers, 1 device each",
            "kernel + 2 worker processes on 127.0.0.1", "TensorFlow", MNIST),
     Lesson("06", "06_strategy_map", "Strategy map", 43, 45, replicas(2),
            "kernel + a parameter-server cluster process", "TensorFlow", MNIST),
@@ -126,7 +126,7 @@ LESSONS = (
            MNIST),
     Lesson("08", "08_speed", "Speed", 92, 93, "1 device (a GPU or the CPU)",
            "kernel + a process per JAX rung", "TensorFlow and JAX", FASHION),
-    Lesson("09", "09_sync_cost", "What synchronization costs", 68, 65, replicas(4) + ", 2-4 JAX devices",
+    Lesson("09", "09_sync_cost", "What synchronization costs", 138, 134, replicas(4) + ", 2-4 JAX devices",
            "kernel + worker processes on 127.0.0.1", "TensorFlow and JAX", MNIST),
 )
 
