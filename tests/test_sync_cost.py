@@ -15,10 +15,13 @@ from kerasdist.errors import KerasdistError
 from kerasdist.measure.sync_cost import (
     LOCAL_TRANSPORTS,
     TRANSPORTS,
+    ZERO_MIXED,
     LinkFit,
     _time_in_child,
     _time_over_workers,
+    accumulated_step_seconds,
     break_even_local_batch,
+    bus_bandwidth,
     cross_device_ops,
     fit_alpha_beta,
     pipeline_bubble,
@@ -30,6 +33,9 @@ from kerasdist.measure.sync_cost import (
     strategy_allreduce,
     training_state_bytes,
     tree_seconds,
+    two_level_allreduce_seconds,
+    zero_stage_bytes,
+    zero_stage_traffic,
 )
 
 
@@ -152,7 +158,7 @@ def test_each_devices_bytes_are_replicated_or_sharded_as_the_formula_says():
     assert replicated["total"] == 16 * parameters
     assert sharded["weights"] == -(-4 * parameters // 4)
     assert sharded["total"] == pytest.approx(replicated["total"] / 4, abs=4)
-    mixed = training_state_bytes(parameters, 1, precision="mixed_bfloat16")
+    mixed = training_state_bytes(parameters, 1, precision=ZERO_MIXED)
     assert mixed["total"] == 16 * parameters and mixed["float32 master weights"] == 4 * parameters
     with pytest.raises(ValueError, match="precision must be one of"):
         training_state_bytes(parameters, 4, precision="fp8")
@@ -177,3 +183,40 @@ def test_sync_cost_fits_each_transport_of_this_machine():
     for row in json.loads(lines[-1])["transports"]:
         assert row["replicas"] == 2 and row["alpha"] >= 0 and row["bandwidth"] > 0
         assert row["seconds"][-1] > row["seconds"][0]  # 64 MiB takes longer than 1 KiB
+
+
+@pytest.mark.parametrize("devices", [1, 2, 8, 64])
+def test_zero_stages_keep_4_plus_12_over_n_2_plus_14_over_n_and_16_over_n_bytes_and_only_stage_3_sends_more(devices):
+    assert [zero_stage_bytes(stage, devices) for stage in (0, 1, 2, 3)] == pytest.approx(
+        [16, 4 + 12 / devices, 2 + 14 / devices, 16 / devices])
+    assert zero_stage_bytes(3, devices, "float32") == pytest.approx(16 / devices)
+    ring = ring_bytes_sent(1.0, devices)
+    assert [zero_stage_traffic(stage, devices) for stage in (0, 1, 2)] == pytest.approx([ring] * 3)
+    assert zero_stage_traffic(3, devices) == pytest.approx(1.5 * ring)
+    with pytest.raises(ValueError, match="stage must be one of"):
+        zero_stage_bytes(4, devices)
+
+
+def test_accumulation_pays_one_all_reduce_per_k_micro_batches():
+    link = LinkFit(alpha=1e-5, beta=1e-9, devices=8, relative_rms_error=0.0)
+    one = accumulated_step_seconds(100, 1, 1e6, 1e12, 4e6, link)
+    four = accumulated_step_seconds(100, 4, 1e6, 1e12, 4e6, link)
+    assert one == pytest.approx(predicted_step_seconds(100, 1e6, 1e12, 4e6, link))
+    assert four == pytest.approx(predicted_step_seconds(400, 1e6, 1e12, 4e6, link))
+    assert four - one == pytest.approx(3 * 100 * 1e6 / 1e12)  # three more micro-batches, no more all-reduces
+
+
+def test_a_two_level_all_reduce_is_a_ring_per_level_and_beats_a_flat_ring_over_the_slow_link():
+    nbytes, fast, slow = 1e8, (5e-6, 1 / 450e9), (5e-6, 1 / 50e9)
+    # One node: the ring inside it; one device per node: the ring across the nodes.
+    assert two_level_allreduce_seconds(nbytes, 1, 8, *fast, *slow) == pytest.approx(ring_seconds(nbytes, 8, *fast))
+    assert two_level_allreduce_seconds(nbytes, 8, 1, *fast, *slow) == pytest.approx(ring_seconds(nbytes, 8, *slow))
+    expected = (2 * 7 * fast[0] + 2 * 7 / 8 * nbytes * fast[1]) + (2 * 7 * slow[0] + 2 * 7 / 8 * nbytes / 8 * slow[1])
+    assert two_level_allreduce_seconds(nbytes, 8, 8, *fast, *slow) == pytest.approx(expected)
+    assert two_level_allreduce_seconds(nbytes, 8, 8, *fast, *slow) < ring_seconds(nbytes, 64, *slow)
+
+
+def test_nccl_tests_bus_bandwidth_is_the_algorithm_bandwidth_times_2_n_minus_1_over_n():
+    nbytes, devices, beta = 64e6, 4, 1e-9
+    seconds = ring_seconds(nbytes, devices, 0.0, beta)
+    assert bus_bandwidth(nbytes / seconds, devices) == pytest.approx(1 / beta)

@@ -126,7 +126,7 @@ LESSONS = (
            MNIST),
     Lesson("08", "08_speed", "Speed", 92, 93, "1 device (a GPU or the CPU)",
            "kernel + a process per JAX rung", "TensorFlow and JAX", FASHION),
-    Lesson("09", "09_sync_cost", "What synchronization costs", 138, 134, replicas(4) + ", 2-4 JAX devices",
+    Lesson("09", "09_sync_cost", "What synchronization costs", 138, 128, replicas(4) + ", 2-4 JAX devices",
            "kernel + worker processes on 127.0.0.1", "TensorFlow and JAX", MNIST),
 )
 

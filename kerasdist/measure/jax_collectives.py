@@ -78,7 +78,8 @@ def layout_costs(devices=4, batch_size=64, timeout_s=300):
 
     Returns:
         A dict of layout name -> {"bytes_per_device": bytes on device 0, "max_bytes_per_device": the
-        most on any device, "parameters": the model's parameters, "collectives": {opcode: count}}.
+        most on any device, "parameters": the model's parameters, "collectives": {opcode: count},
+        "all_gathers": the result shapes of its all-gathers, in the compiled step's order}.
 
     Raises:
         KerasdistError: for devices that do not divide 16 or the batch, when JAX is not installed, or
@@ -113,6 +114,92 @@ def count_collectives(hlo_text):
     for opcode in _COLLECTIVE_OPCODE.findall(hlo_text):
         counts[opcode] += 1
     return counts
+
+
+def collective_shapes(hlo_text, opcode):
+    """The result shapes (``f32[784,256]``) of a compiled HLO module's ``opcode`` instructions, in order.
+
+    Example:
+        >>> collective_shapes("%ag = f32[784,256]{1,0} all-gather(f32[196,256]{1,0} %p)", "all-gather")
+        ['f32[784,256]']
+    """
+    pattern = re.compile(r"=\s*(\w+\[[\d,]*\])(?:\{[^}]*\})?\s+" + re.escape(opcode) + r"(?:-start)?\(")
+    return pattern.findall(hlo_text)
+
+
+def activation_memory(batches=(64, 256, 1024, 4096), timeout_s=300):
+    """The temporary bytes XLA allocates for one training step (forward, backward, gradients) at each batch,
+    without and with ``jax.checkpoint``, read from the compiled step's ``memory_analysis()`` on one JAX CPU
+    device, in a process of its own (bounded by ``timeout_s``).
+
+    Two networks, as plain JAX functions (softmax cross-entropy on 10 classes, ReLU):
+
+    - "the MLP": the course's 784 -> 256 -> 256 -> 10, each hidden layer wrapped in ``jax.checkpoint``;
+    - "4 wide blocks": 784 -> 256, then 4 blocks of 256 -> 1024 -> 256 (a transformer's MLP block) in a
+      ``jax.lax.scan``, the block wrapped in ``jax.checkpoint``, then 256 -> 10.
+
+    Temporary bytes are what a step needs beyond its arguments and outputs: activations kept for the
+    backward pass, and the backward pass's own intermediates. ``dots`` counts the matrix products in the
+    compiled step with and without ``jax.checkpoint``: more with it means XLA recomputes.
+
+    Returns:
+        A dict of network -> {"batches": [...], "plain": [bytes, ...], "checkpointed": [bytes, ...],
+        "dots": [plain, checkpointed] at the largest batch}.
+
+    Example:
+        >>> activation_memory((64, 4096))["the MLP"]["plain"]  # doctest: +SKIP
+        [199168, 20971520]
+    """
+    batches = [checks.integer("batch", batch, 1) for batch in batches]
+    request = {"measure": "activations", "devices": 1, "batches": batches}
+    return _in_child(request, "measuring activation memory", timeout_s)
+
+
+def _activation_memory(batches):
+    """In the child: each network's temporary bytes per batch, plain and checkpointed."""
+    import jax
+    import jax.numpy as jnp
+
+    def cross_entropy(logits, labels):
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=1))
+
+    def dense(p, h):
+        return jax.nn.relu(h @ p[0] + p[1])
+
+    def mlp(params, x, y, remat):
+        layer = jax.checkpoint(dense) if remat else dense
+        h = layer(params[1], layer(params[0], x))
+        return cross_entropy(h @ params[2][0] + params[2][1], y)
+
+    def block(h, p):
+        return dense((p[2], p[3]), dense((p[0], p[1]), h)), None
+
+    def wide_blocks(params, x, y, remat):
+        h = dense(params[0], x)
+        h, _ = jax.lax.scan(jax.checkpoint(block) if remat else block, h, params[1])
+        return cross_entropy(h @ params[2][0] + params[2][1], y)
+
+    def zeros(*shapes):
+        return tuple(jax.ShapeDtypeStruct(shape, jnp.float32) for shape in shapes)
+
+    networks = {
+        "the MLP": (mlp, (zeros((784, 256), (256,)), zeros((256, 256), (256,)), zeros((256, 10), (10,)))),
+        "4 wide blocks": (wide_blocks, (zeros((784, 256), (256,)),
+                                        zeros((4, 256, 1024), (4, 1024), (4, 1024, 256), (4, 256)),
+                                        zeros((256, 10), (10,)))),
+    }
+    result = {}
+    for name, (loss, params) in networks.items():
+        found = {"batches": batches, "plain": [], "checkpointed": [], "dots": []}
+        for remat, key in ((False, "plain"), (True, "checkpointed")):
+            step = jax.jit(jax.grad(lambda p, x, y, remat=remat, loss=loss: loss(p, x, y, remat)))
+            for batch in batches:
+                compiled = step.lower(params, jax.ShapeDtypeStruct((batch, 784), jnp.float32),
+                                      jax.ShapeDtypeStruct((batch,), jnp.int32)).compile()
+                found[key].append(int(compiled.memory_analysis().temp_size_in_bytes))
+            found["dots"].append(len(re.findall(r"\sdot\(", compiled.as_text())))
+        result[name] = found
+    return result
 
 
 def _in_child(request, what, timeout_s):
@@ -209,7 +296,8 @@ def _layout_cost(layout, batch_size):
         for shard in variable.value.addressable_shards:
             held[shard.device] += shard.data.nbytes
     return {"bytes_per_device": held[jax.devices()[0]], "max_bytes_per_device": max(held.values()),
-            "parameters": model.count_params(), "collectives": count_collectives(compiled.as_text())}
+            "parameters": model.count_params(), "collectives": count_collectives(compiled.as_text()),
+            "all_gathers": collective_shapes(compiled.as_text(), "all-gather")}
 
 
 def main():
@@ -222,6 +310,8 @@ def main():
                            f"--xla_force_host_platform_device_count={request['devices']} before JAX starts")
     if request["measure"] == "all-reduce":
         result = _time_allreduces(request["devices"], request["sizes"], request["repeats"])
+    elif request["measure"] == "activations":
+        result = _activation_memory(request["batches"])
     else:
         result = {layout: _layout_cost(layout, request["batch_size"]) for layout in LAYOUTS}
     print(json.dumps(result))

@@ -271,13 +271,117 @@ def time_synchronous_step(strategy, images, labels, steps_per_call=20, rounds=5)
 
 
 # Bytes per parameter of the training state, by what it holds (Adam: two moments per parameter). The
-# mixed_bfloat16 row is ZeRO/DeepSpeed's layout (bfloat16 weights and gradients beside a float32 master
-# copy); Keras' mixed_bfloat16 policy keeps float32 variables and gradients instead, 16 bytes too.
+# second layout is ZeRO/DeepSpeed's mixed precision (bfloat16 weights and gradients beside a float32 master
+# copy), not Keras' mixed_bfloat16 policy, which keeps float32 variables and gradients (16 bytes too, as
+# "float32" counts them).
+ZERO_MIXED = "bf16 + fp32 master (ZeRO)"
 STATE_BYTES = {
     "float32": {"weights": 4, "gradients": 4, "optimizer (Adam's 2 moments)": 8},
-    "mixed_bfloat16": {"weights": 2, "gradients": 2, "optimizer (Adam's 2 moments)": 8,
-                       "float32 master weights": 4},
+    ZERO_MIXED: {"weights": 2, "gradients": 2, "optimizer (Adam's 2 moments)": 8,
+                 "float32 master weights": 4},
 }
+# What each ZeRO stage splits over the devices (stage 0 is plain data parallelism), and the bytes each device
+# sends per step in multiples of the gradient's bytes n, for large N (each term's exact factor is (N - 1)/N):
+# stages 1 and 2 reduce-scatter the gradients (n) and all-gather the updated weights (n), an all-reduce's
+# 2n; stage 3 all-gathers the weights for the forward pass (n) and again for the backward pass (n) and
+# reduce-scatters the gradients (n).
+ZERO_STAGES = {
+    0: ((), 2),
+    1: (("optimizer (Adam's 2 moments)", "float32 master weights"), 2),
+    2: (("optimizer (Adam's 2 moments)", "float32 master weights", "gradients"), 2),
+    3: (("optimizer (Adam's 2 moments)", "float32 master weights", "gradients", "weights"), 3),
+}
+
+
+def zero_stage_shards(stage):
+    """The parts of the training state that ZeRO ``stage`` (0 to 3) splits over the devices.
+
+    Example:
+        >>> zero_stage_shards(2)[1:]
+        ['float32 master weights', 'gradients']
+    """
+    if stage not in ZERO_STAGES:
+        raise ValueError(f"stage must be one of {list(ZERO_STAGES)}. Received: {stage!r}")
+    return list(ZERO_STAGES[stage][0])
+
+
+def zero_stage_bytes(stage, devices, precision=ZERO_MIXED):
+    """Bytes of training state per parameter on each device under ZeRO ``stage`` (0 to 3) over ``devices``.
+
+    For ZeRO's mixed precision with Adam (16 bytes per parameter) that is 16, 4 + 12/N, 2 + 14/N and 16/N.
+
+    Example:
+        >>> [zero_stage_bytes(stage, 8) for stage in (0, 1, 2, 3)]
+        [16.0, 5.5, 3.75, 2.0]
+    """
+    if stage not in ZERO_STAGES:
+        raise ValueError(f"stage must be one of {list(ZERO_STAGES)}. Received: {stage!r}")
+    sharded = ZERO_STAGES[stage][0]
+    parts = STATE_BYTES[precision].items()
+    return float(sum(per / devices if part in sharded else per for part, per in parts))
+
+
+def zero_stage_traffic(stage, devices):
+    """Bytes each device sends per step under ZeRO ``stage``, in multiples of the gradient's bytes n:
+    2(N - 1)/N for stages 0 to 2 (an all-reduce, or a reduce-scatter and an all-gather), 3(N - 1)/N for 3.
+
+    Example:
+        >>> [zero_stage_traffic(stage, 8) for stage in (0, 1, 2, 3)]
+        [1.75, 1.75, 1.75, 2.625]
+    """
+    if stage not in ZERO_STAGES:
+        raise ValueError(f"stage must be one of {list(ZERO_STAGES)}. Received: {stage!r}")
+    return ZERO_STAGES[stage][1] * (devices - 1) / devices
+
+
+def accumulated_step_seconds(micro_batch, accumulation_steps, flops_per_sample, flop_rate, gradient_bytes,
+                             link):
+    """One optimizer step with gradient accumulation: ``accumulation_steps`` micro-batches of ``micro_batch``
+    samples computed one after another (their gradients summed locally), then one all-reduce over ``link``.
+
+    The all-reduce is paid once per k micro-batches, so the step is a step at a local batch of k x the
+    micro-batch, whose activations take the memory of one micro-batch.
+
+    Example:
+        >>> link = LinkFit(alpha=1e-5, beta=1e-10, devices=4, relative_rms_error=0.0)
+        >>> [round(accumulated_step_seconds(100, k, 1e6, 1e12, 4e6, link) * 1e3, 2) for k in (1, 4)]
+        [0.76, 1.06]
+    """
+    return accumulation_steps * micro_batch * flops_per_sample / flop_rate + link.seconds(gradient_bytes)
+
+
+def two_level_allreduce_seconds(nbytes, nodes, per_node, intra_alpha, intra_beta, inter_alpha, inter_beta):
+    """A two-level (hierarchical) all-reduce of ``nbytes`` over ``nodes`` x ``per_node`` devices.
+
+    A reduce-scatter inside each node (a ring of ``per_node`` over the fast link), then each device
+    all-reduces its 1/``per_node`` share with the devices of the same rank on the other nodes (a ring of
+    ``nodes`` over the slow link; ``per_node`` such rings run side by side, one network port per device),
+    then an all-gather inside the node::
+
+        T = 2 (g - 1) alpha_in + 2 (g - 1)/g n beta_in + 2 (M - 1) alpha_out + 2 (M - 1)/M (n/g) beta_out
+
+    with g = ``per_node`` and M = ``nodes``.
+
+    Example:
+        >>> round(two_level_allreduce_seconds(1e8, 8, 8, 5e-6, 1 / 450e9, 20e-6, 1 / 50e9) * 1e3, 3)
+        1.176
+        >>> round(ring_seconds(1e8, 64, 20e-6, 1 / 50e9) * 1e3, 3)
+        6.457
+    """
+    inside = ring_seconds(nbytes, per_node, intra_alpha, intra_beta) if per_node > 1 else 0.0
+    across = ring_seconds(nbytes / per_node, nodes, inter_alpha, inter_beta) if nodes > 1 else 0.0
+    return inside + across
+
+
+def bus_bandwidth(algorithm_bandwidth, devices):
+    """nccl-tests' bus bandwidth of an all-reduce: its algorithm bandwidth (bytes / seconds) times 2(N - 1)/N,
+    the bytes each device sends per byte reduced; the ring model's 1 / beta is a bus bandwidth.
+
+    Example:
+        >>> bus_bandwidth(100e9, 8) / 1e9
+        175.0
+    """
+    return algorithm_bandwidth * 2 * (devices - 1) / devices
 
 
 def training_state_bytes(parameters, devices, sharded=False, precision="float32"):

@@ -21,12 +21,13 @@ from kerasdist.course.exercises.core import LESSON_STATE, Exercise, Incorrect, W
 from kerasdist.course.exercises.fixtures import a_number, call_answer, real_number
 from kerasdist.measure.sync_cost import STATE_BYTES, measured_rows, ring_seconds
 
-# The lesson's data: the collective ring's timings on 2 replicas.
-TRANSPORT, REPLICAS = "collective ring", 2
+# The lesson's data: the collective ring's timings on 4 replicas, where 2(N - 1)/N is 1.5 (on 2 it is 1, and a
+# fit that leaves the factor out would pass).
+TRANSPORT, REPLICAS = "collective ring", 4
 
-# The self-test's stand-in for the lesson's `timings`: a ring of 4 replicas (the lesson's has 2, where
-# 2(N - 1)/N is 1, so that a fit without that factor fails here) on a link of alpha 60 us and 3 GB/s, with
-# +-5 % noise, so that a hard-coded answer fails. Like measure_transports(), it leaves kerasdist's record.
+# The self-test's stand-in for the lesson's `timings`: a ring of 4 replicas on a link of alpha 60 us and
+# 3 GB/s, with +-5 % noise, so that a hard-coded answer fails. Like measure_transports(), it leaves kerasdist's
+# record.
 SIZES = "1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864"
 SECONDS = "0.0003749, 0.0003512, 0.0003866, 0.0003771, 0.0005058, 0.0009285, 0.002334, 0.008924, 0.03324"
 TIMINGS = {
@@ -72,7 +73,7 @@ def _same(first, second):
 def _measured(timings):
     """The timings to fit, and whether the student's ``timings`` are not what kerasdist measured.
 
-    kerasdist's record of the collective ring (on the lesson's 2 replicas where it timed them): the
+    kerasdist's record of the collective ring (on the lesson's 4 replicas where it timed them): the
     student's ``timings`` where they are one of its rows, else its newest row; without a record, the
     student's ``timings``, or an Incorrect where they are not one transport's timings.
     """
@@ -145,6 +146,13 @@ def _check_fit(answers, language):
         raise Incorrect(f"beta leaves out the ring's 2(N - 1)/N: each device sends 2(N - 1)/N of the bytes, so "
                         f"the column of beta is 2(N - 1)/N * nbytes, here with N = {devices} (your timings' "
                         "replicas), not nbytes.")
+    if beta > 0 and fits(alpha, beta / 2):
+        raise Incorrect(f"beta counts one way only, (N - 1)/N * nbytes: a ring all-reduce is a reduce-scatter and "
+                        f"an all-gather, N - 1 steps each, so each device sends 2(N - 1)/N of the bytes (N = "
+                        f"{devices}).")
+    if alpha == 0 and beta > 0:
+        raise Incorrect("alpha is 0: a fit through zero leaves out the latency, which the smallest tensors' times "
+                        "are made of: fit on both columns, 2(N - 1) for alpha and 2(N - 1)/N * nbytes for beta.")
     if beta > 0 and fits(alpha / latency, beta):
         raise Incorrect(f"alpha is the ring's whole latency 2(N - 1) * alpha: the column of alpha is 2(N - 1), "
                         f"here {latency} with N = {devices}, not 1.")
@@ -210,7 +218,7 @@ q1 = Exercise(
         WrongAnswer({"python": _FIT_SOLUTIONS["python"] + "\nalpha, beta = beta, alpha",
                      "r": _FIT_SOLUTIONS["r"] + "\nswapped <- alpha\nalpha <- beta\nbeta <- swapped"},
                     "alpha and beta are swapped"),
-        # Right on the lesson's 2 replicas only, where 2(N - 1)/N is 1.
+        # Right on 2 replicas only, where 2(N - 1)/N is 1: the lesson fits 4.
         WrongAnswer({"python": _DATA["python"] + "\n"
                                "terms = np.column_stack([np.full_like(n, 2 * (replicas - 1)), n])\n"
                                "alpha, beta = np.linalg.lstsq(terms / seconds[:, None], np.ones_like(seconds), rcond=None)[0]",
@@ -227,6 +235,26 @@ q1 = Exercise(
                           "alpha <- coefficients[[1]]\n"
                           "beta <- coefficients[[2]]"},
                     "fit absolute errors"),
+        # A ring that sends each byte one way only: (N - 1)/N, half the factor.
+        WrongAnswer({"python": _DATA["python"] + "\n"
+                               "terms = np.column_stack([np.full_like(n, 2 * (replicas - 1)), (replicas - 1) / replicas * n])\n"
+                               "alpha, beta = np.linalg.lstsq(terms / seconds[:, None], np.ones_like(seconds), rcond=None)[0]",
+                     "r": _DATA["r"] + "\n"
+                          "coefficients <- qr.solve(cbind(2 * (replicas - 1), (replicas - 1) / replicas * n) / seconds, "
+                          "rep(1, length(seconds)))\n"
+                          "alpha <- coefficients[[1]]\n"
+                          "beta <- coefficients[[2]]"},
+                    "counts one way only"),
+        # A straight line through zero: the bytes' column alone, no latency.
+        WrongAnswer({"python": _DATA["python"] + "\n"
+                               "alpha = 0.0\n"
+                               "per_byte = 2 * (replicas - 1) / replicas * n / seconds\n"
+                               "beta = float(np.linalg.lstsq(per_byte[:, None], np.ones_like(seconds), rcond=None)[0][0])",
+                     "r": _DATA["r"] + "\n"
+                          "alpha <- 0\n"
+                          "per_byte <- 2 * (replicas - 1) / replicas * n / seconds\n"
+                          "beta <- sum(per_byte) / sum(per_byte^2)"},
+                    "a fit through zero"),
         # Figures typed from another run's printout.
         WrongAnswer({"python": "alpha, beta = 552.9e-6, 1 / 1.50e9",
                      "r": "alpha <- 552.9e-6\nbeta <- 1 / 1.50e9"},
@@ -265,10 +293,11 @@ q1 = Exercise(
     context=TIMINGS,
 )
 
-# (flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas): the course's MLP on a CPU, a
+# (flops_per_sample, flop_rate, gradient_bytes, alpha, beta, replicas): the course's MLP (1,211,392 training
+# FLOPs per sample, 1,077,288 bytes of float32 gradients) on 2 virtual devices of a CPU of 100 GFLOP/s, a
 # 110M-parameter model on a fast accelerator link, and a slow, high-latency link of 8 replicas.
 BREAK_EVEN_CASES = (
-    (6e6, 2e12, 1_071_160, 80e-6, 4e-10, 2),
+    (1_211_392, 1e11, 1_077_288, 80e-6, 4e-10, 2),
     (2.4e9, 4e14, 438_304_768, 5e-6, 1e-11, 4),
     (6.5e5, 2e11, 3_300_000, 1.25e-3, 2.2e-9, 8),
 )
@@ -298,8 +327,10 @@ def _check_break_even(answers, language):
         if got.is_integer() and ring / per_sample - 1 < got < ring / per_sample:
             raise Incorrect(f"{call} rounds down, to a batch whose compute ends before the all-reduce: give the "
                             "exact batch, or round it up.")
-        if replicas != REPLICAS and _is_batch(got, _ring(gradient_bytes, alpha, beta, REPLICAS) / per_sample):
-            raise Incorrect(f"{call} computes the ring of {REPLICAS} replicas whatever replicas is: use the argument "
+        typed = [count for count in (2, REPLICAS) if count != replicas
+                 and _is_batch(got, _ring(gradient_bytes, alpha, beta, count) / per_sample)]
+        if typed:
+            raise Incorrect(f"{call} computes the ring of {typed[0]} replicas whatever replicas is: use the argument "
                             "replicas in 2(N - 1) and 2(N - 1)/N.")
         if _is_batch(got, _ring(gradient_bytes, alpha, beta, replicas, bytes_factor=False) / per_sample):
             raise Incorrect(f"{call} has every device send all gradient_bytes: in a ring each sends 2(N - 1)/N of "
