@@ -56,9 +56,10 @@
 # shardings) and inserts the all-reduce itself.
 #
 # ![A device mesh of two CPU devices. DataParallel: the batch is split along the mesh axis, every
-# weight is copied on both devices, and the gradients are all-reduced. ModelParallel: the Dense
-# kernels are split by columns along the model axis, each device holds half of each kernel, and
-# the batch is not split](figures/keras_distribution_mesh.svg)
+# weight is copied on both devices, and the gradients are all-reduced. ModelParallel: the hidden
+# Dense layers' kernels and biases are split by columns along the model axis, each device holds
+# half of each, the logits layer is copied on both, and the batch is not
+# split](figures/keras_distribution_mesh.svg)
 #
 # The lesson trains the course's MLP (784-256-256-10, Adam) on the same digits, in the same order,
 # from the same initial weights, five ways: one JAX device, `DataParallel` on two, `ModelParallel`

@@ -120,7 +120,7 @@ LESSONS = (
            "kernel + 2 worker processes on 127.0.0.1", "TensorFlow", MNIST),
     Lesson("06", "06_strategy_map", "Strategy map", 43, 45, replicas(2),
            "kernel + a parameter-server cluster process", "TensorFlow", MNIST),
-    Lesson("07", "07_keras_distribution_jax", "keras.distribution on JAX", 44, 44,
+    Lesson("07", "07_keras_distribution_jax", "keras.distribution on JAX", 77, 54,
            "2 JAX devices, " + replicas(2),
            "kernel + 2 JAX processes on 127.0.0.1", "JAX and TensorFlow",
            MNIST),
