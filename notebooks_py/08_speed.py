@@ -20,14 +20,17 @@
 # - a **ladder** of ways to train the same model on one device, measured side by side: `fit` as
 #   TensorFlow's guide writes it, many steps per call (`steps_per_execution`), XLA (`jit_compile`),
 #   kerasdist's loop engine, Keras on JAX, and a hand-written `jax.lax.scan` epoch, in which no step
-#   returns to the host (the practical limit of dispatch overhead);
+#   returns to the host, each against the guide's `fit`; then the scan epoch taken apart, to measure
+#   what running every step in one call saves;
 # - what mixed precision is: `mixed_bfloat16`, and `mixed_float16` with its loss scaling
 #   (`LossScaleOptimizer`, `optimizer.scale_loss`);
 # - where one step's time goes: forward, backward, optimizer update and the host's overhead per call,
-#   each timed alone, as medians with their spread, and the input pipeline sharing the CPU's cores;
+#   as parts that add up to the measured step, and the input pipeline sharing the CPU's cores; then a
+#   profiler's trace of one step, read and drawn;
 # - a **roofline** at the model's own shapes: each matrix product's FLOPs and bytes, the CPU's
-#   measured matrix-product rates at those shapes and its memory bandwidth (a triad), the attainable
-#   step time from both, and each rung's **MFU** (model FLOPs utilization);
+#   **nominal peak** (from its cores, vector width and clock) and **measured peak**, its memory
+#   bandwidth (a triad), the bound these give a step and the estimate its kernels' measured rates give,
+#   and each rung's **MFU** (model FLOPs utilization);
 # - what of this carries over to GPUs.
 #
 # **What you need**: lessons 1 and 3, the project's virtualenv as the kernel (with JAX, the `jax`
@@ -59,6 +62,7 @@
 
 # %%
 # Import kerasdist first (it keeps TensorFlow's start-up lines quiet), then the libraries this lesson uses.
+import collections
 import inspect
 import os
 import statistics
@@ -71,9 +75,10 @@ import tensorflow as tf
 from kerasdist import data as data_module
 from kerasdist import model as model_module
 from kerasdist.experiments import plots
-from kerasdist.measure import hardware, speed_ladder
+from kerasdist.measure import hardware, scan_variants, speed_ladder, trace
+from kerasdist.measure import speed as speed_module
 from kerasdist.measure.speed import (ADAM_BYTES_PER_WEIGHT, Timing, dense_kernels, gemm_flops_per_s, memory_bytes_per_s,
-                             step_kernels, time_calls)
+                             nominal_flops_per_s, step_breakdown, step_kernels, time_calls)
 from kerasdist.course.exercises.lesson08 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
@@ -121,8 +126,10 @@ print("classes:", ", ".join(data_module.FASHION_CLASSES))
 #
 # Keras' `jit_compile` defaults to `"auto"`. Which way `"auto"` goes is decided in Keras' source,
 # printed below: on TensorFlow it is off on a machine without a GPU, **and off for any model built
-# in a `tf.distribute` strategy's scope**, so the guide's code (built in `MirroredStrategy.scope()`)
-# is not compiled by XLA even on GPUs.
+# in a `tf.distribute` strategy's scope**, so the guide's code, which builds its model in
+# `MirroredStrategy.scope()`, is not compiled by XLA even on GPUs. The ladder's `fit (guide)` rung
+# trains on one device and builds its model without a strategy (one device needs none), so on this
+# machine the first rule, no GPU, is the one that decides.
 
 # %%
 # How Keras resolves jit_compile="auto" (keras/src/trainers/trainer.py), and what the guide's model chose here.
@@ -138,10 +145,9 @@ for name in speed_ladder.RUNGS:
     progress.add(1)
 speed = {name: speed_ladder.steady_samples_per_s(run) for name, run in runs.items()}
 accuracy = {name: run["test_accuracy"] for name, run in runs.items()}
-limit_rung = speed_ladder.LIMIT_RUNG
 for name in speed:
     print(f"{name:34s} {speed[name]:8,.0f} samples/s  {speed[name] / speed['fit (guide)']:4.1f}x the guide's  "
-          f"{speed[name] / speed[limit_rung]:4.2f}x the scan epoch  test accuracy {accuracy[name]:.3f}")
+          f"test accuracy {accuracy[name]:.3f}")
 
 # %% [markdown]
 # The `lax.scan` rung is shown in full below: a training step written with Keras' stateless API
@@ -152,7 +158,7 @@ for name in speed:
 print(inspect.getsource(speed_ladder.scan_epoch))
 
 # %% [markdown]
-# **Predict, then run.** Which rung is fastest, and how far below the scan epoch is the guide's `fit`?
+# **Predict, then run.** Which rung is fastest, and how many times the guide's `fit` speed does it reach?
 # Does any rung buy its speed with a worse model after the same epochs? Decide from the table above,
 # then run the check.
 
@@ -161,17 +167,17 @@ print(inspect.getsource(speed_ladder.scan_epoch))
 # what else the machine runs).
 assert max(accuracy.values()) - min(accuracy.values()) < 0.03, accuracy
 fastest = max(speed, key=speed.get)
-print(f"fastest rung: {fastest}; the guide's fit runs at {speed['fit (guide)'] / speed[limit_rung]:.2f}x the "
-      f"scan epoch; test accuracies within {max(accuracy.values()) - min(accuracy.values()):.3f} of each other")
+print(f"fastest rung: {fastest}, {speed[fastest] / speed['fit (guide)']:.1f}x the guide's fit; "
+      f"test accuracies within {max(accuracy.values()) - min(accuracy.values()):.3f} of each other")
 
 # %%
-# The ladder on one chart: each rung's speed, and its ratio to the scan epoch.
+# The ladder on one chart: each rung's speed, and its ratio to the guide's fit.
 os.makedirs("results/figures", exist_ok=True)  # beside the checkpoints, outside version control
 figure, axis = plt.subplots(figsize=(9, 3.8))
 names = list(speed)[::-1]
 colors = ["tab:green" if speed_ladder.RUNGS[name]["backend"] == "jax" else "tab:blue" for name in names]
 bars = axis.barh(names, [speed[name] for name in names], color=colors)
-axis.bar_label(bars, [f"{speed[name]:,.0f}/s = {speed[name] / speed[limit_rung]:.2f}x scan" for name in names],
+axis.bar_label(bars, [f"{speed[name]:,.0f}/s = {speed[name] / speed['fit (guide)']:.1f}x the guide's" for name in names],
                fontsize=8, padding=3)
 axis.set_xlim(0, 1.4 * max(speed.values()))
 axis.set(xlabel="training samples/s in the steady state (one device, batch 64; blue TensorFlow, green JAX)",
@@ -183,14 +189,54 @@ plt.show()
 # %% [markdown]
 # Many steps per call and XLA usually remove work around the arithmetic, though not always (on a CPU,
 # XLA's kernels are not always faster than TensorFlow's). The scan epoch removes what is left of the
-# host: no Python, no `tf.data` iterator and no TensorFlow executor between steps. It is a limit of
-# dispatch overhead, not of speed: it runs JAX's own XLA kernels and gathers its batches inside the
-# step, so a TensorFlow rung with little overhead left can come out at or above it. The rest of a
-# rung's time is the step itself, which the next sections take apart. On a shared machine one rung
+# host: no Python, no `tf.data` iterator and no TensorFlow executor between steps. That makes it the
+# rung with the least *host* work, not necessarily the fastest program: how much that saves, and
+# whether its other choices cost anything, is measured next. The rest of a rung's time is the step
+# itself, which the sections after take apart. On a shared machine one rung
 # can come out slower than it should (another program took the cores during its epochs): compare the
 # bars with that in mind, and rerun the cell before trusting a small difference. The accuracies differ
 # by the initial weights and the data order each rung draws, and by rounding (XLA and other kernels
 # sum in other orders): none of these settings changes what is computed.
+
+# %% [markdown]
+# ## The scan epoch taken apart
+#
+# How much does running a whole epoch in one call save, and do the scan's other choices cost anything?
+# The cell below trains the same 200 steps, from the same weights on the same batches, five ways, in
+# a JAX process of its own; the five take turns over 5 rounds (so that a busy spell of the machine
+# falls on all of them), and each gets the median and spread of its rounds:
+#
+# - the scan as the rung runs it: each batch gathered from the data arrays inside its step;
+# - the scan over batches gathered before it starts (one gather of all 200 batches);
+# - the scan with 10 steps unrolled in each loop iteration (`jax.lax.scan(..., unroll=10)`: XLA
+#   compiles 10 copies of the step into the loop's body, so the loop runs a tenth as many iterations);
+# - one jitted step per Python call, on the batches gathered before: a step dispatched from Python,
+#   without anything Keras' `fit` adds;
+# - the same with the state **donated** (`jax.jit(..., donate_argnums=0)`): XLA may write the new
+#   weights and optimizer state into the buffers of the old ones instead of allocating new ones.
+
+# %%
+# The same 200 steps, five ways, in a JAX process; samples/s as median and spread of 5 rounds.
+variants = scan_variants.measure(DATA_SOURCE)
+rung_rate = variants["scan, each batch gathered in its step (the rung)"]["samples_per_s"][0]
+for name, variant in variants.items():
+    median_rate, low, high = variant["samples_per_s"]
+    print(f"{name:48s} {median_rate:8,.0f} samples/s (spread {low:,.0f} to {high:,.0f}), "
+          f"{median_rate / rung_rate:.2f}x the rung's way")
+per_call_rate = variants["one jitted step per Python call"]["samples_per_s"][0]
+print(f"one step: {BATCH_SIZE / rung_rate * 1e6:,.0f} µs in the scan, {BATCH_SIZE / per_call_rate * 1e6:,.0f} µs "
+      "dispatched from Python, one call per step (medians)")
+
+# %% [markdown]
+# Read each ratio against the spreads: a ratio whose spreads overlap the rung's means that choice makes
+# no difference on this machine. The difference between a step dispatched from Python and the same step
+# in the scan is what the host costs per step when nothing else is in the way. Keras' `fit` on JAX
+# pays more than that: its data adapter slices every batch from the arrays in Python and hands it to
+# the jitted step (`get_jax_iterator` in `keras/src/trainers/data_adapters/array_data_adapter.py`),
+# and it runs its callbacks between calls. Both JAX rungs compile the same model's step with XLA
+# (Keras' also updates its loss and accuracy metrics), so what separates them on the ladder is mostly
+# the host's work per step; what is left of a step's time is the
+# step's own arithmetic and memory traffic, which the next sections take apart.
 
 # %% [markdown]
 # ### Exercise q1: read your ladder
@@ -291,8 +337,8 @@ for name in ("kerasdist loop", "kerasdist loop, bfloat16", "kerasdist loop + XLA
 # %% [markdown]
 # ## Where a step's time goes
 #
-# Each part of one step is timed alone, on batches already in memory, in a `tf.function` that runs
-# `STEPS_PER_CALL` steps per call (so Python's overhead is paid once per 50 steps):
+# Each of these programs is timed on its own, on batches already in memory, in a `tf.function` that
+# runs `STEPS_PER_CALL` steps per call (so Python's overhead is paid once per 50 steps):
 #
 # - **forward**: the model's logits and loss;
 # - **forward + backward**: and the gradients of all weights;
@@ -304,12 +350,12 @@ for name in ("kerasdist loop", "kerasdist loop, bfloat16", "kerasdist loop + XLA
 # - the **input pipeline** alone: kerasdist's `tf.data` pipeline (shuffle, batch, gather, prefetch),
 #   drained without training.
 #
-# Each part is called eleven times after a warm-up call; the tables give the **median** and the spread
-# (25th to 75th percentile) of those calls. On a shared machine a few calls are slowed down by other
+# Each program is called eleven times after a warm-up call; the tables give the **median** and the
+# spread (25th to 75th percentile) of those calls, the statistic of every rate in this lesson. On a shared machine a few calls are slowed down by other
 # programs: the median ignores them, the spread shows them.
 
 # %%
-# Time each part of a step alone, per step, in milliseconds (median and spread of 11 calls).
+# Time each program, per step, in milliseconds (median and spread of 11 calls).
 keras.utils.set_random_seed(SEED)
 mlp = model_module.build_model()
 loss_function, optimizer = mlp.loss, mlp.optimizer
@@ -398,7 +444,13 @@ print("ops in one step's graph: " + ", ".join(f"{name} {len(graph)} ({large[name
                                                for name, graph in graphs.items()))
 
 # %% [markdown]
-# The parts were timed alone, so they need not add up; the next cell checks how close they come.
+# The programs above are nested: forward; forward + backward; the whole step (forward, backward and
+# update); the whole step at one step per call. So each part of a step is the difference between one
+# program's median and the median of the program inside it (`step_breakdown`): the backward pass is
+# forward + backward minus forward, the update is the whole step minus forward + backward, and the
+# host's overhead is one step per call minus 50 per call. The parts then add up to the measured step
+# at one step per call, and no time is counted twice. The update timed alone is printed beside its
+# part: alone it runs without the backward pass's ops around it, so the two need not agree.
 # The op counts say why the update is slow for its arithmetic: Keras applies Adam variable by variable,
 # a few element-wise ops per variable (the "large" ones, each a pass over a weight-sized array in
 # memory) plus scalar bookkeeping (the step count, the bias corrections, reading variables), and each
@@ -409,17 +461,13 @@ print("ops in one step's graph: " + ", ".join(f"{name} {len(graph)} ({large[name
 # the update? Decide from the numbers above, then run the cell.
 
 # %%
-# The parts against the whole, and one step per call against 50 (printed: the shares move on a busy machine).
+# One step at one step per call, in parts that add up to it (printed: the shares move on a busy machine).
 median = {name: timing.median for name, timing in timings.items()}
-parts = {
-    "forward": median["forward"],
-    "backward": median["forward + backward"] - median["forward"],
-    "optimizer update": median["optimizer update"],
-    "host overhead per call": median["whole step, 1 per call"] - median["whole step"],
-}
-parts["rest (not in the parts timed alone)"] = max(0.0, median["whole step, 1 per call"] - sum(parts.values()))
-print(f"forward + backward + update alone: {median['forward + backward'] + median['optimizer update']:.3f} ms; "
-      f"the whole step: {median['whole step']:.3f} ms")
+parts = step_breakdown(median)  # ms: forward, backward, optimizer update, host overhead per call
+print(" + ".join(f"{name} {value:.3f}" for name, value in parts.items())
+      + f" = {sum(parts.values()):.3f} ms, the measured step at 1 per call: {median['whole step, 1 per call']:.3f} ms")
+print(f"the optimizer update timed alone: {median['optimizer update']:.3f} ms; its part of the step: "
+      f"{parts['optimizer update']:.3f} ms")
 print(f"1 step per call: {median['whole step, 1 per call'] / median['whole step']:.1f}x the time of 50 per call")
 print("shares of one step at 1 step per call: " + ", ".join(
     f"{name} {value / median['whole step, 1 per call']:.0%}" for name, value in parts.items()))
@@ -440,34 +488,90 @@ print(f"XLA step alone {median['whole step, XLA']:.3f} ms; in training {in_train
       f"the input pipeline alone takes {median['input pipeline']:.3f} ms per batch (wall time, drained alone)")
 
 # %%
-# Draw one step's time, part by part, beside the whole step compiled by XLA and the input pipeline,
-# with each median's spread as an error bar.
-figure, axis = plt.subplots(figsize=(11, 3.6))
+# Draw one step's time in its parts, with the measured step marked, beside the whole step at 50 per call, the
+# same compiled by XLA, the update and the input pipeline each timed alone (error bars: the spread).
+figure, axis = plt.subplots(figsize=(11, 3.8))
 left = 0.0
-for (name, value), color in zip(parts.items(), ("tab:blue", "tab:cyan", "tab:orange", "tab:red", "tab:brown")):
-    axis.barh("1 step per call (parts)", value, left=left, color=color, label=name)
+for (name, value), color in zip(parts.items(), ("tab:blue", "tab:cyan", "tab:orange", "tab:red")):
+    axis.barh("1 step per call, in parts", value, left=left, color=color, label=name)
     left += value
+whole = timings["whole step, 1 per call"]
+axis.errorbar(whole.median, "1 step per call, in parts", xerr=[[whole.median - whole.low], [whole.high - whole.median]],
+              fmt="D", color="black", capsize=4, label="the step measured at 1 per call")
 for label, name, color in (("50 steps per call", "whole step", "tab:gray"),
                            ("50 steps per call, XLA", "whole step, XLA", "tab:green"),
+                           ("update alone", "optimizer update", "tab:orange"),
                            ("input pipeline alone", "input pipeline", "tab:olive")):
     timing = timings[name]
     axis.barh(label, timing.median, xerr=[[timing.median - timing.low], [timing.high - timing.median]],
-              color=color, label=name, capsize=3)
-axis.set(xlabel="milliseconds per step of 64 samples (median of 11 calls, measured alone)",
+              color=color, label=None if name == "optimizer update" else name, capsize=3)
+axis.set(xlabel="milliseconds per step of 64 samples (median and spread of 11 calls)",
          title="Where one training step's time goes")
-axis.set_xlim(0, 1.05 * max(left, timings["whole step, 1 per call"].high))
+axis.set_xlim(0, 1.05 * max(left, whole.high))
 axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
 figure.tight_layout()
 figure.savefig("results/figures/08_step_time.png", dpi=100, bbox_inches="tight")
 plt.show()
 
 # %% [markdown]
-# Read the bars from the bottom. At one step per call, the host's work around each step is paid every
+# Read the bars from the bottom. The top bar's parts add up to the step measured at one step per call
+# (the black mark, with its spread). At one step per call, the host's work around each step is paid every
 # step; `steps_per_execution` and the loop engine pay it once per 50 steps. The backward pass has
 # 1.25 times the forward pass's FLOPs for this MLP (the next section counts them: the first layer,
 # three quarters of the forward FLOPs, needs no input gradient). Adam's update is little arithmetic
 # but many small element-wise ops over every weight. XLA fuses the update's ops, and the bias and
 # ReLU ops, into few kernels; the XLA bar shows what that saves.
+
+# %% [markdown]
+# ### A profiler's trace of one step
+#
+# Timing programs says how long each takes, not what the machine does during a step. A **profiler**
+# records every op as it runs: which thread ran it, when it started and how long it took.
+# TensorFlow's (`tf.profiler.experimental.start` and `stop`) writes a trace file that TensorBoard's
+# profile plugin draws; `kerasdist.measure.trace` reads the same file back. Below, one step at one
+# step per call, as the guide's `fit` runs it: each op is a bar on the thread of TensorFlow's
+# executor that ran it, coloured by the part of the step it belongs to (from its name scope:
+# `gradient_tape/` for the backward pass, the optimizer's name, `optimizer.name`, for the update).
+# Recording adds a little time to every op, so the traced step is a little slower than the steps
+# timed above.
+
+# %%
+# Trace one step at one step per call: each op's thread, start and duration, grouped by part.
+traced = trace.trace_step(one_step_per_call, x_batches[0], y_batches[0], optimizer_name=optimizer.name)
+ops_by_part = collections.defaultdict(list)
+for op in traced["ops"]:
+    ops_by_part[op["part"]].append(op)
+threads = sorted({op["thread"] for op in traced["ops"]})
+print(f"one traced step: {traced['seconds'] * 1e3:.3f} ms, {len(traced['ops'])} ops on {len(threads)} threads; "
+      f"no op running for {1 - trace.busy_seconds(traced['ops']) / traced['seconds']:.0%} of it")
+for part, ops in ops_by_part.items():
+    longest = max(ops, key=lambda op: op["seconds"])
+    print(f"{part:28s} {len(ops):4d} ops, {sum(op['seconds'] for op in ops) * 1e3:6.3f} ms of op time; the longest: "
+          f"{longest['type']} ({longest['name']}), {longest['seconds'] * 1e3:.3f} ms")
+
+# %%
+# Draw the trace: one row per executor thread, each op a bar from its start to its end.
+figure, axis = plt.subplots(figsize=(11, 0.5 * len(threads) + 1.6))
+for (part, ops), color in zip(ops_by_part.items(), ("tab:blue", "tab:orange", "tab:cyan")):
+    for thread in threads:
+        axis.broken_barh([(op["start"] * 1e3, op["seconds"] * 1e3) for op in ops if op["thread"] == thread],
+                         (thread - 0.4, 0.8), color=color, label=part if thread == threads[0] else None)
+axis.axvline(traced["seconds"] * 1e3, color="black", linestyle="--", label="the call returns")
+axis.set(yticks=threads, yticklabels=[f"thread {thread}" for thread in threads],
+         xlabel="milliseconds from the call's start", title="One training step, one step per call, as the profiler saw it")
+axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+figure.tight_layout()
+figure.savefig("results/figures/08_trace.png", dpi=100, bbox_inches="tight")
+plt.show()
+
+# %% [markdown]
+# Read the trace from the left. TensorFlow's executor starts an op as soon as its inputs are ready,
+# on whichever of its threads is free: the forward products follow one another, then the backward
+# ones, and a weight's update can start as soon as its gradient exists, while other gradients are
+# still being computed. Most ops are short: their bars are slivers, and the printout names the
+# longest of each part. The white space, where no op runs, is the host's share of a step: the Python call, the
+# function's dispatch and the executor's scheduling between ops. That is the overhead that more
+# steps per call and XLA's fusion remove.
 
 # %% [markdown]
 # ### Exercise q2: the host's overhead in your timings
@@ -518,12 +622,14 @@ print(f"training FLOPs per sample: {flops['forward']:,} forward + {flops['backwa
 # %% [markdown]
 # A **roofline** bounds each kernel by two limits of the machine: its rate of arithmetic (FLOP/s) and
 # its memory bandwidth (bytes/s). A kernel that does `F` FLOPs and must move `B` bytes takes at least
-# `max(F / P, B / BW)`; its **arithmetic intensity** `F / B` says which limit binds. Here `P` is not
-# a vendor's peak but the best rate this CPU reaches **at each kernel's own shape** (the faster of
-# TensorFlow's kernel and XLA's), and `BW` is main memory's bandwidth, measured by STREAM's triad
-# (`a = b + 3 c`, on every core). Adam's update is the memory-bound part: per weight it reads the
-# gradient, both moments and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
-# (Its state, a few MB here, can stay in the CPU's caches, which are faster than main memory.)
+# `max(F / P, B / BW)`; its **arithmetic intensity** `F / B` says which limit binds, and the
+# intensity where the two meet, `P / BW`, is the machine's **ridge point**. For a bound, `P` must be
+# a rate no kernel can beat: the CPU's **nominal peak**, cores x FLOPs per cycle of one core x clock
+# (FLOPs per cycle: the fused multiply-adds of its widest vectors, two FLOPs each), read from the CPU
+# below. Beside it the **measured peak**: the median rate of large chained products, what this CPU
+# really reaches. `BW` is main memory's (DRAM) bandwidth, measured by STREAM's triad (`a = b + 3 c`, on
+# every core). Adam's update is the memory-bound part: per weight it reads the gradient, both moments
+# and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
 # The step's matrix products, with the batch of 64:
 
 # %%
@@ -540,77 +646,108 @@ print(f"Adam's update, fused: {adam_bytes / 1e6:.2f} MB for {mlp.count_params():
 assert sum(kernel["flops"] for kernel in step) == BATCH_SIZE * flops["total"]
 
 # %%
-# The machine: each shape's best float32 matrix-product rate (the faster of TensorFlow's kernel and XLA's,
-# in their faster calls), a large product's rate, and the triad's memory bandwidth; then the attainable
-# time of one step from both.
+# The machine, each rate the median of its calls with their spread: the nominal peak (read from the CPU), the
+# measured peak (chained 1024 x 1024 products), each product's rate at its own shape (the faster of
+# TensorFlow's kernel and XLA's), and main memory's bandwidth (the triad).
+nominal = nominal_flops_per_s("float32")
+peak = kerasdist.matmul_flops_per_s("float32")
 shapes = sorted({(kernel["m"], kernel["k"], kernel["n"]) for kernel in step})
-rate = {shape: max(gemm_flops_per_s(*shape, jit_compile=jit)[2] for jit in (False, True)) for shape in shapes}
-peak_flops = kerasdist.matmul_flops_per_s("float32")
+rate = {shape: max((gemm_flops_per_s(*shape, jit_compile=jit) for jit in (False, True)), key=lambda r: r.median)
+        for shape in shapes}
 bandwidth = memory_bytes_per_s()
-print(f"peak: {peak_flops / 1e9:,.0f} GFLOP/s float32 (1024 x 1024 products); memory: "
-      f"{bandwidth[0] / 1e9:,.1f} GB/s (triad, spread {bandwidth[1] / 1e9:,.1f} to {bandwidth[2] / 1e9:,.1f})")
-ridge = peak_flops / bandwidth[0]  # the intensity where the two limits meet
-print(f"ridge point: {ridge:.1f} FLOP/byte; a kernel of lower intensity is memory-bound at the peak")
-attainable_s = 0.0
+print(f"nominal peak: {nominal.cores} cores x {nominal.flops_per_cycle} FLOPs per cycle ({nominal.instructions}, "
+      f"{speed_module.FMA_UNITS_PER_CORE} FMA units assumed) x {nominal.clock_hz / 1e9:.2f} GHz "
+      f"({nominal.clock_source}) = {nominal.flops_per_s / 1e9:,.0f} GFLOP/s float32")
+print(f"measured peak: {peak.median / 1e9:,.0f} GFLOP/s (spread {peak.low / 1e9:,.0f} to {peak.high / 1e9:,.0f}), "
+      f"{peak.median / nominal.flops_per_s:.0%} of the nominal peak")
+print(f"main memory: {bandwidth.median / 1e9:,.1f} GB/s (triad, spread {bandwidth.low / 1e9:,.1f} to "
+      f"{bandwidth.high / 1e9:,.1f})")
+ridge = nominal.flops_per_s / bandwidth.median  # the intensity where the two roofs meet
+print(f"ridge point: {ridge:.1f} FLOP/byte; the largest product moves {max(k['bytes'] for k in step) / 1e6:.2f} MB")
 for kernel in step:
-    shape = (kernel["m"], kernel["k"], kernel["n"])
-    attainable_s += max(kernel["flops"] / rate[shape], kernel["bytes"] / bandwidth[0])
-    side = "memory" if kernel["flops"] / kernel["bytes"] < ridge else "compute"
-    print(f"{kernel['name']:24s} {rate[shape] / 1e9:6.1f} GFLOP/s measured at its shape "
-          f"({rate[shape] / peak_flops:4.0%} of peak); {side} side of the ridge")
-adam_s = adam_bytes / bandwidth[0]
-attainable_s += adam_s
-print(f"attainable step: {attainable_s * 1e3:.3f} ms (Adam's update {adam_s * 1e3:.3f} ms of it) = "
-      f"{BATCH_SIZE / attainable_s:,.0f} samples/s; at the peak rate alone: "
-      f"{BATCH_SIZE * flops['total'] / peak_flops * 1e3:.3f} ms")
+    intensity, measured = kernel["flops"] / kernel["bytes"], rate[(kernel["m"], kernel["k"], kernel["n"])]
+    roof = min(nominal.flops_per_s, intensity * bandwidth.median)
+    print(f"{kernel['name']:24s} {measured.median / 1e9:6.1f} GFLOP/s (spread {measured.low / 1e9:5.1f} to "
+          f"{measured.high / 1e9:5.1f}), {measured.median / roof:4.0%} of the roof at its intensity, "
+          f"{'memory' if intensity < ridge else 'compute'} side of the ridge")
 
 # %%
-# The roofline chart: the machine's two limits, and each kernel where its intensity and measured rate put it.
-figure, axis = plt.subplots(figsize=(8, 4.2))
+# What a step can take: a bound (the products at the nominal peak) and an estimate (each product at its own
+# measured rate, or main memory's bandwidth if that is slower, and Adam's update at main memory's bandwidth).
+bound_s = BATCH_SIZE * flops["total"] / nominal.flops_per_s
+adam_s = adam_bytes / bandwidth.median
+estimate_s = adam_s + sum(max(kernel["flops"] / rate[(kernel["m"], kernel["k"], kernel["n"])].median,
+                              kernel["bytes"] / bandwidth.median) for kernel in step)
+print(f"bound: at least {bound_s * 1e3:.3f} ms per step for its products alone = at most {BATCH_SIZE / bound_s:,.0f} "
+      "samples/s")
+print(f"isolated-kernel estimate: {estimate_s * 1e3:.3f} ms per step (Adam's update {adam_s * 1e3:.3f} ms of it) = "
+      f"{BATCH_SIZE / estimate_s:,.0f} samples/s")
+
+# %% [markdown]
+# The bound holds for any program: it counts only the products' FLOPs, each at the nominal peak, and
+# a real step does those and more. The estimate is of another kind: each product as fast as it ran
+# *alone*, paying for its own loop iteration and the read of its result (for the smallest products,
+# layer 3's, most of their time), which a step fused by XLA does not pay; and Adam's state (a few MB)
+# may sit in the caches, faster than main memory. So a fused rung can come out faster than the
+# estimate, never faster than the bound.
+
+# %%
+# The roofline chart: the bound's two roofs, the measured peak, and each product at its intensity and measured rate.
+figure, axis = plt.subplots(figsize=(8.5, 4.4))
 intensity = np.logspace(-1, 3, 200)
-axis.plot(intensity, np.minimum(peak_flops, intensity * bandwidth[0]) / 1e9, color="black", label="roofline: min(peak, intensity x bandwidth)")
-for kernel in step:
-    shape = (kernel["m"], kernel["k"], kernel["n"])
-    axis.scatter(kernel["flops"] / kernel["bytes"], rate[shape] / 1e9, s=25)
-    axis.annotate(kernel["name"], (kernel["flops"] / kernel["bytes"], rate[shape] / 1e9), fontsize=7,
-                  xytext=(4, -3), textcoords="offset points")
+axis.plot(intensity, np.minimum(nominal.flops_per_s, intensity * bandwidth.median) / 1e9, color="black",
+          label="roofline: min(nominal peak, intensity x main memory's bandwidth)")
+axis.axhline(peak.median / 1e9, color="gray", linestyle="--", label="measured peak (median)")
+for index, kernel in enumerate(step):
+    measured = rate[(kernel["m"], kernel["k"], kernel["n"])]
+    point = (kernel["flops"] / kernel["bytes"], measured.median / 1e9)
+    axis.errorbar(*point, yerr=[[(measured.median - measured.low) / 1e9], [(measured.high - measured.median) / 1e9]],
+                  fmt="o", markersize=4, capsize=2)
+    axis.annotate(kernel["name"], point, fontsize=7, xytext=(5, 9 - 9 * (index % 3)), textcoords="offset points")
 axis.axvline(12 * mlp.count_params() / adam_bytes, color="tab:orange", linestyle=":", label="Adam's update (intensity)")
 axis.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s",
-         title="Roofline of this CPU at the MLP's shapes (batch 64, float32)")
+         title="This CPU's roofline and the MLP's products (batch 64, float32; medians)")
 axis.legend(fontsize=8, loc="lower right")
 figure.tight_layout()
 figure.savefig("results/figures/08_roofline.png", dpi=100, bbox_inches="tight")
 plt.show()
 
 # %% [markdown]
-# **MFU** (model FLOPs utilization) is the share of the peak that a run's *useful* FLOPs reach:
-# samples/s times the model's FLOPs per sample, divided by the peak rate. It counts only the model's
-# matrix products, so the update, the overhead and the pipeline all lower it. The roofline's
-# attainable step, divided the same way, is what a step made of these kernels, each as fast as it ran
-# alone, would reach: an estimate, not a law. Each kernel timed alone pays for its own loop iteration
-# and for reading its result (for the smallest products, layer 3's, that is most of their time),
-# which a step fused by XLA does not, and the update's state (a few MB) may sit in the caches, faster
-# than the triad's main memory; so a fused rung can come out above it. The peak is this CPU's measured
-# rate on large products, not the vendor's nominal peak.
+# The memory roof is main memory's: a product whose operands come from DRAM cannot beat it. But every
+# product here moves about a megabyte or less (printed above), and that fits in the caches of a
+# current CPU (a few MB), which are faster than main memory; so for these products the memory roof is
+# a guide, not a limit, and a product left of the ridge is not held back by DRAM. The printout says
+# how far below the roof each product runs. A product far below both roofs is held back by neither
+# arithmetic nor memory, but by the work around it: the smallest, layer 3's, with ten outputs per
+# sample, take little more time than launching a kernel and reading its result.
+#
+# **MFU** (model FLOPs utilization) is the share of the hardware's nominal peak that a run's *useful*
+# FLOPs reach: samples/s times the model's FLOPs per sample, divided by the nominal peak, as the PaLM
+# paper defines it. It counts only the model's products, so the update, the overhead and the pipeline
+# all lower it, and no run can reach 100%. Divided by the measured peak instead, the same figure is a
+# **share of the measured peak**: it reads higher, and it is named so, not MFU.
 
 # %%
-# Each rung's MFU against the measured peak, beside the roofline's attainable share.
-attainable_mfu = BATCH_SIZE / attainable_s * flops["total"] / peak_flops
-mfu = {name: speed[name] * flops["total"] / peak_flops for name in runs}
+# Each rung's MFU (against the nominal peak) and share of the measured peak, and the same for the estimate.
+mfu = {name: speed[name] * flops["total"] / nominal.flops_per_s for name in runs}
 for name in runs:
-    print(f"{name:34s} MFU {mfu[name]:5.1%}")
-print(f"{'attainable (roofline)':34s} MFU {attainable_mfu:5.1%}")
+    print(f"{name:34s} MFU {mfu[name]:5.1%}, share of the measured peak {mfu[name] * nominal.flops_per_s / peak.median:5.1%}")
+estimate_mfu = BATCH_SIZE / estimate_s * flops["total"] / nominal.flops_per_s
+print(f"{'isolated-kernel estimate':34s} MFU {estimate_mfu:5.1%}, share of the measured peak "
+      f"{estimate_mfu * nominal.flops_per_s / peak.median:5.1%}")
 
 # %% [markdown]
 # **Predict, then run.** Can any rung reach an MFU of 100%? If one did, what would that say about
-# the FLOP count or the peak? How close to the attainable estimate does the fastest rung come?
+# the FLOP count or the nominal peak? Can the fastest rung beat the isolated-kernel estimate?
 # Decide, then run the cell.
 
 # %%
-# The fastest rung against the attainable estimate (printed, not asserted: on a busy machine the peak and
-# the rates measured alone move more than training does).
+# The fastest rung against the bound and the estimate (printed, not asserted: on a busy machine the rates
+# measured alone move more than training does).
 fastest = max(mfu, key=mfu.get)
-print(f"the fastest rung, {fastest}, reaches {mfu[fastest] / attainable_mfu:.0%} of the attainable estimate")
+assert mfu[fastest] < 1, "a rung beat the nominal peak: check the FLOP count and the clock the CPU reports"
+print(f"the fastest rung, {fastest}, reaches {mfu[fastest]:.0%} of the bound and "
+      f"{mfu[fastest] / estimate_mfu:.0%} of the isolated-kernel estimate")
 
 # %% [markdown]
 # Now the bfloat16 limit. The same product at the first layer's shape, and a large one, in float32
@@ -618,15 +755,20 @@ print(f"the fastest rung, {fastest}, reaches {mfu[fastest] / attainable_mfu:.0%}
 # `+ XLA` rungs run):
 
 # %%
-# The largest kernel's shape and a large product, float32 and bfloat16, TensorFlow's kernel and XLA's.
+# The largest kernel's shape and a large product, float32 and bfloat16, TensorFlow's kernel and XLA's (medians
+# and spreads), beside each dtype's nominal peak.
+print(", ".join(f"nominal peak {dtype} {nominal_flops_per_s(dtype).flops_per_s / 1e9:,.0f} GFLOP/s"
+                for dtype in ("float32", "bfloat16")))
 for shape in ((BATCH_SIZE, 784, 256), (1024, 1024, 1024)):
-    rates = {(dtype, jit): gemm_flops_per_s(*shape, dtype=dtype, jit_compile=jit, products=10)[0]
-             for dtype in ("float32", "bfloat16") for jit in (False, True)}
-    print(f"{shape[0]} x {shape[1]} @ {shape[1]} x {shape[2]}: " + ", ".join(
-        f"{dtype} {'XLA' if jit else 'TensorFlow'} {value / 1e9:,.0f} GFLOP/s" for (dtype, jit), value in rates.items()))
+    print(f"{shape[0]} x {shape[1]} @ {shape[1]} x {shape[2]}:")
+    for dtype in ("float32", "bfloat16"):
+        for jit in (False, True):
+            value = gemm_flops_per_s(*shape, dtype=dtype, jit_compile=jit, products=10)
+            print(f"  {dtype:8s} {'XLA' if jit else 'TensorFlow':10s} {value.median / 1e9:6,.0f} GFLOP/s "
+                  f"(spread {value.low / 1e9:,.0f} to {value.high / 1e9:,.0f})")
 
 # %% [markdown]
-# Compare the four rates of each row. Where the CPU has bfloat16 instructions, TensorFlow's kernel
+# Compare the four rates of each shape. Where the CPU has bfloat16 instructions, TensorFlow's kernel
 # (oneDNN) uses them; whether XLA's kernel for this CPU does is what the row shows. A bfloat16 rate
 # measured with one kernel does not bound a run that uses another: judge the `+ XLA, bfloat16` rung
 # against XLA's bfloat16 rate. A bfloat16 step also does work a float32 step does not: every float32
@@ -731,7 +873,8 @@ print(f"model: mixed bfloat16 makes one GPU {one_gpu_s['tensorfloat32'] / one_gp
 
 # %%
 # Arithmetic intensity of the MLP's products against the batch, and how many of them sit on the memory side
-# of each machine's ridge: this CPU's (measured above), an H100's in TensorFloat-32 and in bfloat16 (model).
+# of each machine's ridge: this CPU's (nominal peak over measured bandwidth, above), an H100's in TensorFloat-32
+# and in bfloat16 (model).
 ridges = {"this CPU": ridge, "H100, TF32": hardware.ridge_point(), "H100, bf16": hardware.ridge_point(dtype="bfloat16")}
 print("ridge points: " + ", ".join(f"{name} {value:.0f} FLOP/byte" for name, value in ridges.items()))
 print(f"{'batch':>6} {'intensity (float32 operands)':>30} {'memory-bound of 8: this CPU':>28} {'H100 TF32':>10} "
@@ -763,8 +906,9 @@ for batch in (64, 256, 1024, 4096):
 #   try XLA (`jit_compile=True` on one device; under a strategy `fit()` cannot be compiled, so use
 #   kerasdist's loop or JAX); check the accuracy after the same epochs each time.
 # - **Know the limit before optimizing**: the FLOPs and bytes of each kernel at your shapes, the
-#   rates your machine reaches at those shapes and its bandwidth; MFU against the attainable, not
-#   only against the peak, says whether to look at overhead, at memory traffic or at arithmetic.
+#   machine's nominal peak and bandwidth (the bound), and the rates it reaches at those shapes (the
+#   estimate); MFU against the nominal peak, beside the estimate, says whether to look at overhead,
+#   at memory traffic or at arithmetic.
 # - **Use mixed precision where the hardware and the kernel have it** and the matrix products dominate;
 #   keep the logits and the loss in float32; with float16, scale the loss.
 # - **Look at the input pipeline where it shares the hardware**: on a CPU it takes cores from the
@@ -774,13 +918,17 @@ for batch in (64, 256, 1024, 4096):
 # ## Summary
 #
 # - On one device the same model trains at very different speeds with the same accuracy: many steps
-#   per call and XLA remove the work around the arithmetic, and a `lax.scan` epoch removes the host
-#   entirely; the printed ladder says how close each rung comes to it.
+#   per call and XLA remove the work around the arithmetic, and a `lax.scan` epoch removes the host's
+#   work between steps; the ladder gives each rung's speed against the guide's `fit`, and the scan
+#   taken apart measures what dispatching each step from Python costs.
 # - One step's time splits into forward, backward (1.25 times the forward FLOPs here), optimizer
-#   update and the host's overhead per call; the update is memory-bound and made of many small ops,
-#   which XLA fuses.
-# - A roofline at the model's shapes (measured matrix-product rates, a triad's bandwidth) gives the
-#   attainable step; MFU against the peak and against the attainable says how much is left.
+#   update and the host's overhead per call, measured as differences of nested programs so that they
+#   add up to the step; a profiler's trace shows the same step op by op. The update is memory-bound
+#   and made of many small ops, which XLA fuses.
+# - A roofline from the nominal peak and main memory's bandwidth bounds the step; the products' rates
+#   measured at their shapes give an estimate, which a fused step can beat; MFU is against the
+#   nominal peak, and a share of the measured peak is named as such. Every rate is a median with its
+#   spread.
 # - `mixed_bfloat16` keeps float32's range and needs no loss scaling; `mixed_float16` (GPUs) needs
 #   it (`LossScaleOptimizer`, `optimizer.scale_loss`). Gradients stay float32. A bfloat16 gain needs
 #   a kernel that uses the CPU's bfloat16 instructions.
@@ -792,13 +940,14 @@ for batch in (64, 256, 1024, 4096):
 # ## Exercises
 #
 # 1. Train the loop + XLA rung in float32 and in `mixed_bfloat16` at a global batch of 1024. Does
-#    bfloat16 pay now? What MFU does each reach?
+#    bfloat16 pay now? What MFU does each reach, and what share of the rate its own kernel reaches?
 #
 # <details><summary>Hint</summary>
 #
-# `speed_ladder.measure` takes a `batch_size`; the MFU is samples/s times `flops["total"]` over the
-# rate of the kernel and dtype the run trains with (XLA's, in bfloat16 for the bfloat16 run:
-# `gemm_flops_per_s(..., dtype="bfloat16", jit_compile=True)`), not `peak_flops`, which is float32's.
+# `speed_ladder.measure` takes a `batch_size`. The MFU is samples/s times `flops["total"]` over the
+# nominal peak of the dtype the products run in: `nominal_flops_per_s("bfloat16")` for the bfloat16
+# run, not `nominal`, which is float32's. The share of the measured rate divides by the rate of the
+# kernel the run uses (XLA's, in that dtype: `gemm_flops_per_s(..., dtype="bfloat16", jit_compile=True)`).
 # Adam at batch 1024 needs more epochs for the same accuracy.
 # </details>
 #
@@ -809,13 +958,14 @@ for batch in (64, 256, 1024, 4096):
 #     run = speed_ladder.measure("kerasdist loop + XLA", DATA_SOURCE, EPOCHS, data=data, precision=precision,
 #                                batch_size=1024)
 #     rate = speed_ladder.steady_samples_per_s(run)
-#     peak = gemm_flops_per_s(1024, 1024, 1024, dtype=dtype, jit_compile=True)[0]  # XLA's kernel, this dtype
-#     print(precision, f"{rate:,.0f} samples/s", f"MFU {rate * flops['total'] / peak:.0%} of XLA's {dtype} rate",
-#           round(run["test_accuracy"], 3))
+#     useful = rate * flops["total"]  # FLOP/s
+#     kernel = gemm_flops_per_s(1024, 1024, 1024, dtype=dtype, jit_compile=True).median  # XLA's, this dtype
+#     print(precision, f"{rate:,.0f} samples/s", f"MFU {useful / nominal_flops_per_s(dtype).flops_per_s:.0%}",
+#           f"share of XLA's measured {dtype} rate {useful / kernel:.0%}", round(run["test_accuracy"], 3))
 # ```
 # Each product is 16 times larger while the overhead and the update per step stay the same, so both
-# reach a larger MFU. Each MFU is against its own dtype's rate: against float32's, a bfloat16 run
-# would read several times too high on a CPU with fast bfloat16 kernels. Whether bfloat16 pays is
+# reach a larger MFU. Each is against its own dtype's peak: against float32's, a bfloat16 run would
+# read several times too high on a CPU with fast bfloat16 instructions. Whether bfloat16 pays is
 # answered by the samples/s; bfloat16 gains where XLA's kernel uses the CPU's bfloat16 instructions.
 # </details>
 #
@@ -862,7 +1012,7 @@ for batch in (64, 256, 1024, 4096):
 # timer = speed_ladder.TrainingTimer()
 # wide.fit(data.x_train, data.y_train, batch_size=BATCH_SIZE, epochs=2, callbacks=[timer], verbose=0)
 # rate = len(data.y_train) / timer.seconds[-1]
-# print(f"{wide_flops:,} FLOPs per sample, MFU {rate * wide_flops / peak_flops:.0%}")
+# print(f"{wide_flops:,} FLOPs per sample, MFU {rate * wide_flops / nominal.flops_per_s:.0%}")
 # ```
 # Its products are larger and more intense, and they dominate its step, so it reaches a larger MFU
 # than the MLP at the same batch.

@@ -25,14 +25,17 @@
 # - a **ladder** of ways to train the same model on one device, measured side by side: `fit()` as
 #   TensorFlow's guide writes it, many steps per call (`steps_per_execution`), XLA (`jit_compile`),
 #   kerasdist's loop engine, Keras on JAX, and a hand-written `jax.lax.scan` epoch, in which no step
-#   returns to the host (the practical limit of dispatch overhead);
+#   returns to the host, each against the guide's `fit()`; then the scan epoch taken apart, to measure
+#   what running every step in one call saves;
 # - what mixed precision is: `mixed_bfloat16`, and `mixed_float16` with its loss scaling
 #   (`LossScaleOptimizer`, `optimizer$scale_loss()`);
 # - where one step's time goes: forward, backward, optimizer update and the host's overhead per call,
-#   each timed alone, as medians with their spread, and the input pipeline sharing the CPU's cores;
+#   as parts that add up to the measured step, and the input pipeline sharing the CPU's cores; then a
+#   profiler's trace of one step, read and drawn;
 # - a **roofline** at the model's own shapes: each matrix product's FLOPs and bytes, the CPU's
-#   measured matrix-product rates at those shapes and its memory bandwidth (a triad), the attainable
-#   step time from both, and each rung's **MFU** (model FLOPs utilization);
+#   **nominal peak** (from its cores, vector width and clock) and **measured peak**, its memory
+#   bandwidth (a triad), the bound these give a step and the estimate its kernels' measured rates give,
+#   and each rung's **MFU** (model FLOPs utilization);
 # - what of this carries over to GPUs.
 #
 # **What you need**: lessons 1 and 3, R with keras3, tfdatasets and tensorflow, rpy2 and JAX in the
@@ -87,6 +90,8 @@ import keras  # noqa: F401
 # kd_data <- import("kerasdist.data")
 # kd_speed <- import("kerasdist.measure.speed")
 # speed_ladder <- import("kerasdist.measure.speed_ladder")
+# scan_variants <- import("kerasdist.measure.scan_variants")
+# kd_trace <- import("kerasdist.measure.trace")
 # library(kerasdist)  # the course's R package: this lesson's checked exercises
 # ex <- kd_exercises("08")
 # # KERASDIST_SPEED_DATA can name another source: the test suite runs the lesson on a small stand-in.
@@ -142,8 +147,10 @@ import keras  # noqa: F401
 #
 # Keras' `jit_compile` defaults to `"auto"`. Which way `"auto"` goes is decided in Keras' source,
 # printed below: on TensorFlow it is off on a machine without a GPU, **and off for any model built
-# in a `tf.distribute` strategy's scope**, so the guide's code (built in `MirroredStrategy`'s scope)
-# is not compiled by XLA even on GPUs.
+# in a `tf.distribute` strategy's scope**, so the guide's code, which builds its model in
+# `MirroredStrategy`'s scope, is not compiled by XLA even on GPUs. The ladder's `fit (guide)` rung
+# trains on one device and builds its model without a strategy (one device needs none), so on this
+# machine the first rule, no GPU, is the one that decides.
 
 # %% language="R"
 # # How Keras resolves jit_compile = "auto" (keras/src/trainers/trainer.py), and what the guide's model chose here.
@@ -196,12 +203,10 @@ import keras  # noqa: F401
 # }
 # speed <- vapply(runs, steady_samples_per_s, numeric(1))
 # accuracy <- vapply(runs, function(run) run$test_accuracy, numeric(1))
-# limit_rung <- speed_ladder$LIMIT_RUNG
 # comma <- function(x) formatC(x, format = "f", digits = 0, big.mark = ",")
 # for (name in names(speed)) {
-#   cat(sprintf("%-34s %8s samples/s  %4.1fx the guide's  %4.2fx the scan epoch  test accuracy %.3f\n", name,
-#               comma(speed[[name]]), speed[[name]] / speed[["fit (guide)"]], speed[[name]] / speed[[limit_rung]],
-#               accuracy[[name]]))
+#   cat(sprintf("%-34s %8s samples/s  %4.1fx the guide's  test accuracy %.3f\n", name,
+#               comma(speed[[name]]), speed[[name]] / speed[["fit (guide)"]], accuracy[[name]]))
 # }
 
 # %% [markdown]
@@ -214,8 +219,8 @@ import keras  # noqa: F401
 # cat(import("inspect")$getsource(py_get_attr(speed_ladder, "scan_epoch")), "\n", sep = "")
 
 # %% [markdown]
-# **Predict, then run.** Which rung is fastest, and how far below the scan epoch is the guide's
-# `fit()`? Does any rung buy its speed with a worse model after the same epochs? Decide from the
+# **Predict, then run.** Which rung is fastest, and how many times the guide's `fit()` speed does it
+# reach? Does any rung buy its speed with a worse model after the same epochs? Decide from the
 # table above, then run the check.
 
 # %% language="R"
@@ -223,11 +228,11 @@ import keras  # noqa: F401
 # # what else the machine runs).
 # stopifnot(max(accuracy) - min(accuracy) < 0.03)
 # fastest <- names(which.max(speed))
-# cat(sprintf("fastest rung: %s; the guide's fit runs at %.2fx the scan epoch; test accuracies within %.3f of each other\n",
-#             fastest, speed[["fit (guide)"]] / speed[[limit_rung]], max(accuracy) - min(accuracy)))
+# cat(sprintf("fastest rung: %s, %.1fx the guide's fit; test accuracies within %.3f of each other\n",
+#             fastest, speed[[fastest]] / speed[["fit (guide)"]], max(accuracy) - min(accuracy)))
 
 # %% magic_args="-w 9 -h 3.8 --units in -r 100" language="R"
-# # The ladder on one chart: each rung's speed, and its ratio to the scan epoch.
+# # The ladder on one chart: each rung's speed, and its ratio to the guide's fit.
 # dir.create("results/figures", recursive = TRUE, showWarnings = FALSE)  # beside the checkpoints, outside version control
 # draw_ladder <- function() {
 #   order <- rev(names(speed))
@@ -240,7 +245,7 @@ import keras  # noqa: F401
 #                      main = sprintf("One MLP, %d epochs per rung, measured in one run", epochs), cex.main = 0.9)
 #   ticks <- pretty(c(0, 1.4 * max(speed)))
 #   axis(1, at = ticks, labels = comma(ticks), cex.axis = 0.8)
-#   text(speed[order], centers, sprintf("%s/s = %.2fx scan", comma(speed[order]), speed[order] / speed[[limit_rung]]),
+#   text(speed[order], centers, sprintf("%s/s = %.1fx the guide's", comma(speed[order]), speed[order] / speed[["fit (guide)"]]),
 #        pos = 4, cex = 0.7)
 # }
 # png("results/figures/08_speed_R_ladder.png", width = 9, height = 3.8, units = "in", res = 100)
@@ -251,14 +256,58 @@ import keras  # noqa: F401
 # %% [markdown]
 # Many steps per call and XLA usually remove work around the arithmetic, though not always (on a CPU,
 # XLA's kernels are not always faster than TensorFlow's). The scan epoch removes what is left of the
-# host: no Python or R, no `tf.data` iterator and no TensorFlow executor between steps. It is a limit
-# of dispatch overhead, not of speed: it runs JAX's own XLA kernels and gathers its batches inside the
-# step, so a TensorFlow rung with little overhead left can come out at or above it. The rest of a
-# rung's time is the step itself, which the next sections take apart. On a shared machine one rung
+# host: no Python or R, no `tf.data` iterator and no TensorFlow executor between steps. That makes it
+# the rung with the least *host* work, not necessarily the fastest program: how much that saves, and
+# whether its other choices cost anything, is measured next. The rest of a rung's time is the step
+# itself, which the sections after take apart. On a shared machine one rung
 # can come out slower than it should (another program took the cores during its epochs): compare the
 # bars with that in mind, and rerun the cell before trusting a small difference. The accuracies differ
 # by the initial weights and the data order each rung draws, and by rounding (XLA and other kernels
 # sum in other orders): none of these settings changes what is computed.
+
+# %% [markdown]
+# ## The scan epoch taken apart
+#
+# How much does running a whole epoch in one call save, and do the scan's other choices cost anything?
+# The cell below trains the same 200 steps, from the same weights on the same batches, five ways, in
+# a JAX process of its own (`scan_variants$measure()`, Python: JAX has no R interface here); the five
+# take turns over 5 rounds (so that a busy spell of the machine falls on all of them), and each gets
+# the median and spread of its rounds:
+#
+# - the scan as the rung runs it: each batch gathered from the data arrays inside its step;
+# - the scan over batches gathered before it starts (one gather of all 200 batches);
+# - the scan with 10 steps unrolled in each loop iteration (`jax.lax.scan(..., unroll=10)`: XLA
+#   compiles 10 copies of the step into the loop's body, so the loop runs a tenth as many iterations);
+# - one jitted step per Python call, on the batches gathered before: a step dispatched from Python,
+#   without anything Keras' `fit()` adds;
+# - the same with the state **donated** (`jax.jit(..., donate_argnums=0)`): XLA may write the new
+#   weights and optimizer state into the buffers of the old ones instead of allocating new ones.
+
+# %% language="R"
+# # The same 200 steps, five ways, in a JAX process; samples/s as median and spread of 5 rounds.
+# variants <- scan_variants$measure(data_source)
+# rung_rate <- variants[["scan, each batch gathered in its step (the rung)"]]$samples_per_s[[1]]
+# for (name in names(variants)) {
+#   rates <- unlist(variants[[name]]$samples_per_s)  # median, low, high
+#   cat(sprintf("%-48s %8s samples/s (spread %s to %s), %.2fx the rung's way\n", name, comma(rates[1]),
+#               comma(rates[2]), comma(rates[3]), rates[1] / rung_rate))
+# }
+# per_call_rate <- variants[["one jitted step per Python call"]]$samples_per_s[[1]]
+# cat(sprintf("one step: %s µs in the scan, %s µs dispatched from Python, one call per step (medians)\n",
+#             comma(batch_size / rung_rate * 1e6), comma(batch_size / per_call_rate * 1e6)))
+
+# %% [markdown]
+# Read each ratio against the spreads: a ratio whose spreads overlap the rung's means that choice makes
+# no difference on this machine. Donation saves memory (the old state's buffers are reused, not
+# copied), which is what it is for on an accelerator with little of it; it need not save time, and the
+# printout says what it did to the time here. The difference between a step dispatched from Python and the same step
+# in the scan is what the host costs per step when nothing else is in the way. Keras' `fit()` on JAX
+# pays more than that: its data adapter slices every batch from the arrays in Python and hands it to
+# the jitted step (`get_jax_iterator` in `keras/src/trainers/data_adapters/array_data_adapter.py`),
+# and it runs its callbacks between calls. Both JAX rungs compile the same model's step with XLA
+# (Keras' also updates its loss and accuracy metrics), so what separates them on the ladder is mostly
+# the host's work per step; what is left of a step's time is the step's own arithmetic and memory
+# traffic, which the next sections take apart.
 
 # %% [markdown]
 # ### Exercise q1: read your ladder
@@ -379,8 +428,8 @@ import keras  # noqa: F401
 # %% [markdown]
 # ## Where a step's time goes
 #
-# Each part of one step is timed alone, on batches already in memory, in a `tf_function()` that runs
-# `steps_per_call` steps per call (so the host's overhead is paid once per 50 steps):
+# Each of these programs is timed on its own, on batches already in memory, in a `tf_function()` that
+# runs `steps_per_call` steps per call (so the host's overhead is paid once per 50 steps):
 #
 # - **forward**: the model's logits and loss;
 # - **forward + backward**: and the gradients of all weights;
@@ -393,13 +442,14 @@ import keras  # noqa: F401
 # - the **input pipeline** alone: kerasdist's `tf.data` pipeline (shuffle, batch, gather, prefetch),
 #   drained without training.
 #
-# Each part is called eleven times after a warm-up call, each call timed with `Sys.time()` (which
+# Each program is called eleven times after a warm-up call, each call timed with `Sys.time()` (which
 # resolves microseconds); the tables give the **median** and the spread (25th to 75th percentile) of
-# those calls, as `kerasdist.measure.speed.time_calls` does in the Python lesson. On a shared machine a few
+# those calls, as `kerasdist.measure.speed.time_calls` does in the Python lesson: the statistic of
+# every rate in this lesson. On a shared machine a few
 # calls are slowed down by other programs: the median ignores them, the spread shows them.
 
 # %% language="R"
-# # Time each part of a step alone, per step, in milliseconds (median and spread of 11 calls).
+# # Time each program, per step, in milliseconds (median and spread of 11 calls).
 # time_calls <- function(f, ..., rounds = 11L) {
 #   call <- function() {  # .numpy() waits for the result: the time includes finishing the work
 #     result <- f(...)
@@ -491,7 +541,14 @@ import keras  # noqa: F401
 #             paste(sprintf("%s %d (%d large)", names(graphs), lengths(graphs), large), collapse = ", ")))
 
 # %% [markdown]
-# The parts were timed alone, so they need not add up; the next cell checks how close they come.
+# The programs above are nested: forward; forward + backward; the whole step (forward, backward and
+# update); the whole step at one step per call. So each part of a step is the difference between one
+# program's median and the median of the program inside it (`kd_speed$step_breakdown()`): the
+# backward pass is forward + backward minus forward, the update is the whole step minus forward +
+# backward, and the host's overhead is one step per call minus 50 per call. The parts then add up to
+# the measured step at one step per call, and no time is counted twice. The update timed alone is
+# printed beside its part: alone it runs without the backward pass's ops around it, so the two need
+# not agree.
 # The op counts say why the update is slow for its arithmetic: Keras applies Adam variable by variable,
 # a few element-wise ops per variable (the "large" ones, each a pass over a weight-sized array in
 # memory) plus scalar bookkeeping (the step count, the bias corrections, reading variables), and each
@@ -502,17 +559,14 @@ import keras  # noqa: F401
 # the update? Decide from the numbers above, then run the cell.
 
 # %% language="R"
-# # The parts against the whole, and one step per call against 50 (printed: the shares move on a busy machine).
+# # One step at one step per call, in parts that add up to it (printed: the shares move on a busy machine).
 # median_ms <- vapply(timings, function(timing) timing[["median"]], numeric(1))
-# parts <- c(
-#   "forward" = median_ms[["forward"]],
-#   "backward" = median_ms[["forward + backward"]] - median_ms[["forward"]],
-#   "optimizer update" = median_ms[["optimizer update"]],
-#   "host overhead per call" = median_ms[["whole step, 1 per call"]] - median_ms[["whole step"]]
-# )
-# parts[["rest (not in the parts timed alone)"]] <- max(0, median_ms[["whole step, 1 per call"]] - sum(parts))
-# cat(sprintf("forward + backward + update alone: %.3f ms; the whole step: %.3f ms\n",
-#             median_ms[["forward + backward"]] + median_ms[["optimizer update"]], median_ms[["whole step"]]))
+# parts <- unlist(kd_speed$step_breakdown(as.list(median_ms)))  # ms: forward, backward, update, host overhead
+# cat(sprintf("%s = %.3f ms, the measured step at 1 per call: %.3f ms\n",
+#             paste(sprintf("%s %.3f", names(parts), parts), collapse = " + "), sum(parts),
+#             median_ms[["whole step, 1 per call"]]))
+# cat(sprintf("the optimizer update timed alone: %.3f ms; its part of the step: %.3f ms\n",
+#             median_ms[["optimizer update"]], parts[["optimizer update"]]))
 # cat(sprintf("1 step per call: %.1fx the time of 50 per call\n",
 #             median_ms[["whole step, 1 per call"]] / median_ms[["whole step"]]))
 # cat(sprintf("shares of one step at 1 step per call: %s\n",
@@ -534,41 +588,110 @@ import keras  # noqa: F401
 # cat(sprintf("XLA step alone %.3f ms; in training %.3f ms per step; the input pipeline alone takes %.3f ms per batch (wall time, drained alone)\n",
 #             median_ms[["whole step, XLA"]], in_training_ms, median_ms[["input pipeline"]]))
 
-# %% magic_args="-w 11 -h 3.6 --units in -r 100" language="R"
-# # Draw one step's time, part by part, beside the whole step compiled by XLA and the input pipeline,
-# # with each median's spread as an error bar.
-# bars <- c("1 step per call (parts)", "50 steps per call", "50 steps per call, XLA", "input pipeline alone")
-# wholes <- c("whole step", "whole step, XLA", "input pipeline")
-# stack <- matrix(0, nrow = length(parts) + length(wholes), ncol = length(bars), dimnames = list(c(names(parts), wholes), bars))
+# %% magic_args="-w 11 -h 3.8 --units in -r 100" language="R"
+# # Draw one step's time in its parts, with the measured step marked, beside the whole step at 50 per call, the
+# # same compiled by XLA, the update and the input pipeline each timed alone (error bars: the spread).
+# bars <- c("1 step per call, in parts", "50 steps per call", "50 steps per call, XLA", "update alone",
+#           "input pipeline alone")
+# alone <- c("whole step", "whole step, XLA", "optimizer update", "input pipeline")  # the timing of bars 2 to 5
+# stack <- matrix(0, nrow = length(parts) + length(alone), ncol = length(bars),
+#                 dimnames = list(c(names(parts), paste(alone, "(alone)")), bars))
 # stack[names(parts), bars[1]] <- parts
-# for (i in seq_along(wholes)) stack[wholes[i], bars[i + 1]] <- median_ms[[wholes[i]]]
-# colors <- c("steelblue", "lightblue", "orange", "firebrick", "khaki", "grey", "forestgreen", "olivedrab")
+# for (i in seq_along(alone)) stack[i + length(parts), bars[i + 1]] <- median_ms[[alone[i]]]
+# colors <- c("steelblue", "lightblue", "orange", "firebrick", "grey", "forestgreen", "orange", "olivedrab")
+# shown <- -7  # the update alone has the update's colour: one legend entry for both
 # draw_step_time <- function() {
-#   old <- par(mar = c(4.5, 11, 3, 13))
+#   old <- par(mar = c(4.5, 11, 3, 14))
 #   on.exit(par(old))
 #   centers <- barplot(stack, horiz = TRUE, las = 1, cex.names = 0.8, col = colors,
 #                      xlim = c(0, 1.05 * max(sum(parts), timings[["whole step, 1 per call"]][["high"]])),
-#                      xlab = "milliseconds per step of 64 samples (median of 11 calls, measured alone)",
+#                      xlab = "milliseconds per step of 64 samples (median and spread of 11 calls)",
 #                      main = "Where one training step's time goes")
-#   for (i in seq_along(wholes)) {
-#     timing <- timings[[wholes[i]]]
+#   for (i in seq_along(alone)) {
+#     timing <- timings[[alone[i]]]
 #     arrows(timing[["low"]], centers[i + 1], timing[["high"]], centers[i + 1], angle = 90, code = 3, length = 0.04)
 #   }
-#   legend(par("usr")[2], mean(par("usr")[3:4]), rownames(stack), fill = colors, cex = 0.75, xjust = 0, yjust = 0.5,
-#          xpd = NA, bty = "n")
+#   whole <- timings[["whole step, 1 per call"]]  # the step measured at 1 per call, marked on the parts' bar
+#   arrows(whole[["low"]], centers[1], whole[["high"]], centers[1], angle = 90, code = 3, length = 0.04)
+#   points(whole[["median"]], centers[1], pch = 18, cex = 1.6)
+#   legend(par("usr")[2], mean(par("usr")[3:4]), c(rownames(stack)[shown], "the step measured at 1 per call"),
+#          fill = c(colors[shown], NA), border = c(rep("black", 7), NA), pch = c(rep(NA, 7), 18), cex = 0.75,
+#          xjust = 0, yjust = 0.5, xpd = NA, bty = "n")
 # }
-# png("results/figures/08_speed_R_step_time.png", width = 11, height = 3.6, units = "in", res = 100)
+# png("results/figures/08_speed_R_step_time.png", width = 11, height = 3.8, units = "in", res = 100)
 # draw_step_time()
 # invisible(dev.off())
 # draw_step_time()
 
 # %% [markdown]
-# Read the bars from the bottom. At one step per call, the host's work around each step is paid every
+# Read the bars from the bottom. The top bar's parts add up to the step measured at one step per call
+# (the black mark, with its spread). At one step per call, the host's work around each step is paid every
 # step; `steps_per_execution` and the loop engine pay it once per 50 steps. The backward pass has
 # 1.25 times the forward pass's FLOPs for this MLP (the next section counts them: the first layer,
 # three quarters of the forward FLOPs, needs no input gradient). Adam's update is little arithmetic
 # but many small element-wise ops over every weight. XLA fuses the update's ops, and the bias and
 # ReLU ops, into few kernels; the XLA bar shows what that saves.
+
+# %% [markdown]
+# ### A profiler's trace of one step
+#
+# Timing programs says how long each takes, not what the machine does during a step. A **profiler**
+# records every op as it runs: which thread ran it, when it started and how long it took.
+# TensorFlow's (`tf$profiler$experimental$start()` and `stop()`) writes a trace file that
+# TensorBoard's profile plugin draws; `kerasdist.measure.trace` reads the same file back. Below, one
+# step at one step per call, as the guide's `fit()` runs it: each op is a bar on the thread of
+# TensorFlow's executor that ran it, coloured by the part of the step it belongs to (from its name
+# scope: `gradient_tape/` for the backward pass, the optimizer's name, `optimizer$name`, for the
+# update). Recording adds a little time to every op, so the traced step is a little slower than the
+# steps timed above.
+
+# %% language="R"
+# # Trace one step at one step per call: each op's thread, start and duration, grouped by part.
+# traced <- kd_trace$trace_step(one_step_per_call, x_batches[[1]], y_batches[[1]], optimizer_name = optimizer$name)
+# ops <- do.call(rbind, lapply(traced$ops, function(op) data.frame(thread = op$thread, start = op$start,
+#                                                                    seconds = op$seconds, name = op$name,
+#                                                                    type = op$type, part = op$part)))
+# threads <- sort(unique(ops$thread))
+# cat(sprintf("one traced step: %.3f ms, %d ops on %d threads; no op running for %.0f%% of it\n",
+#             traced$seconds * 1e3, nrow(ops), length(threads),
+#             100 * (1 - kd_trace$busy_seconds(traced$ops) / traced$seconds)))
+# for (part in unique(ops$part)) {
+#   mine <- ops[ops$part == part, ]
+#   longest <- mine[which.max(mine$seconds), ]
+#   cat(sprintf("%-28s %4d ops, %6.3f ms of op time; the longest: %s (%s), %.3f ms\n", part, nrow(mine),
+#               sum(mine$seconds) * 1e3, longest$type, longest$name, longest$seconds * 1e3))
+# }
+
+# %% magic_args="-w 11 -h 2.6 --units in -r 100" language="R"
+# # Draw the trace: one row per executor thread, each op a bar from its start to its end.
+# part_colors <- setNames(c("steelblue", "orange", "lightblue")[seq_along(unique(ops$part))], unique(ops$part))
+# draw_trace <- function() {
+#   old <- par(mar = c(4.5, 6, 3, 13))
+#   on.exit(par(old))
+#   plot(NA, xlim = c(0, traced$seconds * 1e3), ylim = range(threads) + c(-0.6, 0.6), yaxt = "n",
+#        xlab = "milliseconds from the call's start", ylab = "",
+#        main = "One training step, one step per call, as the profiler saw it", cex.main = 0.9)
+#   axis(2, at = threads, labels = paste("thread", threads), las = 1, cex.axis = 0.8)
+#   rect(ops$start * 1e3, ops$thread - 0.4, (ops$start + ops$seconds) * 1e3, ops$thread + 0.4,
+#        col = part_colors[ops$part], border = NA)
+#   abline(v = traced$seconds * 1e3, lty = 2)
+#   legend(par("usr")[2], mean(par("usr")[3:4]), c(names(part_colors), "the call returns"),
+#          fill = c(part_colors, NA), border = c(rep("black", length(part_colors)), NA),
+#          lty = c(rep(NA, length(part_colors)), 2), cex = 0.75, xjust = 0, yjust = 0.5, xpd = NA, bty = "n")
+# }
+# png("results/figures/08_speed_R_trace.png", width = 11, height = 2.6, units = "in", res = 100)
+# draw_trace()
+# invisible(dev.off())
+# draw_trace()
+
+# %% [markdown]
+# Read the trace from the left. TensorFlow's executor starts an op as soon as its inputs are ready,
+# on whichever of its threads is free: the forward products follow one another, then the backward
+# ones, and a weight's update can start as soon as its gradient exists, while other gradients are
+# still being computed. Most ops are short: their bars are slivers, and the printout names the
+# longest of each part. The white space, where no op runs, is the host's share of a step: the call from R
+# through reticulate, the function's dispatch and the executor's scheduling between ops. That is the
+# overhead that more steps per call and XLA's fusion remove.
 
 # %% [markdown]
 # ### Exercise q2: the host's overhead in your timings
@@ -621,12 +744,15 @@ import keras  # noqa: F401
 # %% [markdown]
 # A **roofline** bounds each kernel by two limits of the machine: its rate of arithmetic (FLOP/s) and
 # its memory bandwidth (bytes/s). A kernel that does `F` FLOPs and must move `B` bytes takes at least
-# `max(F / P, B / BW)`; its **arithmetic intensity** `F / B` says which limit binds. Here `P` is not
-# a vendor's peak but the best rate this CPU reaches **at each kernel's own shape** (the faster of
-# TensorFlow's kernel and XLA's), and `BW` is main memory's bandwidth, measured by STREAM's triad
-# (`a = b + 3 c`, on every core). Adam's update is the memory-bound part: per weight it reads the
-# gradient, both moments and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
-# (Its state, a few MB here, can stay in the CPU's caches, which are faster than main memory.)
+# `max(F / P, B / BW)`; its **arithmetic intensity** `F / B` says which limit binds, and the
+# intensity where the two meet, `P / BW`, is the machine's **ridge point**. For a bound, `P` must be
+# a rate no kernel can beat: the CPU's **nominal peak**, cores x FLOPs per cycle of one core x clock,
+# read from the CPU below. A core's FLOPs per cycle come from its vector instructions: one **fused
+# multiply-add** (FMA) computes `a x b + c` on every lane of a vector register at once, two FLOPs per
+# lane (16 float32 lanes in AVX-512's 512-bit registers), and a core has up to two FMA units. Beside it the **measured peak**: the median rate of large chained products, what this CPU
+# really reaches. `BW` is main memory's (DRAM) bandwidth, measured by STREAM's triad (`a = b + 3 c`, on
+# every core). Adam's update is the memory-bound part: per weight it reads the gradient, both moments
+# and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
 # The step's matrix products, with the batch of 64, from `kerasdist.measure.speed`'s `step_kernels()`:
 
 # %% language="R"
@@ -645,45 +771,69 @@ import keras  # noqa: F401
 # stopifnot(sum(vapply(step, function(kernel) kernel$flops, numeric(1))) == batch_size * flops$total)
 
 # %% language="R"
-# # The machine: each shape's best float32 matrix-product rate (the faster of TensorFlow's kernel and XLA's,
-# # in their faster calls), a large product's rate, and the triad's memory bandwidth; then the attainable
-# # time of one step from both.
+# # The machine, each rate the median of its calls with their spread: the nominal peak (read from the CPU), the
+# # measured peak (chained 1024 x 1024 products), each product's rate at its own shape (the faster of
+# # TensorFlow's kernel and XLA's), and main memory's bandwidth (the triad).
+# as_rate <- function(rate) c(median = rate$median, low = rate$low, high = rate$high)  # a Rate, as an R vector
+# nominal <- kd_speed$nominal_flops_per_s("float32")
+# peak <- as_rate(kerasdist$matmul_flops_per_s("float32"))
 # shape_of <- function(kernel) paste(kernel$m, kernel$k, kernel$n)
 # rate <- list()
 # for (kernel in step) {
 #   if (is.null(rate[[shape_of(kernel)]])) {
-#     rate[[shape_of(kernel)]] <- max(vapply(c(FALSE, TRUE), function(jit) {
-#       kd_speed$gemm_flops_per_s(kernel$m, kernel$k, kernel$n, jit_compile = jit)[[3]]  # (median, low, high)
-#     }, numeric(1)))
+#     rates <- lapply(c(FALSE, TRUE), function(jit) as_rate(kd_speed$gemm_flops_per_s(kernel$m, kernel$k, kernel$n,
+#                                                                                       jit_compile = jit)))
+#     rate[[shape_of(kernel)]] <- rates[[which.max(vapply(rates, function(r) r[["median"]], numeric(1)))]]
 #   }
 # }
-# peak_flops <- kerasdist$matmul_flops_per_s("float32")
-# bandwidth <- setNames(unlist(kd_speed$memory_bytes_per_s()), c("median", "low", "high"))
-# cat(sprintf("peak: %s GFLOP/s float32 (1024 x 1024 products); memory: %.1f GB/s (triad, spread %.1f to %.1f)\n",
-#             comma(peak_flops / 1e9), bandwidth[["median"]] / 1e9, bandwidth[["low"]] / 1e9, bandwidth[["high"]] / 1e9))
-# ridge <- peak_flops / bandwidth[["median"]]  # the intensity where the two limits meet
-# cat(sprintf("ridge point: %.1f FLOP/byte; a kernel of lower intensity is memory-bound at the peak\n", ridge))
-# attainable_s <- 0
+# bandwidth <- as_rate(kd_speed$memory_bytes_per_s())
+# cat(sprintf("nominal peak: %d cores x %d FLOPs per cycle (%s, %d FMA units assumed) x %.2f GHz (%s) = %s GFLOP/s float32\n",
+#             nominal$cores, nominal$flops_per_cycle, nominal$instructions, kd_speed$FMA_UNITS_PER_CORE,
+#             nominal$clock_hz / 1e9, nominal$clock_source, comma(nominal$flops_per_s / 1e9)))
+# cat(sprintf("measured peak: %s GFLOP/s (spread %s to %s), %.0f%% of the nominal peak\n", comma(peak[["median"]] / 1e9),
+#             comma(peak[["low"]] / 1e9), comma(peak[["high"]] / 1e9), 100 * peak[["median"]] / nominal$flops_per_s))
+# cat(sprintf("main memory: %.1f GB/s (triad, spread %.1f to %.1f)\n", bandwidth[["median"]] / 1e9,
+#             bandwidth[["low"]] / 1e9, bandwidth[["high"]] / 1e9))
+# ridge <- nominal$flops_per_s / bandwidth[["median"]]  # the intensity where the two roofs meet
+# cat(sprintf("ridge point: %.1f FLOP/byte; the largest product moves %.2f MB\n", ridge,
+#             max(vapply(step, function(kernel) kernel$bytes, numeric(1))) / 1e6))
 # for (kernel in step) {
-#   kernel_rate <- rate[[shape_of(kernel)]]
-#   attainable_s <- attainable_s + max(kernel$flops / kernel_rate, kernel$bytes / bandwidth[["median"]])
-#   side <- if (kernel$flops / kernel$bytes < ridge) "memory" else "compute"
-#   cat(sprintf("%-24s %6.1f GFLOP/s measured at its shape (%3.0f%% of peak); %s side of the ridge\n", kernel$name,
-#               kernel_rate / 1e9, 100 * kernel_rate / peak_flops, side))
+#   intensity <- kernel$flops / kernel$bytes
+#   measured <- rate[[shape_of(kernel)]]
+#   roof <- min(nominal$flops_per_s, intensity * bandwidth[["median"]])
+#   cat(sprintf("%-24s %6.1f GFLOP/s (spread %5.1f to %5.1f), %3.0f%% of the roof at its intensity, %s side of the ridge\n",
+#               kernel$name, measured[["median"]] / 1e9, measured[["low"]] / 1e9, measured[["high"]] / 1e9,
+#               100 * measured[["median"]] / roof, if (intensity < ridge) "memory" else "compute"))
 # }
-# adam_s <- adam_bytes / bandwidth[["median"]]
-# attainable_s <- attainable_s + adam_s
-# cat(sprintf("attainable step: %.3f ms (Adam's update %.3f ms of it) = %s samples/s; at the peak rate alone: %.3f ms\n",
-#             attainable_s * 1e3, adam_s * 1e3, comma(batch_size / attainable_s),
-#             batch_size * flops$total / peak_flops * 1e3))
 
-# %% magic_args="-w 8 -h 4.2 --units in -r 100" language="R"
-# # The roofline chart: the machine's two limits, and each kernel where its intensity and measured rate put it.
+# %% language="R"
+# # What a step can take: a bound (the products at the nominal peak) and an estimate (each product at its own
+# # measured rate, or main memory's bandwidth if that is slower, and Adam's update at main memory's bandwidth).
+# bound_s <- batch_size * flops$total / nominal$flops_per_s
+# adam_s <- adam_bytes / bandwidth[["median"]]
+# estimate_s <- adam_s + sum(vapply(step, function(kernel) {
+#   max(kernel$flops / rate[[shape_of(kernel)]][["median"]], kernel$bytes / bandwidth[["median"]])
+# }, numeric(1)))
+# cat(sprintf("bound: at least %.3f ms per step for its products alone = at most %s samples/s\n", bound_s * 1e3,
+#             comma(batch_size / bound_s)))
+# cat(sprintf("isolated-kernel estimate: %.3f ms per step (Adam's update %.3f ms of it) = %s samples/s\n",
+#             estimate_s * 1e3, adam_s * 1e3, comma(batch_size / estimate_s)))
+
+# %% [markdown]
+# The bound holds for any program: it counts only the products' FLOPs, each at the nominal peak, and
+# a real step does those and more. The estimate is of another kind: each product as fast as it ran
+# *alone*, paying for its own loop iteration and the read of its result (for the smallest products,
+# layer 3's, most of their time), which a step fused by XLA does not pay; and Adam's state (a few MB)
+# may sit in the caches, faster than main memory. So a fused rung can come out faster than the
+# estimate, never faster than the bound.
+
+# %% magic_args="-w 8.5 -h 4.4 --units in -r 100" language="R"
+# # The roofline chart: the bound's two roofs, the measured peak, and each product at its intensity and measured rate.
 # intensity <- 10^seq(-1, 3, length.out = 200)
-# roof <- pmin(peak_flops, intensity * bandwidth[["median"]]) / 1e9
+# roof <- pmin(nominal$flops_per_s, intensity * bandwidth[["median"]]) / 1e9
 # kernel_names <- vapply(step, function(kernel) kernel$name, character(1))
 # kernel_intensity <- vapply(step, function(kernel) kernel$flops / kernel$bytes, numeric(1))
-# kernel_gflops <- vapply(step, function(kernel) rate[[shape_of(kernel)]] / 1e9, numeric(1))
+# kernel_gflops <- t(vapply(step, function(kernel) rate[[shape_of(kernel)]] / 1e9, numeric(3)))  # median, low, high
 # marks <- list(col = rep(c("steelblue", "darkorange", "forestgreen", "firebrick", "purple", "brown", "orchid", "grey40"),
 #                         length.out = length(step)),
 #               pch = rep(c(15:18, 0:3), length.out = length(step)))
@@ -692,47 +842,60 @@ import keras  # noqa: F401
 #   on.exit(par(old))
 #   plot(intensity, roof, type = "l", log = "xy", ylim = range(c(roof, kernel_gflops)),
 #        xlab = "arithmetic intensity (FLOP/byte)", ylab = "GFLOP/s",
-#        main = "Roofline of this CPU at the MLP's shapes (batch 64, float32)", cex.main = 0.9)
-#   points(kernel_intensity, kernel_gflops, pch = marks$pch, col = marks$col, cex = 1.2)
+#        main = "This CPU's roofline and the MLP's products (batch 64, float32; medians)", cex.main = 0.9)
+#   abline(h = peak[["median"]] / 1e9, col = "grey50", lty = 2)
+#   arrows(kernel_intensity, kernel_gflops[, 2], kernel_intensity, kernel_gflops[, 3], angle = 90, code = 3,
+#          length = 0.02, col = marks$col)
+#   points(kernel_intensity, kernel_gflops[, 1], pch = marks$pch, col = marks$col, cex = 1.2)
 #   abline(v = 12 * n_weights / adam_bytes, col = "orange", lty = 3)
 #   legend("topleft", kernel_names, pch = marks$pch, col = marks$col, cex = 0.65, bg = "white")
-#   legend("bottomright", c("roofline: min(peak, intensity x bandwidth)", "Adam's update (intensity)"),
-#          col = c("black", "orange"), lty = c(1, 3), cex = 0.7, bg = "white")
+#   legend("bottomright", c("roofline: min(nominal peak, intensity x main memory's bandwidth)",
+#                           "measured peak (median)", "Adam's update (intensity)"),
+#          col = c("black", "grey50", "orange"), lty = c(1, 2, 3), cex = 0.7, bg = "white")
 # }
-# png("results/figures/08_speed_R_roofline.png", width = 8, height = 4.2, units = "in", res = 100)
+# png("results/figures/08_speed_R_roofline.png", width = 8.5, height = 4.4, units = "in", res = 100)
 # draw_roofline()
 # invisible(dev.off())
 # draw_roofline()
 
 # %% [markdown]
-# **MFU** (model FLOPs utilization) is the share of the peak that a run's *useful* FLOPs reach:
-# samples/s times the model's FLOPs per sample, divided by the peak rate. It counts only the model's
-# matrix products, so the update, the overhead and the pipeline all lower it. The roofline's
-# attainable step, divided the same way, is what a step made of these kernels, each as fast as it ran
-# alone, would reach: an estimate, not a law. Each kernel timed alone pays for its own loop iteration
-# and for reading its result (for the smallest products, layer 3's, that is most of their time),
-# which a step fused by XLA does not, and the update's state (a few MB) may sit in the caches, faster
-# than the triad's main memory; so a fused rung can come out above it. The peak is this CPU's measured
-# rate on large products, not the vendor's nominal peak.
+# The memory roof is main memory's: a product whose operands come from DRAM cannot beat it. But every
+# product here moves about a megabyte or less (printed above), and that fits in the caches of a
+# current CPU (a few MB), which are faster than main memory; so for these products the memory roof is
+# a guide, not a limit, and a product left of the ridge is not held back by DRAM. The printout says
+# how far below the roof each product runs. A product far below both roofs is held back by neither
+# arithmetic nor memory, but by the work around it: the smallest, layer 3's, with ten outputs per
+# sample, take little more time than launching a kernel and reading its result.
+#
+# **MFU** (model FLOPs utilization) is the share of the hardware's nominal peak that a run's *useful*
+# FLOPs reach: samples/s times the model's FLOPs per sample, divided by the nominal peak, as the PaLM
+# paper defines it. It counts only the model's products, so the update, the overhead and the pipeline
+# all lower it, and no run can reach 100%. Divided by the measured peak instead, the same figure is a
+# **share of the measured peak**: it reads higher, and it is named so, not MFU.
 
 # %% language="R"
-# # Each rung's MFU against the measured peak, beside the roofline's attainable share.
-# attainable_mfu <- batch_size / attainable_s * flops$total / peak_flops
-# mfu <- speed[names(runs)] * flops$total / peak_flops
-# for (name in names(runs)) cat(sprintf("%-34s MFU %4.1f%%\n", name, 100 * mfu[[name]]))
-# cat(sprintf("%-34s MFU %4.1f%%\n", "attainable (roofline)", 100 * attainable_mfu))
+# # Each rung's MFU (against the nominal peak) and share of the measured peak, and the same for the estimate.
+# mfu <- speed[names(runs)] * flops$total / nominal$flops_per_s
+# for (name in names(runs)) {
+#   cat(sprintf("%-34s MFU %4.1f%%, share of the measured peak %4.1f%%\n", name, 100 * mfu[[name]],
+#               100 * mfu[[name]] * nominal$flops_per_s / peak[["median"]]))
+# }
+# estimate_mfu <- batch_size / estimate_s * flops$total / nominal$flops_per_s
+# cat(sprintf("%-34s MFU %4.1f%%, share of the measured peak %4.1f%%\n", "isolated-kernel estimate",
+#             100 * estimate_mfu, 100 * estimate_mfu * nominal$flops_per_s / peak[["median"]]))
 
 # %% [markdown]
 # **Predict, then run.** Can any rung reach an MFU of 100%? If one did, what would that say about
-# the FLOP count or the peak? How close to the attainable estimate does the fastest rung come?
+# the FLOP count or the nominal peak? Can the fastest rung beat the isolated-kernel estimate?
 # Decide, then run the cell.
 
 # %% language="R"
-# # The fastest rung against the attainable estimate (printed, not asserted: on a busy machine the peak and
-# # the rates measured alone move more than training does).
+# # The fastest rung against the bound and the estimate (printed, not asserted: on a busy machine the rates
+# # measured alone move more than training does).
 # fastest <- names(which.max(mfu))
-# cat(sprintf("the fastest rung, %s, reaches %.0f%% of the attainable estimate\n", fastest,
-#             100 * mfu[[fastest]] / attainable_mfu))
+# if (mfu[[fastest]] >= 1) stop("a rung beat the nominal peak: check the FLOP count and the clock the CPU reports")
+# cat(sprintf("the fastest rung, %s, reaches %.0f%% of the bound and %.0f%% of the isolated-kernel estimate\n",
+#             fastest, 100 * mfu[[fastest]], 100 * mfu[[fastest]] / estimate_mfu))
 
 # %% [markdown]
 # Now the bfloat16 limit. The same product at the first layer's shape, and a large one, in float32
@@ -740,21 +903,25 @@ import keras  # noqa: F401
 # `+ XLA` rungs run):
 
 # %% language="R"
-# # The largest kernel's shape and a large product, float32 and bfloat16, TensorFlow's kernel and XLA's.
+# # The largest kernel's shape and a large product, float32 and bfloat16, TensorFlow's kernel and XLA's (medians
+# # and spreads), beside each dtype's nominal peak.
+# cat(paste(vapply(c("float32", "bfloat16"), function(dtype) {
+#   sprintf("nominal peak %s %s GFLOP/s", dtype, comma(kd_speed$nominal_flops_per_s(dtype)$flops_per_s / 1e9))
+# }, character(1)), collapse = ", "), "\n", sep = "")
 # for (shape in list(c(batch_size, 784L, 256L), c(1024L, 1024L, 1024L))) {
-#   rates <- c()
+#   cat(sprintf("%d x %d @ %d x %d:\n", shape[1], shape[2], shape[2], shape[3]))
 #   for (dtype in c("float32", "bfloat16")) {
 #     for (jit in c(FALSE, TRUE)) {
-#       value <- kd_speed$gemm_flops_per_s(shape[1], shape[2], shape[3], dtype = dtype, jit_compile = jit,
-#                                          products = 10L)[[1]]
-#       rates <- c(rates, sprintf("%s %s %s GFLOP/s", dtype, if (jit) "XLA" else "TensorFlow", comma(value / 1e9)))
+#       value <- as_rate(kd_speed$gemm_flops_per_s(shape[1], shape[2], shape[3], dtype = dtype, jit_compile = jit,
+#                                                  products = 10L))
+#       cat(sprintf("  %-8s %-10s %6s GFLOP/s (spread %s to %s)\n", dtype, if (jit) "XLA" else "TensorFlow",
+#                   comma(value[["median"]] / 1e9), comma(value[["low"]] / 1e9), comma(value[["high"]] / 1e9)))
 #     }
 #   }
-#   cat(sprintf("%d x %d @ %d x %d: %s\n", shape[1], shape[2], shape[2], shape[3], paste(rates, collapse = ", ")))
 # }
 
 # %% [markdown]
-# Compare the four rates of each row. Where the CPU has bfloat16 instructions, TensorFlow's kernel
+# Compare the four rates of each shape. Where the CPU has bfloat16 instructions, TensorFlow's kernel
 # (oneDNN) uses them; whether XLA's kernel for this CPU does is what the row shows. A bfloat16 rate
 # measured with one kernel does not bound a run that uses another: judge the `+ XLA, bfloat16` rung
 # against XLA's bfloat16 rate. A bfloat16 step also does work a float32 step does not: every float32
@@ -866,7 +1033,8 @@ import keras  # noqa: F401
 
 # %% language="R"
 # # Arithmetic intensity of the MLP's products against the batch, and how many of them sit on the memory side
-# # of each machine's ridge: this CPU's (measured above), an H100's in TensorFloat-32 and in bfloat16 (model).
+# # of each machine's ridge: this CPU's (nominal peak over measured bandwidth, above), an H100's in TensorFloat-32
+# # and in bfloat16 (model).
 # ridges <- c("this CPU" = ridge, "H100, TF32" = hardware$ridge_point(),
 #             "H100, bf16" = hardware$ridge_point(dtype = "bfloat16"))
 # cat("ridge points: ", paste(sprintf("%s %.0f FLOP/byte", names(ridges), ridges), collapse = ", "), "\n", sep = "")
@@ -906,8 +1074,9 @@ import keras  # noqa: F401
 #   then try XLA (`jit_compile = TRUE` on one device; under a strategy `fit()` cannot be compiled, so
 #   use kerasdist's loop or JAX); check the accuracy after the same epochs each time.
 # - **Know the limit before optimizing**: the FLOPs and bytes of each kernel at your shapes, the
-#   rates your machine reaches at those shapes and its bandwidth; MFU against the attainable, not
-#   only against the peak, says whether to look at overhead, at memory traffic or at arithmetic.
+#   machine's nominal peak and bandwidth (the bound), and the rates it reaches at those shapes (the
+#   estimate); MFU against the nominal peak, beside the estimate, says whether to look at overhead,
+#   at memory traffic or at arithmetic.
 # - **Use mixed precision where the hardware and the kernel have it** and the matrix products dominate;
 #   keep the logits and the loss in float32; with float16, scale the loss.
 # - **Look at the input pipeline where it shares the hardware**: on a CPU it takes cores from the
@@ -917,13 +1086,17 @@ import keras  # noqa: F401
 # ## Summary
 #
 # - On one device the same model trains at very different speeds with the same accuracy: many steps
-#   per call and XLA remove the work around the arithmetic, and a `lax.scan` epoch removes the host
-#   entirely; the printed ladder says how close each rung comes to it.
+#   per call and XLA remove the work around the arithmetic, and a `lax.scan` epoch removes the host's
+#   work between steps; the ladder gives each rung's speed against the guide's `fit()`, and the scan
+#   taken apart measures what dispatching each step from Python costs.
 # - One step's time splits into forward, backward (1.25 times the forward FLOPs here), optimizer
-#   update and the host's overhead per call; the update is memory-bound and made of many small ops,
-#   which XLA fuses.
-# - A roofline at the model's shapes (measured matrix-product rates, a triad's bandwidth) gives the
-#   attainable step; MFU against the peak and against the attainable says how much is left.
+#   update and the host's overhead per call, measured as differences of nested programs so that they
+#   add up to the step; a profiler's trace shows the same step op by op. The update is memory-bound
+#   and made of many small ops, which XLA fuses.
+# - A roofline from the nominal peak and main memory's bandwidth bounds the step; the products' rates
+#   measured at their shapes give an estimate, which a fused step can beat; MFU is against the
+#   nominal peak, and a share of the measured peak is named as such. Every rate is a median with its
+#   spread.
 # - `mixed_bfloat16` keeps float32's range and needs no loss scaling; `mixed_float16` (GPUs) needs
 #   it (`LossScaleOptimizer`, `optimizer$scale_loss()`). Gradients stay float32. A bfloat16 gain
 #   needs a kernel that uses the CPU's bfloat16 instructions.
@@ -935,14 +1108,16 @@ import keras  # noqa: F401
 # ## Exercises
 #
 # 1. Train the loop + XLA rung in float32 and in `mixed_bfloat16` at a global batch of 1024. Does
-#    bfloat16 pay now? What MFU does each reach?
+#    bfloat16 pay now? What MFU does each reach, and what share of the rate its own kernel reaches?
 #
 # <details><summary>Hint</summary>
 #
-# `speed_ladder$measure()` takes a `batch_size`; the MFU is samples/s times `flops$total` over the
-# rate of the kernel and dtype the run trains with (XLA's, in bfloat16 for the bfloat16 run:
-# `kd_speed$gemm_flops_per_s(..., dtype = "bfloat16", jit_compile = TRUE)`), not `peak_flops`, which
-# is float32's. Adam at batch 1024 needs more epochs for the same accuracy.
+# `speed_ladder$measure()` takes a `batch_size`. The MFU is samples/s times `flops$total` over the
+# nominal peak of the dtype the products run in: `kd_speed$nominal_flops_per_s("bfloat16")` for the
+# bfloat16 run, not `nominal`, which is float32's. The share of the measured rate divides by the rate
+# of the kernel the run uses (XLA's, in that dtype:
+# `kd_speed$gemm_flops_per_s(..., dtype = "bfloat16", jit_compile = TRUE)`). Adam at batch 1024 needs
+# more epochs for the same accuracy.
 # </details>
 #
 # <details><summary>Solution</summary>
@@ -952,15 +1127,16 @@ import keras  # noqa: F401
 #   dtype <- if (precision == "float32") "float32" else "bfloat16"
 #   run <- speed_ladder$measure("kerasdist loop + XLA", data_source, epochs, data = data, precision = precision,
 #                               batch_size = 1024L)
-#   rate <- steady_samples_per_s(run)
-#   peak <- kd_speed$gemm_flops_per_s(1024L, 1024L, 1024L, dtype = dtype, jit_compile = TRUE)[[1]]  # XLA's kernel
-#   cat(sprintf("%s %s samples/s MFU %.0f%% of XLA's %s rate %.3f\n", precision, comma(rate),
-#               100 * rate * flops$total / peak, dtype, run$test_accuracy))
+#   useful <- steady_samples_per_s(run) * flops$total  # FLOP/s
+#   kernel <- kd_speed$gemm_flops_per_s(1024L, 1024L, 1024L, dtype = dtype, jit_compile = TRUE)$median  # XLA's
+#   cat(sprintf("%s %s samples/s MFU %.0f%% share of XLA's measured %s rate %.0f%% %.3f\n", precision,
+#               comma(useful / flops$total), 100 * useful / kd_speed$nominal_flops_per_s(dtype)$flops_per_s, dtype,
+#               100 * useful / kernel, run$test_accuracy))
 # }
 # ```
 # Each product is 16 times larger while the overhead and the update per step stay the same, so both
-# reach a larger MFU. Each MFU is against its own dtype's rate: against float32's, a bfloat16 run
-# would read several times too high on a CPU with fast bfloat16 kernels. Whether bfloat16 pays is
+# reach a larger MFU. Each is against its own dtype's peak: against float32's, a bfloat16 run would
+# read several times too high on a CPU with fast bfloat16 instructions. Whether bfloat16 pays is
 # answered by the samples/s; bfloat16 gains where XLA's kernel uses the CPU's bfloat16 instructions.
 # </details>
 #
@@ -1014,7 +1190,7 @@ import keras  # noqa: F401
 # )
 # wide |> fit(data$x_train, data$y_train, batch_size = batch_size, epochs = 2, callbacks = list(timer), verbose = 0)
 # rate <- n_train / seconds[length(seconds)]
-# cat(sprintf("%s FLOPs per sample, MFU %.0f%%\n", comma(wide_flops), 100 * rate * wide_flops / peak_flops))
+# cat(sprintf("%s FLOPs per sample, MFU %.0f%%\n", comma(wide_flops), 100 * rate * wide_flops / nominal$flops_per_s))
 # ```
 # Its products are larger and more intense, and they dominate its step, so it reaches a larger MFU
 # than the MLP at the same batch.

@@ -433,7 +433,7 @@ import keras  # noqa: F401
 # %% language="R"
 # # The model's FLOPs per sample (lesson 8) and this machine's float32 matrix-product rate.
 # flops <- kerasdist$training_flops_per_sample(model)
-# flop_rate <- kd_speed$matmul_flops_per_s("float32")[[1]]  # the median call's rate (a Rate: median, low, high)
+# flop_rate <- kd_speed$matmul_flops_per_s("float32")$median  # the median call's rate (a Rate: median, low, high)
 # cat(sprintf("%s training FLOPs per sample; this CPU: %.0f GFLOP/s (float32, median call)\n", comma(flops$total),
 #             flop_rate / 1e9))
 # for (row in rows) {

@@ -47,14 +47,16 @@ NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)((?:\.\d+)*)(?:[eE][-+]?
 # A timing as lessons print it: a number with a unit of time or throughput ("1.14 s/epoch", "47 ms per
 # training step", "818 samples/s", "in 6.5 s"; rates measured on the machine, "16.0 GFLOP/s"), a list of them ("default 9309, mirrored 3816 samples/s")
 # or a speed-up ("x1.4 faster", "30% less time"); and what lesson 8 derives from measured rates: a share of
-# the peak ("MFU 19.7%", "( 67% of peak)", "99% of the attainable"), the ridge point ("16.1 FLOP/byte"), a
+# the peak ("MFU 19.7%", "( 67% of peak)", "45% of the roof", "share of the measured peak 21.3%"), a time per
+# step ("-84 µs"), the ridge point ("16.1 FLOP/byte"), a
 # spread ("spread 12.0 to 13.2"), a step's shares ("shares of one step ...: forward 15%, optimizer update 24%")
 # and a ratio of speeds ("2.2x the time", "5.3x the guide's"); lesson 9's fits of measured all-reduces
 # ("fit error 14%") and what they give ("break-even local batch 155").
 TIME_UNIT = r"(?:s/epoch|samples/s|ms/step|ms|s|seconds?|GFLOP/s|GB/s)(?![\w/])"
 NAMED = r"[A-Za-z_]\w* [\d.,]+"
 TIMING = re.compile(rf"(?:{NAMED}, )+{NAMED} ?{TIME_UNIT}|[\d.,]+ ?{TIME_UNIT}|\bx[\d.]+ faster|\d+% less time"
-                    r"|MFU +[\d.]+%|\d+% of (?:peak|the attainable)|[\d.]+ FLOP/byte|spread [\d.]+ to [\d.]+"
+                    r"|MFU +[\d.]+%|\d+% of (?:peak|the attainable|the roof|the nominal peak|the bound|the isolated)"
+                    r"|share of the measured peak +[\d.]+%|-?[\d,]+ µs|[\d.]+ FLOP/byte|spread [\d.]+ to [\d.]+"
                     r"|shares of one step[^\n]*|\b\d+(?:\.\d+)?x(?!\w)"
                     r"|fit error \d+%|break-even local batch [\d,]+")
 RUN_TIMEOUT_S = 600
@@ -225,6 +227,7 @@ def test_numbers_are_read_as_a_reader_reads_them():
         "steady state: default 9309, mirrored 3,816 samples/s\n'+ cache', x1.4 faster; 30% less time, 52 steps\n"
         "ridge point: 16.1 FLOP/byte; ( 67% of peak), MFU 19.7%, (triad, spread 12.0 to 13.2); 89% accuracy\n"
         "reaches 99% of the attainable estimate; 2.2x the time, 12x the guide's; 0.75 x 64\n"
+        "45% of the roof at its intensity; MFU  4.4%, share of the measured peak 21.3%; costs -84 µs more\n"
         "shares of one step at 1 step per call: forward 15%, backward 18%, optimizer update 24%")}]}
     assert numbers(printed_text(timings)) == {"0.908", "52", "89", "0.75", "64"}
     assert typed_numbers({"cell_type": "code", "source": "plt.plot(x * 1000, alpha=0.3, lw=1.25) # 52"}) == {"1.25", "52"}
