@@ -79,19 +79,7 @@ def _measure_here(data, steps, rounds, batch_size=speed_ladder.BATCH_SIZE):
     order = jnp.asarray(np.resize(np.random.default_rng(speed_ladder.SEED).permutation(len(data.y_train)),
                                   steps * batch_size))
     start = speed_ladder.scan_state(model)
-    optimizer, loss_function = model.optimizer, model.loss
-
-    def loss_of(trainable, non_trainable, images, labels):
-        logits, non_trainable = model.stateless_call(trainable, non_trainable, images, training=True)
-        return loss_function(labels, logits), non_trainable
-
-    gradient_of = jax.value_and_grad(loss_of, has_aux=True)
-
-    def step_on(state, batch):
-        trainable, non_trainable, optimizer_variables = state
-        (loss, non_trainable), gradients = gradient_of(trainable, non_trainable, *batch)
-        trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, gradients, trainable)
-        return (trainable, non_trainable, optimizer_variables), loss
+    step_on = speed_ladder.stateless_step(model)
 
     def step_gathering(state, indices):
         return step_on(state, (x[indices], y[indices]))

@@ -194,17 +194,18 @@ def _train_kerasdist(setting, data, epochs, batch_size):
             len(data.y_train) // batch_size * batch_size, "test_accuracy": result.test["accuracy"]}
 
 
-def scan_epoch(model, x, y, batch_size):
-    """A jitted function training one epoch of ``model`` as one ``jax.lax.scan`` over device-resident batches.
+def stateless_step(model):
+    """One training step of a compiled ``model`` as a pure function: ``step(state, (images, labels))``
+    returns the new state and the step's loss.
 
-    ``x`` and ``y`` stay on the device; each call takes the epoch's order of
-    sample indices and the state (trainable, non-trainable and optimizer
-    variables), and returns the new state and each step's loss. The whole
-    epoch is one call: no step returns to Python.
+    Written with Keras' stateless API (``model.stateless_call``,
+    ``optimizer.stateless_apply``): the state is ``scan_state``'s tuple of
+    values, and nothing is assigned to the model's variables, so JAX can trace,
+    jit and scan the step.
 
     Example:
-        >>> train_epoch = scan_epoch(model, jax.device_put(x), jax.device_put(y), 64)  # doctest: +SKIP
-        >>> state, losses = train_epoch(state, jnp.arange(64 * 10))                     # doctest: +SKIP
+        >>> step = stateless_step(model)                              # doctest: +SKIP
+        >>> state, loss = jax.jit(step)(scan_state(model), (x, y))    # doctest: +SKIP
     """
     import jax
 
@@ -216,11 +217,34 @@ def scan_epoch(model, x, y, batch_size):
 
     gradient_of = jax.value_and_grad(loss_of, has_aux=True)
 
-    def step(state, indices):
+    def step(state, batch):
         trainable, non_trainable, optimizer_variables = state
-        (loss, non_trainable), gradients = gradient_of(trainable, non_trainable, x[indices], y[indices])
+        (loss, non_trainable), gradients = gradient_of(trainable, non_trainable, *batch)
         trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, gradients, trainable)
         return (trainable, non_trainable, optimizer_variables), loss
+
+    return step
+
+
+def scan_epoch(model, x, y, batch_size):
+    """A jitted function training one epoch of ``model`` as one ``jax.lax.scan`` over device-resident batches.
+
+    ``x`` and ``y`` stay on the device; each call takes the epoch's order of
+    sample indices and the state (trainable, non-trainable and optimizer
+    variables), and returns the new state and each step's loss. Each step
+    gathers its batch from ``x`` and ``y`` and runs ``stateless_step``. The
+    whole epoch is one call: no step returns to Python.
+
+    Example:
+        >>> train_epoch = scan_epoch(model, jax.device_put(x), jax.device_put(y), 64)  # doctest: +SKIP
+        >>> state, losses = train_epoch(state, jnp.arange(64 * 10))                     # doctest: +SKIP
+    """
+    import jax
+
+    train_step = stateless_step(model)
+
+    def step(state, indices):
+        return train_step(state, (x[indices], y[indices]))
 
     @jax.jit
     def epoch(state, order):
