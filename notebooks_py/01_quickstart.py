@@ -820,7 +820,8 @@ print(f"the clipped step moved the weights by up to {clipped_move:.1e}")
 #
 # `kerasdist.run_training` does all of the above (replicas, strategy, data pipeline, model in
 # scope, `fit`, `evaluate`) and returns a plain record of the run: the per-epoch history, test
-# metrics, timings and where the data came from. The command line does the same:
+# metrics, timings and where the data came from. One difference: on CPU devices its strategy sums
+# on one device (`ReductionToOneDevice`) instead of the ring above, the same sums (lesson 6 says why). The command line does the same:
 # `kerasdist train --replicas 2 --epochs 3 --global-batch-size 64 --data sample`.
 
 # %%

@@ -877,8 +877,9 @@ import keras  # noqa: F401
 # ## The same run in one call
 #
 # kerasdist's `run_training()` does all of the above (replicas, strategy, data pipeline, model in
-# scope, `fit`, `evaluate`) and returns a plain record of the run. From R it is one reticulate call;
-# the command line does the same:
+# scope, `fit`, `evaluate`) and returns a plain record of the run. One difference: on CPU devices
+# its strategy sums on one device (`ReductionToOneDevice`) instead of the ring above, the same sums
+# (lesson 6 says why). From R it is one reticulate call; the command line does the same:
 # `kerasdist train --replicas 2 --epochs 3 --global-batch-size 64 --data sample`.
 
 # %% language="R"

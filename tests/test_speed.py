@@ -80,6 +80,7 @@ def test_the_nominal_peak_reads_the_widest_vectors_and_the_highest_clock(tmp_pat
                        "flags\t\t: fpu sse2 avx avx2 fma\n")
     nominal = speed.nominal_flops_per_s(cpuinfo=str(cpuinfo), cpufreq=str(tmp_path / "none"))
     assert (nominal.flops_per_cycle, nominal.clock_hz, nominal.clock_source) == (32, 2e9, "model name")
+    assert nominal.model == "Some CPU @ 2.00GHz"
     assert speed.nominal_flops_per_s("bfloat16", cpuinfo=str(cpuinfo)).flops_per_cycle == 32
     (tmp_path / "cpufreq").mkdir()
     (tmp_path / "cpufreq" / "cpuinfo_max_freq").write_text("3500000\n")

@@ -48,6 +48,7 @@ class NominalPeak(NamedTuple):
     clock_hz: float
     instructions: str
     clock_source: str
+    model: str
 
 
 def time_calls(function, *arguments, rounds=11):
@@ -270,7 +271,8 @@ def matmul_flops_per_s(dtype="float32", size=1024, repeats=20, rounds=11):
 
 
 # The most FMA units an x86 core has (Intel since Haswell, AMD since Zen 2, with AVX2; some with AVX-512):
-# assumed for every CPU, so that the nominal peak is an upper bound, loose on a core with fewer.
+# assumed for every CPU, so that the nominal peak is an upper bound, loose on a core with fewer or
+# narrower ones (AMD's Zen 4 runs AVX-512 on 256-bit units: half the FLOPs per cycle counted here).
 FMA_UNITS_PER_CORE = 2
 
 
@@ -284,8 +286,8 @@ def nominal_flops_per_s(dtype="float32", cpuinfo="/proc/cpuinfo",
     1,024 per cycle, AVX512_BF16's dot products 32 lanes, else float32's rate
     (bfloat16 is then converted). The clock is the highest of cpufreq's
     maximum, the model name's "@ ...GHz" and the "cpu MHz" lines (on a virtual
-    machine only the host's base clock may show: a core that turbos above it
-    could beat the figure, which the lesson then says).
+    machine only the host's timer or base clock may show, and the cores may run
+    faster: the FMA units assumed make up for that on most CPUs).
 
     Example:
         >>> nominal_flops_per_s().flops_per_s > 1e9  # doctest: +SKIP
@@ -322,7 +324,9 @@ def nominal_flops_per_s(dtype="float32", cpuinfo="/proc/cpuinfo",
     if not clock:
         raise RuntimeError(f"no clock rate in {cpuinfo} or {cpufreq}: the nominal peak is unknown here")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return NominalPeak(cores * per_cycle * clock, cores, per_cycle, clock, instructions, source)
+    model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    return NominalPeak(cores * per_cycle * clock, cores, per_cycle, clock, instructions, source,
+                       model.group(1).strip() if model else "unknown CPU")
 
 
 def cpu_bfloat16_instructions(cpuinfo="/proc/cpuinfo"):

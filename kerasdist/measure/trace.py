@@ -43,7 +43,9 @@ def trace_step(function, *arguments, optimizer_name="adam", calls=3):
     Returns:
         ``{"seconds": the call's wall time, "ops": [...]}``, each op a dict with ``thread`` (the executor
         thread's index, from 0), ``start`` and ``seconds`` (from the call's start), ``name``, ``type`` and
-        ``part`` (see ``part_of``). The profiler adds a little time to every op it records.
+        ``part`` (see ``part_of``). The profiler adds a little time to every op it records, and once a
+        function has run many times TensorFlow's executor runs the ops it found cheap inline, unrecorded:
+        trace a freshly made ``tf.function`` to see them.
     """
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
