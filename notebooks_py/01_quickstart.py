@@ -53,7 +53,9 @@
 # sums them into the mean gradient, and every replica applies the same update to its mirrored
 # variables](figures/sync_step_all_reduce.svg)
 #
-# `tf.distribute.MirroredStrategy` does all of this on one machine; Keras `fit()` works with it
+# Each replica holds its own copy of every weight; a weight kept as one copy per replica, with the
+# copies updated alike, is a **mirrored variable** (the section "What a mirrored variable is" looks
+# inside one). `tf.distribute.MirroredStrategy` does all of this on one machine; Keras `fit()` works with it
 # unchanged, as long as the model is created inside the strategy's scope.
 #
 # Because the update is computed from the whole global batch, training with N replicas follows
@@ -75,7 +77,7 @@
 #
 # What is left is the order of floating-point additions: two replicas sum their gradients in
 # another order than one device, so the runs agree to rounding, not bit for bit (lesson 3 measures
-# how closely). The MLP used here meets all five conditions. It is
+# how closely; a single small step, as below, can happen to match exactly). The MLP used here meets all five conditions. It is
 # "the guide's MLP" of this course: 784-256-256-10 with Adam, `get_compiled_model()` of the keras.io guide
 # [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/).
 
@@ -205,8 +207,8 @@ print(f"global batch {GLOBAL_BATCH_SIZE} = {PER_REPLICA_BATCH_SIZE} per replica 
 train_dataset = (
     tf.data.Dataset.from_tensor_slices((data.x_train, data.y_train))
     .shuffle(len(data.y_train), seed=0)
-    .batch(GLOBAL_BATCH_SIZE, drop_remainder=True)
-    .prefetch(tf.data.AUTOTUNE)
+    .batch(GLOBAL_BATCH_SIZE, drop_remainder=True)  # whole batches only: the replicas' shares stay equal
+    .prefetch(tf.data.AUTOTUNE)  # prepare the next batch while this one trains (tf.data picks how many)
 )
 val_dataset = tf.data.Dataset.from_tensor_slices((data.x_val, data.y_val)).batch(GLOBAL_BATCH_SIZE)
 test_dataset = tf.data.Dataset.from_tensor_slices((data.x_test, data.y_test)).batch(GLOBAL_BATCH_SIZE)
@@ -277,7 +279,8 @@ q1.assert_correct()
 #
 # Then one `MirroredStrategy` step with 2 replicas, from the same initial weights and on the same
 # global batch, must end with the same weights. The model is the classic MNIST MLP
-# (784-256-256-10) that the whole course uses; `kerasdist.model.build_model()` builds the same one.
+# (784-256-256-10) that the whole course uses; `kerasdist.model.build_model()` builds the same one
+# (this lesson writes its own, `build_mlp()`, to show every line; later lessons use kerasdist's).
 #
 # A gradient by hand takes `tf.GradientTape`, which Keras' `fit()` also uses inside each step.
 # TensorFlow records the operations run inside `with tf.GradientTape() as tape:`; afterwards
@@ -459,7 +462,7 @@ print(f"= {weight_bytes / 1e6:.2f} MB (1 MB = 1,000,000 bytes)")
 # TensorFlow makes a variable mirrored only when it is created under a strategy's scope. The cell
 # below builds the same MLP outside the scope: nothing fails, but that model belongs to
 # TensorFlow's *default strategy*, which runs everything on one device, and its weights are plain
-# variables. `fit()` would train it on one device, on the whole global batch, and never say so.
+# variables (`ResourceVariable`: TensorFlow's ordinary variable, one copy on one device). `fit()` would train it on one device, on the whole global batch, and never say so.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -793,6 +796,10 @@ clipped_move = max(float(np.max(np.abs(w - w0))) for w, w0 in zip(clipped.get_we
 print(f"the clipped step moved the weights by up to {clipped_move:.1e}")
 
 # %% [markdown]
+# (Where the two steps print the same largest move, that weight's gradient was under the threshold on
+# both replicas, so the clipping left it alone; the gap line shows how far the clipped weights moved
+# apart.)
+#
 # The second: in Keras 3 the optimizer clips *each replica's* gradient (its share, divided by the
 # global batch) and only then all-reduces. Each replica's share of the gradient is about 1/N of
 # the mean gradient, so on N replicas the same threshold clips less of it, and the summed update

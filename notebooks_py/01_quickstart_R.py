@@ -57,7 +57,9 @@
 # sums them into the mean gradient, and every replica applies the same update to its mirrored
 # variables](figures/sync_step_all_reduce.svg)
 #
-# `tf$distribute$MirroredStrategy` does all of this on one machine, and keras3's `fit()` works with
+# Each replica holds its own copy of every weight; a weight kept as one copy per replica, with the
+# copies updated alike, is a **mirrored variable** (the section "What a mirrored variable is" looks
+# inside one). `tf$distribute$MirroredStrategy` does all of this on one machine, and keras3's `fit()` works with
 # it unchanged, as long as the model is created inside the strategy's scope.
 #
 # Because the update is computed from the whole global batch, training with N replicas follows
@@ -79,7 +81,7 @@
 #
 # What is left is the order of floating-point additions: two replicas sum their gradients in
 # another order than one device, so the runs agree to rounding, not bit for bit (lesson 3 measures
-# how closely). The MLP used here meets all five conditions. It is
+# how closely; a single small step, as below, can happen to match exactly). The MLP used here meets all five conditions. It is
 # "the guide's MLP" of this course: 784-256-256-10 with Adam, `get_compiled_model()` of the keras.io guide
 # [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/).
 
@@ -217,8 +219,8 @@ import keras  # noqa: F401
 #   if (training)
 #     dataset <- dataset |> dataset_shuffle(buffer_size = nrow(x), seed = 0L)
 #   dataset |>
-#     dataset_batch(batch_size, drop_remainder = training) |>
-#     dataset_prefetch(tf$data$AUTOTUNE)
+#     dataset_batch(batch_size, drop_remainder = training) |>  # whole batches only: equal shares per replica
+#     dataset_prefetch(tf$data$AUTOTUNE)  # prepare the next batch while this one trains (tf.data picks how many)
 # }
 # train_dataset <- make_dataset(x_train, y_train, global_batch_size, training = TRUE)
 # val_dataset <- make_dataset(data$x_val, data$y_val, global_batch_size)
@@ -492,7 +494,7 @@ import keras  # noqa: F401
 # TensorFlow makes a variable mirrored only when it is created under a strategy's scope. The cell
 # below builds the same MLP outside the scope: nothing fails, but that model belongs to
 # TensorFlow's *default strategy*, which runs everything on one device, and its weights are plain
-# variables. `fit()` would train it on one device, on the whole global batch, and never say so.
+# variables (`ResourceVariable`: TensorFlow's ordinary variable, one copy on one device). `fit()` would train it on one device, on the whole global batch, and never say so.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -851,6 +853,10 @@ import keras  # noqa: F401
 #             max_abs_difference(get_weights(clipped), initial_weights)))
 
 # %% [markdown]
+# (Where the two steps print the same largest move, that weight's gradient was under the threshold on
+# both replicas, so the clipping left it alone; the gap line shows how far the clipped weights moved
+# apart.)
+#
 # The second: in Keras 3 the optimizer clips *each replica's* gradient (its share, divided by the
 # global batch) and only then all-reduces. Each replica's share of the gradient is about 1/N of
 # the mean gradient, so on N replicas the same threshold clips less of it, and the summed update

@@ -33,7 +33,8 @@
 #   and each rung's **MFU** (model FLOPs utilization);
 # - what of this carries over to GPUs.
 #
-# **What you need**: lessons 1 and 3, the project's virtualenv as the kernel (with JAX, the `jax`
+# **What you need**: lessons 1 and 3 (and 7 for JAX: `jax.jit` and Keras' stateless API, which the
+# scan rung uses; this lesson recalls what it needs), the project's virtualenv as the kernel (with JAX, the `jax`
 # extra that set-up installs), Debian's `dataset-fashion-mnist` package (set-up installs it as root;
 # without it Keras downloads the files), and about 3 minutes on a 2-core CPU. Unlike the other
 # lessons this one always trains on **Fashion-MNIST**: 70,000 real 28x28 photos of clothing in 10
@@ -52,6 +53,17 @@
 #
 # This lesson measures that on a data set of full size: first the ladder of settings, then the parts
 # of one step, then the machine's limits, so that every speed-up has a reason.
+#
+# Words this lesson uses. The **host** is the CPU side that drives a computation: your Python (or R)
+# program and the framework's runtime; on a GPU machine the *device* is the GPU, here the device is
+# the same CPU. Each operation of a model (a product, an addition) runs as a **kernel**, a compiled
+# routine for that op on that device (not a Jupyter kernel, nor a Dense layer's `kernel` weights).
+# TensorFlow's **executor** is the runtime that runs a graph's ops, each as soon as its inputs are
+# ready; to **dispatch** a call is the host's work of handing it to the runtime. The first call of a
+# `tf.function` (or of JAX's `jax.jit`) runs the Python code once to record its graph, **tracing**,
+# then compiles it. **XLA** (Accelerated Linear Algebra) is the compiler TensorFlow and JAX share:
+# it compiles a whole function at once and **fuses** ops, computing several of them in one kernel
+# and one pass over memory instead of one kernel and one pass each.
 
 # %% [markdown]
 # ## Setup
@@ -111,7 +123,9 @@ print("classes:", ", ".join(data_module.FASHION_CLASSES))
 #
 # A rung's speed is its **steady state**: samples/s of the median epoch after the first (the first
 # pays for tracing and compiling; with 3 epochs, the mean of the last two), counting training only
-# (kerasdist's loop also validates after each epoch; that pass is not counted). The JAX rungs run in
+# (kerasdist's loop also validates after each epoch; that pass is not counted). Two steady epochs are
+# too few for quartiles, so the printout gives their range as the spread
+# (`benchmarks/benchmark_engines.py --part ladder` runs every rung in 3 rounds of their own). The JAX rungs run in
 # processes of their own: Keras chooses its backend once, before it loads, and this notebook's Keras
 # runs on TensorFlow. Besides the change each row names, the rungs feed their batches differently:
 # the `fit` rungs shuffle images through a buffer of ten thousand as the guide does, kerasdist's loop
@@ -137,7 +151,7 @@ print(inspect.getsource(keras.src.trainers.trainer.Trainer._resolve_auto_jit_com
 print(f"the guide's fit chose jit_compile={speed_ladder.guide_model().jit_compile} on this machine")
 
 # %%
-# Every rung, one after another in this run (a bar across them); each prints its speed as it ends.
+# Every rung, one after another in this run (a bar across them); their speeds are printed when all have run.
 runs = {}
 progress = keras.utils.Progbar(len(speed_ladder.RUNGS), unit_name="rung")
 for name in speed_ladder.RUNGS:
@@ -145,9 +159,10 @@ for name in speed_ladder.RUNGS:
     progress.add(1)
 speed = {name: speed_ladder.steady_samples_per_s(run) for name, run in runs.items()}
 accuracy = {name: run["test_accuracy"] for name, run in runs.items()}
-for name in speed:
-    print(f"{name:34s} {speed[name]:8,.0f} samples/s  {speed[name] / speed['fit (guide)']:4.1f}x the guide's  "
-          f"test accuracy {accuracy[name]:.3f}")
+for name, run in runs.items():
+    steady = [run["samples_per_epoch"] / seconds for seconds in run["epoch_seconds"][1:]]
+    print(f"{name:34s} {speed[name]:8,.0f} samples/s (steady epochs {min(steady):,.0f} to {max(steady):,.0f})  "
+          f"{speed[name] / speed['fit (guide)']:4.1f}x the guide's  test accuracy {accuracy[name]:.3f}")
 
 # %% [markdown]
 # The `lax.scan` rung is shown in full below: a training step written with Keras' stateless API
@@ -155,12 +170,13 @@ for name in speed:
 # an epoch inside one `jax.jit` call, gathering each batch from the arrays already on the device.
 
 # %%
+print(inspect.getsource(speed_ladder.stateless_step))
 print(inspect.getsource(speed_ladder.scan_epoch))
 
 # %% [markdown]
 # **Predict, then run.** Which rung is fastest, and how many times the guide's `fit` speed does it reach?
-# Does any rung buy its speed with a worse model after the same epochs? Decide from the table above,
-# then run the check.
+# Does any rung buy its speed with a worse model after the same epochs? Decide from the speeds printed
+# above, then run the next cell: it checks the accuracies and names the fastest rung.
 
 # %%
 # Check: every rung reaches about the same accuracy (speeds are printed, not asserted: they vary with
@@ -229,7 +245,9 @@ print(f"one step: {BATCH_SIZE / rung_rate * 1e6:,.0f} µs in the scan, {BATCH_SI
 
 # %% [markdown]
 # Read each ratio against the spreads: a ratio whose spreads overlap the rung's means that choice makes
-# no difference on this machine. The difference between a step dispatched from Python and the same step
+# no difference on this machine. Donation saves memory (the old state's buffers are reused, not
+# copied), which is what it is for on an accelerator with little of it; it need not save time, and the
+# printout says what it did to the time here. The difference between a step dispatched from Python and the same step
 # in the scan is what the host costs per step when nothing else is in the way. Keras' `fit` on JAX
 # pays more than that: its data adapter slices every batch from the arrays in Python and hands it to
 # the jitted step (`get_jax_iterator` in `keras/src/trainers/data_adapters/array_data_adapter.py`),
@@ -293,6 +311,9 @@ q1.assert_correct()
 # `keras/src/trainers/trainer.py`); a custom loop must call `optimizer.scale_loss(loss)` before taking
 # the gradients (the `LossScaleOptimizer` unscales them in `apply_gradients`), as kerasdist's loop
 # does. The cell below shows all of that on this machine.
+# TensorFlow may log a line under it about oneDNN and `DT_HALF` (float16's name inside TensorFlow):
+# it says TensorFlow falls back from oneDNN's kernels to its own (Eigen's) for float16 on this CPU;
+# the lesson trains nothing in float16.
 
 # %%
 # Which bfloat16 instructions this CPU has; what float16 and bfloat16 make of small gradients; what
@@ -321,11 +342,13 @@ print(f"under mixed_float16: hidden layers compute in {float16_model.layers[1].c
 # ladder:
 
 # %%
-# kerasdist's loop, without and with XLA, under mixed_bfloat16.
+# kerasdist's loop, without and with XLA, under mixed_bfloat16 (a bar across the two).
+progress = keras.utils.Progbar(2, unit_name="rung")
 for name in ("kerasdist loop", "kerasdist loop + XLA"):
     run = speed_ladder.measure(name, DATA_SOURCE, EPOCHS, data=data, precision="mixed_bfloat16")
     speed[f"{name}, bfloat16"] = speed_ladder.steady_samples_per_s(run)
     accuracy[f"{name}, bfloat16"] = run["test_accuracy"]
+    progress.add(1)
 for name in ("kerasdist loop", "kerasdist loop, bfloat16", "kerasdist loop + XLA", "kerasdist loop + XLA, bfloat16"):
     print(f"{name:32s} {speed[name]:8,.0f} samples/s  test accuracy {accuracy[name]:.3f}")
 
@@ -420,19 +443,18 @@ def per_step_ms(timing, steps):
     return Timing(*(seconds / steps * 1e3 for seconds in timing))
 
 
-timings = {  # milliseconds per step
-    "input pipeline": per_step_ms(time_calls(drain), batches_per_epoch),
-    "forward": per_step_ms(time_calls(steps_per_call(forward), x_steps, y_steps), STEPS_PER_CALL),
-    "forward + backward": per_step_ms(time_calls(steps_per_call(forward_backward), x_steps, y_steps),
-                                      STEPS_PER_CALL),
-    "optimizer update": per_step_ms(time_calls(steps_per_call(optimizer_update), x_steps, y_steps),
-                                    STEPS_PER_CALL),
-    "whole step": per_step_ms(time_calls(steps_per_call(whole_step), x_steps, y_steps), STEPS_PER_CALL),
-    "whole step, 1 per call": per_step_ms(time_calls(python_loop_of_steps, x_steps, y_steps), STEPS_PER_CALL),
-    "whole step, XLA": per_step_ms(time_calls(steps_per_call(whole_step, jit_compile=True), x_steps,
-                                                    y_steps), STEPS_PER_CALL),
+programs = {  # each program, its arguments, and the steps one call runs
+    "input pipeline": (drain, (), batches_per_epoch),
+    "forward": (steps_per_call(forward), (x_steps, y_steps), STEPS_PER_CALL),
+    "forward + backward": (steps_per_call(forward_backward), (x_steps, y_steps), STEPS_PER_CALL),
+    "optimizer update": (steps_per_call(optimizer_update), (x_steps, y_steps), STEPS_PER_CALL),
+    "whole step": (steps_per_call(whole_step), (x_steps, y_steps), STEPS_PER_CALL),
+    "whole step, 1 per call": (python_loop_of_steps, (x_steps, y_steps), STEPS_PER_CALL),
+    "whole step, XLA": (steps_per_call(whole_step, jit_compile=True), (x_steps, y_steps), STEPS_PER_CALL),
 }
-for name, timing in timings.items():
+timings = {}  # milliseconds per step, printed as each is measured
+for name, (program, arguments, steps) in programs.items():
+    timings[name] = timing = per_step_ms(time_calls(program, *arguments), steps)
     print(f"{name:24s} {timing.median:6.3f} ms per step (spread {timing.low:.3f} to {timing.high:.3f} ms)")
 graphs = {name: tf.function(part).get_concrete_function(x_steps[0], y_steps[0]).graph.get_operations()
           for name, part in (("forward", forward), ("forward + backward", forward_backward),
@@ -471,6 +493,8 @@ print(f"the optimizer update timed alone: {median['optimizer update']:.3f} ms; i
 print(f"1 step per call: {median['whole step, 1 per call'] / median['whole step']:.1f}x the time of 50 per call")
 print("shares of one step at 1 step per call: " + ", ".join(
     f"{name} {value / median['whole step, 1 per call']:.0%}" for name, value in parts.items()))
+for name in [name for name, value in parts.items() if value < 0]:
+    print(f"{name} came out below zero: smaller than the timings' noise here; run the timing cell again")
 
 # %% [markdown]
 # **The input pipeline shares the cores.** On a GPU machine the input pipeline runs on the CPU while
@@ -479,13 +503,22 @@ print("shares of one step at 1 step per call: " + ", ".join(
 # alone (its batches already in memory, 50 steps in one compiled loop) against a step of kerasdist's
 # loop + XLA rung bounds what this costs: the rung reads its batches from that pipeline, and it also
 # calls its compiled step once per step from a TensorFlow loop and keeps per-step statistics, so the
-# difference is the pipeline's cost at most:
+# difference is the pipeline's cost at most (on a busy machine it can even come out below zero, when
+# the noise is larger than the cost):
 
 # %%
-# The XLA step alone against the same step in training (the loop + XLA rung of the ladder), per step.
+# The XLA step alone against the same step in training (the loop + XLA rung of the ladder), per step; and
+# against a step of the scan epoch (the same arithmetic, compiled from JAX).
 in_training_ms = BATCH_SIZE / speed["kerasdist loop + XLA"] * 1e3
 print(f"XLA step alone {median['whole step, XLA']:.3f} ms; in training {in_training_ms:.3f} ms per step; "
       f"the input pipeline alone takes {median['input pipeline']:.3f} ms per batch (wall time, drained alone)")
+print(f"a step of the scan epoch: {BATCH_SIZE / speed['JAX lax.scan epoch'] * 1e3:.3f} ms")
+
+# %% [markdown]
+# The last line sets TensorFlow's XLA step, timed alone, beside a step of the scan epoch: the same
+# arithmetic, each compiled by XLA from its own program (the scan's step also gathers its batch), and
+# neither with host work between steps. The printout says which is faster here: the rung with the
+# least host work need not run the fastest compiled step.
 
 # %%
 # Draw one step's time in its parts, with the measured step marked, beside the whole step at 50 per call, the
@@ -520,7 +553,9 @@ plt.show()
 # 1.25 times the forward pass's FLOPs for this MLP (the next section counts them: the first layer,
 # three quarters of the forward FLOPs, needs no input gradient). Adam's update is little arithmetic
 # but many small element-wise ops over every weight. XLA fuses the update's ops, and the bias and
-# ReLU ops, into few kernels; the XLA bar shows what that saves.
+# ReLU ops, into few kernels; the XLA bar shows what that saves here, if anything. On a busy machine a
+# part can even come out below zero: the programs were timed at different moments, and a difference
+# smaller than the noise has no sign (the cell above then says so); run the timing cell again.
 
 # %% [markdown]
 # ### A profiler's trace of one step
@@ -533,17 +568,22 @@ plt.show()
 # executor that ran it, coloured by the part of the step it belongs to (from its name scope:
 # `gradient_tape/` for the backward pass, the optimizer's name, `optimizer.name`, for the update).
 # Recording adds a little time to every op, so the traced step is a little slower than the steps
-# timed above.
+# timed above. TensorFlow's executor also learns which ops are cheap: once a function has run many
+# times, it runs those ops inline and the profiler no longer records them. So the cell traces a
+# freshly made `tf.function` of the same step, whose first calls record far more of its ops; the
+# printout sets the ops recorded beside the ops of the step's graph (which also counts constants and
+# other ops that do no work).
 
 # %%
-# Trace one step at one step per call: each op's thread, start and duration, grouped by part.
-traced = trace.trace_step(one_step_per_call, x_batches[0], y_batches[0], optimizer_name=optimizer.name)
+# Trace one step at one step per call, of a freshly made tf.function: each op's thread, start and duration.
+traced = trace.trace_step(tf.function(whole_step), x_batches[0], y_batches[0], optimizer_name=optimizer.name)
 ops_by_part = collections.defaultdict(list)
 for op in traced["ops"]:
     ops_by_part[op["part"]].append(op)
 threads = sorted({op["thread"] for op in traced["ops"]})
-print(f"one traced step: {traced['seconds'] * 1e3:.3f} ms, {len(traced['ops'])} ops on {len(threads)} threads; "
-      f"no op running for {1 - trace.busy_seconds(traced['ops']) / traced['seconds']:.0%} of it")
+print(f"one traced step: {traced['seconds'] * 1e3:.3f} ms, {len(traced['ops'])} ops recorded (its graph has "
+      f"{len(graphs['whole step'])}) on {len(threads)} threads; no recorded op running for "
+      f"{1 - trace.busy_seconds(traced['ops']) / traced['seconds']:.0%} of it")
 for part, ops in ops_by_part.items():
     longest = max(ops, key=lambda op: op["seconds"])
     print(f"{part:28s} {len(ops):4d} ops, {sum(op['seconds'] for op in ops) * 1e3:6.3f} ms of op time; the longest: "
@@ -552,7 +592,9 @@ for part, ops in ops_by_part.items():
 # %%
 # Draw the trace: one row per executor thread, each op a bar from its start to its end.
 figure, axis = plt.subplots(figsize=(11, 0.5 * len(threads) + 1.6))
-for (part, ops), color in zip(ops_by_part.items(), ("tab:blue", "tab:orange", "tab:cyan")):
+part_colors = {trace.OTHER_PART: "tab:blue", "backward": "tab:cyan", "optimizer update": "tab:orange"}  # as above
+for part, ops in ops_by_part.items():
+    color = part_colors[part]
     for thread in threads:
         axis.broken_barh([(op["start"] * 1e3, op["seconds"] * 1e3) for op in ops if op["thread"] == thread],
                          (thread - 0.4, 0.8), color=color, label=part if thread == threads[0] else None)
@@ -569,9 +611,10 @@ plt.show()
 # on whichever of its threads is free: the forward products follow one another, then the backward
 # ones, and a weight's update can start as soon as its gradient exists, while other gradients are
 # still being computed. Most ops are short: their bars are slivers, and the printout names the
-# longest of each part. The white space, where no op runs, is the host's share of a step: the Python call, the
-# function's dispatch and the executor's scheduling between ops. That is the overhead that more
-# steps per call and XLA's fusion remove.
+# longest of each part. The white space, where no recorded op runs, is mostly the host's share of a
+# step: the Python call, the function's dispatch and the executor's scheduling between ops (with the
+# few ops the profiler left out). That is the overhead that more steps per call and XLA's fusion
+# remove.
 
 # %% [markdown]
 # ### Exercise q2: the host's overhead in your timings
@@ -624,9 +667,15 @@ print(f"training FLOPs per sample: {flops['forward']:,} forward + {flops['backwa
 # its memory bandwidth (bytes/s). A kernel that does `F` FLOPs and must move `B` bytes takes at least
 # `max(F / P, B / BW)`; its **arithmetic intensity** `F / B` says which limit binds, and the
 # intensity where the two meet, `P / BW`, is the machine's **ridge point**. For a bound, `P` must be
-# a rate no kernel can beat: the CPU's **nominal peak**, cores x FLOPs per cycle of one core x clock
-# (FLOPs per cycle: the fused multiply-adds of its widest vectors, two FLOPs each), read from the CPU
-# below. Beside it the **measured peak**: the median rate of large chained products, what this CPU
+# a rate no kernel can beat: the CPU's **nominal peak**, cores x FLOPs per cycle of one core x clock,
+# read from the CPU below. A core's FLOPs per cycle come from its vector instructions: one **fused
+# multiply-add** (FMA) computes `a x b + c` on every lane of a vector register at once, two FLOPs per
+# lane (16 float32 lanes in AVX-512's 512-bit registers), and a core has up to two FMA units. Two
+# assumptions make this a bound on most CPUs, a loose one on some: two FMA units per core (AMD's Zen
+# 4, for one, runs AVX-512 on 256-bit units: half the FLOPs per cycle), and the highest clock the
+# system reports (a virtual machine may report only its timer's clock, below what the cores run at).
+# MFU against it can read low, the share of the measured peak reads high; the truth lies between.
+# Beside it the **measured peak**: the median rate of large chained products, what this CPU
 # really reaches. `BW` is main memory's (DRAM) bandwidth, measured by STREAM's triad (`a = b + 3 c`, on
 # every core). Adam's update is the memory-bound part: per weight it reads the gradient, both moments
 # and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
@@ -646,26 +695,28 @@ print(f"Adam's update, fused: {adam_bytes / 1e6:.2f} MB for {mlp.count_params():
 assert sum(kernel["flops"] for kernel in step) == BATCH_SIZE * flops["total"]
 
 # %%
-# The machine, each rate the median of its calls with their spread: the nominal peak (read from the CPU), the
-# measured peak (chained 1024 x 1024 products), each product's rate at its own shape (the faster of
-# TensorFlow's kernel and XLA's), and main memory's bandwidth (the triad).
+# The machine, each rate the median of its calls with their spread, printed as measured: the nominal peak (read
+# from the CPU), the measured peak (chained 1024 x 1024 products), main memory's bandwidth (the triad), and
+# each product's rate at its own shape (the faster of TensorFlow's kernel and XLA's).
 nominal = nominal_flops_per_s("float32")
-peak = kerasdist.matmul_flops_per_s("float32")
-shapes = sorted({(kernel["m"], kernel["k"], kernel["n"]) for kernel in step})
-rate = {shape: max((gemm_flops_per_s(*shape, jit_compile=jit) for jit in (False, True)), key=lambda r: r.median)
-        for shape in shapes}
-bandwidth = memory_bytes_per_s()
+print(f"CPU: {nominal.model}")
 print(f"nominal peak: {nominal.cores} cores x {nominal.flops_per_cycle} FLOPs per cycle ({nominal.instructions}, "
       f"{speed_module.FMA_UNITS_PER_CORE} FMA units assumed) x {nominal.clock_hz / 1e9:.2f} GHz "
       f"({nominal.clock_source}) = {nominal.flops_per_s / 1e9:,.0f} GFLOP/s float32")
+peak = kerasdist.matmul_flops_per_s("float32")
 print(f"measured peak: {peak.median / 1e9:,.0f} GFLOP/s (spread {peak.low / 1e9:,.0f} to {peak.high / 1e9:,.0f}), "
       f"{peak.median / nominal.flops_per_s:.0%} of the nominal peak")
+bandwidth = memory_bytes_per_s()
 print(f"main memory: {bandwidth.median / 1e9:,.1f} GB/s (triad, spread {bandwidth.low / 1e9:,.1f} to "
       f"{bandwidth.high / 1e9:,.1f})")
 ridge = nominal.flops_per_s / bandwidth.median  # the intensity where the two roofs meet
 print(f"ridge point: {ridge:.1f} FLOP/byte; the largest product moves {max(k['bytes'] for k in step) / 1e6:.2f} MB")
+rate = {}
 for kernel in step:
-    intensity, measured = kernel["flops"] / kernel["bytes"], rate[(kernel["m"], kernel["k"], kernel["n"])]
+    shape = (kernel["m"], kernel["k"], kernel["n"])
+    if shape not in rate:
+        rate[shape] = max((gemm_flops_per_s(*shape, jit_compile=jit) for jit in (False, True)), key=lambda r: r.median)
+    intensity, measured = kernel["flops"] / kernel["bytes"], rate[shape]
     roof = min(nominal.flops_per_s, intensity * bandwidth.median)
     print(f"{kernel['name']:24s} {measured.median / 1e9:6.1f} GFLOP/s (spread {measured.low / 1e9:5.1f} to "
           f"{measured.high / 1e9:5.1f}), {measured.median / roof:4.0%} of the roof at its intensity, "
@@ -689,7 +740,9 @@ print(f"isolated-kernel estimate: {estimate_s * 1e3:.3f} ms per step (Adam's upd
 # *alone*, paying for its own loop iteration and the read of its result (for the smallest products,
 # layer 3's, most of their time), which a step fused by XLA does not pay; and Adam's state (a few MB)
 # may sit in the caches, faster than main memory. So a fused rung can come out faster than the
-# estimate, never faster than the bound.
+# estimate, never faster than the bound. The rates above were measured one after another: on a busy
+# machine a product can come out faster than the measured peak taken a few seconds before it, which
+# says how much the load moved, not that the product beat the machine.
 
 # %%
 # The roofline chart: the bound's two roofs, the measured peak, and each product at its intensity and measured rate.
@@ -759,11 +812,12 @@ print(f"the fastest rung, {fastest}, reaches {mfu[fastest]:.0%} of the bound and
 # and spreads), beside each dtype's nominal peak.
 print(", ".join(f"nominal peak {dtype} {nominal_flops_per_s(dtype).flops_per_s / 1e9:,.0f} GFLOP/s"
                 for dtype in ("float32", "bfloat16")))
-for shape in ((BATCH_SIZE, 784, 256), (1024, 1024, 1024)):
+# 50 products per call at the small shape, as the roofline cell; 10 of the large ones make a long enough call.
+for shape, products in (((BATCH_SIZE, 784, 256), 50), ((1024, 1024, 1024), 10)):
     print(f"{shape[0]} x {shape[1]} @ {shape[1]} x {shape[2]}:")
     for dtype in ("float32", "bfloat16"):
         for jit in (False, True):
-            value = gemm_flops_per_s(*shape, dtype=dtype, jit_compile=jit, products=10)
+            value = gemm_flops_per_s(*shape, dtype=dtype, jit_compile=jit, products=products)
             print(f"  {dtype:8s} {'XLA' if jit else 'TensorFlow':10s} {value.median / 1e9:6,.0f} GFLOP/s "
                   f"(spread {value.low / 1e9:,.0f} to {value.high / 1e9:,.0f})")
 

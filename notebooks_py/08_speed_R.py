@@ -127,7 +127,9 @@ import keras  # noqa: F401
 #
 # A rung's speed is its **steady state**: samples/s of the median epoch after the first (the first
 # pays for tracing and compiling; with 3 epochs, the mean of the last two), counting training only
-# (kerasdist's loop also validates after each epoch; that pass is not counted). Besides the change
+# (kerasdist's loop also validates after each epoch; that pass is not counted). Two steady epochs are
+# too few for quartiles, so the printout gives their range as the spread
+# (`benchmarks/benchmark_engines.py --part ladder` runs every rung in 3 rounds of their own). Besides the change
 # each row names, the rungs feed their batches differently: the `fit()` rungs shuffle images through
 # a buffer of ten thousand as the guide does, kerasdist's loop shuffles indices and gathers whole
 # batches, Keras on JAX slices the arrays in Python, and the scan gathers each batch inside its
@@ -205,8 +207,10 @@ import keras  # noqa: F401
 # accuracy <- vapply(runs, function(run) run$test_accuracy, numeric(1))
 # comma <- function(x) formatC(x, format = "f", digits = 0, big.mark = ",")
 # for (name in names(speed)) {
-#   cat(sprintf("%-34s %8s samples/s  %4.1fx the guide's  test accuracy %.3f\n", name,
-#               comma(speed[[name]]), speed[[name]] / speed[["fit (guide)"]], accuracy[[name]]))
+#   steady <- runs[[name]]$samples_per_epoch / unlist(runs[[name]]$epoch_seconds)[-1]
+#   cat(sprintf("%-34s %8s samples/s (steady epochs %s to %s)  %4.1fx the guide's  test accuracy %.3f\n", name,
+#               comma(speed[[name]]), comma(min(steady)), comma(max(steady)), speed[[name]] / speed[["fit (guide)"]],
+#               accuracy[[name]]))
 # }
 
 # %% [markdown]
@@ -216,7 +220,9 @@ import keras  # noqa: F401
 # batch from the arrays already on the device.
 
 # %% language="R"
-# cat(import("inspect")$getsource(py_get_attr(speed_ladder, "scan_epoch")), "\n", sep = "")
+# for (name in c("stateless_step", "scan_epoch")) {
+#   cat(import("inspect")$getsource(py_get_attr(speed_ladder, name)), "\n", sep = "")
+# }
 
 # %% [markdown]
 # **Predict, then run.** Which rung is fastest, and how many times the guide's `fit()` speed does it
@@ -364,6 +370,9 @@ import keras  # noqa: F401
 # `TRUE` (see `Trainer.compile` in `keras/src/trainers/trainer.py`); a custom loop must call `optimizer$scale_loss(loss)` before
 # taking the gradients (the `LossScaleOptimizer` unscales them in `apply_gradients`), as kerasdist's
 # loop does. The cell below shows all of that on this machine.
+# TensorFlow may log a line under it about oneDNN and `DT_HALF` (float16's name inside TensorFlow):
+# it says TensorFlow falls back from oneDNN's kernels to its own (Eigen's) for float16 on this CPU;
+# the lesson trains nothing in float16.
 
 # %% language="R"
 # # Which bfloat16 instructions this CPU has; what float16 and bfloat16 make of small gradients; what
@@ -583,10 +592,18 @@ import keras  # noqa: F401
 # difference is the pipeline's cost at most:
 
 # %% language="R"
-# # The XLA step alone against the same step in training (the loop + XLA rung of the ladder), per step.
+# # The XLA step alone against the same step in training (the loop + XLA rung of the ladder), per step; and
+# # against a step of the scan epoch (the same arithmetic, compiled from JAX).
 # in_training_ms <- batch_size / speed[["kerasdist loop + XLA"]] * 1e3
 # cat(sprintf("XLA step alone %.3f ms; in training %.3f ms per step; the input pipeline alone takes %.3f ms per batch (wall time, drained alone)\n",
 #             median_ms[["whole step, XLA"]], in_training_ms, median_ms[["input pipeline"]]))
+# cat(sprintf("a step of the scan epoch: %.3f ms\n", batch_size / speed[["JAX lax.scan epoch"]] * 1e3))
+
+# %% [markdown]
+# The last line sets TensorFlow's XLA step, timed alone, beside a step of the scan epoch: the same
+# arithmetic, each compiled by XLA from its own program (the scan's step also gathers its batch), and
+# neither with host work between steps. The printout says which is faster here: the rung with the
+# least host work need not run the fastest compiled step.
 
 # %% magic_args="-w 11 -h 3.8 --units in -r 100" language="R"
 # # Draw one step's time in its parts, with the measured step marked, beside the whole step at 50 per call, the
@@ -643,17 +660,21 @@ import keras  # noqa: F401
 # TensorFlow's executor that ran it, coloured by the part of the step it belongs to (from its name
 # scope: `gradient_tape/` for the backward pass, the optimizer's name, `optimizer$name`, for the
 # update). Recording adds a little time to every op, so the traced step is a little slower than the
-# steps timed above.
+# steps timed above. TensorFlow's executor also learns which ops are cheap: once a function has run
+# many times, it runs those ops inline and the profiler no longer records them. So the cell traces a
+# freshly made `tf_function()` of the same step, whose first calls record far more of its ops; the
+# printout sets the ops recorded beside the ops of the step's graph (which also counts constants and
+# other ops that do no work).
 
 # %% language="R"
-# # Trace one step at one step per call: each op's thread, start and duration, grouped by part.
-# traced <- kd_trace$trace_step(one_step_per_call, x_batches[[1]], y_batches[[1]], optimizer_name = optimizer$name)
+# # Trace one step at one step per call, of a freshly made tf_function(): each op's thread, start and duration.
+# traced <- kd_trace$trace_step(tf_function(whole_step), x_batches[[1]], y_batches[[1]], optimizer_name = optimizer$name)
 # ops <- do.call(rbind, lapply(traced$ops, function(op) data.frame(thread = op$thread, start = op$start,
 #                                                                    seconds = op$seconds, name = op$name,
 #                                                                    type = op$type, part = op$part)))
 # threads <- sort(unique(ops$thread))
-# cat(sprintf("one traced step: %.3f ms, %d ops on %d threads; no op running for %.0f%% of it\n",
-#             traced$seconds * 1e3, nrow(ops), length(threads),
+# cat(sprintf("one traced step: %.3f ms, %d ops recorded (its graph has %d) on %d threads; no recorded op running for %.0f%% of it\n",
+#             traced$seconds * 1e3, nrow(ops), length(graphs[["whole step"]]), length(threads),
 #             100 * (1 - kd_trace$busy_seconds(traced$ops) / traced$seconds)))
 # for (part in unique(ops$part)) {
 #   mine <- ops[ops$part == part, ]
@@ -689,9 +710,10 @@ import keras  # noqa: F401
 # on whichever of its threads is free: the forward products follow one another, then the backward
 # ones, and a weight's update can start as soon as its gradient exists, while other gradients are
 # still being computed. Most ops are short: their bars are slivers, and the printout names the
-# longest of each part. The white space, where no op runs, is the host's share of a step: the call from R
-# through reticulate, the function's dispatch and the executor's scheduling between ops. That is the
-# overhead that more steps per call and XLA's fusion remove.
+# longest of each part. The white space, where no recorded op runs, is mostly the host's share of a
+# step: the call from R through reticulate, the function's dispatch and the executor's scheduling
+# between ops (with the few ops the profiler left out). That is the overhead that more steps per call
+# and XLA's fusion remove.
 
 # %% [markdown]
 # ### Exercise q2: the host's overhead in your timings
@@ -749,7 +771,12 @@ import keras  # noqa: F401
 # a rate no kernel can beat: the CPU's **nominal peak**, cores x FLOPs per cycle of one core x clock,
 # read from the CPU below. A core's FLOPs per cycle come from its vector instructions: one **fused
 # multiply-add** (FMA) computes `a x b + c` on every lane of a vector register at once, two FLOPs per
-# lane (16 float32 lanes in AVX-512's 512-bit registers), and a core has up to two FMA units. Beside it the **measured peak**: the median rate of large chained products, what this CPU
+# lane (16 float32 lanes in AVX-512's 512-bit registers), and a core has up to two FMA units. Two
+# assumptions make this a bound on most CPUs, a loose one on some: two FMA units per core (AMD's Zen
+# 4, for one, runs AVX-512 on 256-bit units: half the FLOPs per cycle), and the highest clock the
+# system reports (a virtual machine may report only its timer's clock, below what the cores run at).
+# MFU against it can read low, the share of the measured peak reads high; the truth lies between.
+# Beside it the **measured peak**: the median rate of large chained products, what this CPU
 # really reaches. `BW` is main memory's (DRAM) bandwidth, measured by STREAM's triad (`a = b + 3 c`, on
 # every core). Adam's update is the memory-bound part: per weight it reads the gradient, both moments
 # and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
@@ -787,6 +814,7 @@ import keras  # noqa: F401
 #   }
 # }
 # bandwidth <- as_rate(kd_speed$memory_bytes_per_s())
+# cat(sprintf("CPU: %s\n", nominal$model))
 # cat(sprintf("nominal peak: %d cores x %d FLOPs per cycle (%s, %d FMA units assumed) x %.2f GHz (%s) = %s GFLOP/s float32\n",
 #             nominal$cores, nominal$flops_per_cycle, nominal$instructions, kd_speed$FMA_UNITS_PER_CORE,
 #             nominal$clock_hz / 1e9, nominal$clock_source, comma(nominal$flops_per_s / 1e9)))
@@ -908,12 +936,13 @@ import keras  # noqa: F401
 # cat(paste(vapply(c("float32", "bfloat16"), function(dtype) {
 #   sprintf("nominal peak %s %s GFLOP/s", dtype, comma(kd_speed$nominal_flops_per_s(dtype)$flops_per_s / 1e9))
 # }, character(1)), collapse = ", "), "\n", sep = "")
-# for (shape in list(c(batch_size, 784L, 256L), c(1024L, 1024L, 1024L))) {
+# # 50 products per call at the small shape, as the roofline cell; 10 of the large ones make a long enough call.
+# for (shape in list(c(batch_size, 784L, 256L, 50L), c(1024L, 1024L, 1024L, 10L))) {
 #   cat(sprintf("%d x %d @ %d x %d:\n", shape[1], shape[2], shape[2], shape[3]))
 #   for (dtype in c("float32", "bfloat16")) {
 #     for (jit in c(FALSE, TRUE)) {
 #       value <- as_rate(kd_speed$gemm_flops_per_s(shape[1], shape[2], shape[3], dtype = dtype, jit_compile = jit,
-#                                                  products = 10L))
+#                                                  products = shape[4]))
 #       cat(sprintf("  %-8s %-10s %6s GFLOP/s (spread %s to %s)\n", dtype, if (jit) "XLA" else "TensorFlow",
 #                   comma(value[["median"]] / 1e9), comma(value[["low"]] / 1e9), comma(value[["high"]] / 1e9)))
 #     }

@@ -102,6 +102,7 @@
 import os
 
 import kerasdist
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -188,6 +189,7 @@ plt.show()
 # %%
 # NBVAL_CHECK_OUTPUT
 # The strategy's all-reduce of the same four gradients, in a process of its own.
+print("all-reducing in a process of its own (most of the wait is TensorFlow starting there) ...", flush=True)
 by_strategy = sync_cost.strategy_allreduce(gradients, "collective ring", timeout_s=TIMEOUT_S)
 largest = max(np.max(np.abs(theirs - summed[0])) for theirs in by_strategy)
 print("MirroredStrategy's all-reduce equals the ring by hand to float32 precision:",
@@ -262,7 +264,10 @@ plt.show()
 # NVIDIA's benchmark of GPU collectives, nccl-tests, prints two bandwidths for an all-reduce of n bytes
 # in t seconds: the algorithm bandwidth `algbw` = n/t and the bus bandwidth `busbw` = algbw·2(N−1)/N,
 # the rate at which each device's link carries bytes in a ring. The fitted 1/β here is a bus bandwidth:
-# to compare with nccl-tests, use its busbw (or fit its timings as here), not its algbw.
+# to compare with nccl-tests, use its busbw (or fit its timings as here), not its algbw. The two need
+# not agree at one size: the fit weighs every size alike (by relative error), so at the largest it
+# can miss the measurement by as much as its fit error, and that size's busbw still carries a little
+# latency; the printout below shows both.
 
 # %%
 # The largest all-reduce of the collective ring on 4 replicas: its two bandwidths against the fitted 1/beta.
@@ -323,9 +328,10 @@ q1.assert_correct()
 # %%
 # The model's FLOPs per sample (lesson 8) and this machine's float32 matrix-product rate.
 flops = kerasdist.training_flops_per_sample(model)
-flop_rate = speed.matmul_flops_per_s("float32").median
-print(f"{flops['total']:,} training FLOPs per sample; "
-      f"this CPU: {flop_rate / 1e9:.0f} GFLOP/s (float32, median call)")
+measured_peak = speed.matmul_flops_per_s("float32")
+flop_rate = measured_peak.median
+print(f"{flops['total']:,} training FLOPs per sample; this CPU: {flop_rate / 1e9:.0f} GFLOP/s (float32 products, "
+      f"median of 11 calls, spread {measured_peak.low / 1e9:.0f} to {measured_peak.high / 1e9:.0f})")
 for row in rows:
     link = sync_cost.LinkFit(row["alpha"], row["beta"], row["replicas"], row["relative_rms_error"])
     batch = sync_cost.break_even_local_batch(flops["total"], flop_rate, gradient_bytes, link)
@@ -335,7 +341,8 @@ for row in rows:
 # %% [markdown]
 # Now the prediction against a measurement. kerasdist's loop (lesson 6) trains the MLP at a global
 # batch of `GLOBAL_BATCH` on 1, 2 and 4 replicas of the `MirroredStrategy` kerasdist uses on CPUs
-# (`ReductionToOneDevice`). Two predictions of each step: as if every replica had a processor of its
+# (`ReductionToOneDevice`; `kerasdist.make_strategy("mirrored", n)` makes it, the strategy
+# `run_training` uses). Two predictions of each step: as if every replica had a processor of its
 # own (real GPUs: the local batch's compute, then the all-reduce), and as the replicas really run
 # here, one after another on the same cores (the whole global batch's compute, then the all-reduce).
 # The compute is measured on one replica (its step time at the whole batch), not from peak FLOPs,
@@ -410,7 +417,8 @@ q2.assert_correct()
 # kernels a fraction of the peak, and the specifications give no latency, so α is an assumed order
 # of magnitude. The curves say where scaling bends, not how fast a real cluster is. NVLink joins the
 # 8 GPUs of one HGX/DGX H100 board, so its curves stop at 8 (NVLink Switch systems reach further);
-# beyond, GPUs talk over InfiniBand or Ethernet.
+# beyond, GPUs talk over InfiniBand or Ethernet. The PCIe row stands for GPUs in a server without
+# NVLink, at PCIe 4.0's rate (a previous generation's; the H100 itself speaks PCIe 5.0, twice as fast).
 
 # %%
 # Published figures: the links' bandwidth per GPU and direction, and one GPU's step in the hardware model for
@@ -452,6 +460,8 @@ for axis, (name, size) in zip(axes, models.items()):
     axis.axhline(1, color="black", linewidth=0.6)
     axis.set(xscale="log", yscale="log", xlabel="GPUs N", title=f"{name}, local batch {LOCAL_BATCH}")
     axis.set_xticks(counts, [str(c) for c in counts])
+    axis.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))  # 0.5, 1, 2, ... not 10^k
+    axis.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
 axes[0].set_ylabel("speed-up over one GPU (model)")
 axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
 figure.suptitle("A model from specifications, not a measurement")
@@ -471,17 +481,22 @@ for name, size in models.items():
 # The chart's headline for the small MLP rests on an assumed number: most of its all-reduce is the
 # latency term 2(N−1)·α (the printout above), and α is the assumed column of the links' table, not a
 # published figure. With a smaller α its curves would rise, with a larger one they would fall; the wide
-# MLP's all-reduce is mostly bytes over the bandwidth, a published figure, so its curves depend on α
-# much less.
+# MLP's all-reduce is mostly bytes over the bandwidth, a published figure, so its solid curves depend
+# on α much less. Its dashed curves do not: each bucket pays the ring's 2(N−1) latencies again, so
+# how many buckets pay is a matter of α too. The cell below sets 2 buckets beside 8 (PyTorch's DDP
+# fills buckets of 25 MB by default, about 2 for this gradient).
 
 # %%
-# What bfloat16 gradients (half the bytes) and overlap do for the wide MLP: 8 GPUs on NVLink, 64 on InfiniBand.
+# What bfloat16 gradients (half the bytes) and overlap in 2 or 8 buckets do for the wide MLP: 8 GPUs on NVLink,
+# 64 on InfiniBand.
 wide = models["an MLP 10x as wide"]
 for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
     link = hardware.LINKS[link_name]
     for label, grad_bytes, buckets in [("float32 gradients", wide["gradient_bytes"], None),
                                        ("bfloat16 gradients", wide["gradient_bytes"] / 2, None),
+                                       ("float32, 2 buckets overlapped", wide["gradient_bytes"], 2),
                                        ("float32, 8 buckets overlapped", wide["gradient_bytes"], 8),
+                                       ("bfloat16, 2 buckets overlapped", wide["gradient_bytes"] / 2, 2),
                                        ("bfloat16, 8 buckets overlapped", wide["gradient_bytes"] / 2, 8)]:
         speedup = sync_cost.scaling_speedup([gpus], LOCAL_BATCH, wide["flops_per_sample"], wide["flop_rate"],
                                             grad_bytes, link["alpha"], 1 / link["bandwidth"], buckets=buckets)[0]
@@ -494,8 +509,11 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # the peak and its step is several times longer, but its gradient grew more than its step (the
 # printout gives both): it spends less step time per byte of gradient than the small MLP, whose step
 # was mostly fixed cost. So it gains over NVLink, and over InfiniBand and Ethernet only at the
-# largest counts of the chart; below them, and over PCIe (one machine's 8 GPUs), it loses: a larger model does not
-# scale better by itself; its step time per byte of gradient decides.
+# largest counts of the chart; below them, and over PCIe (one machine's 8 GPUs), it gains little or
+# loses: a larger model does not scale better by itself; its step time per byte of gradient decides.
+# (Lesson 8 found 8 GPUs on PCIe *slower* than one for the small MLP: there the global batch stayed
+# 4096, 512 per GPU, strong scaling; here each GPU keeps its local batch, weak scaling, and N GPUs do
+# N times the work.)
 #
 # Overlapping the all-reduce with the backward pass sends the gradient in buckets, each as soon as its
 # gradients exist (as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward pass as
@@ -510,9 +528,10 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # `batch_all_reduce`: a pack need not "wait for all inputs to be ready"). Keras' `fit()` does not
 # use it: its optimizer all-reduces every gradient in one call with the default options, one pack,
 # which waits for the whole backward pass (lesson 8); the knob needs your own loop that passes the
-# options to the all-reduce. The buckets' extra latencies can cost more than the overlap saves, in a
-# flat ring of 64 GPUs and even in one of 8 (the printout says which way it went for the wide MLP): one
-# reason NCCL all-reduces over trees and by node on large clusters. The remedy that always works is a
+# options to the all-reduce. The buckets' extra latencies can cost more than the overlap saves, even
+# in a ring of 8: the more buckets, the more of the all-reduce hides behind the backward pass and the
+# more latencies are paid (the printout says which way 2 and 8 buckets went for the wide MLP at the
+# assumed α): one reason NCCL all-reduces over trees and by node on large clusters. The remedy that always works is a
 # larger local batch (compute grows, the gradient does not), within what the optimizer tolerates
 # (lesson 3).
 #
@@ -618,7 +637,9 @@ print(stages.round(3).to_string(index=False))
 # every weight; a `LayoutMap` that splits each kernel along the *data* axis of the mesh shards the
 # weights, and Adam's moments take their weight's layout. Measured on four JAX CPU devices, in a process
 # of its own: the bytes of weights and optimizer variables on each device (the arrays' addressable
-# shards), and the collectives XLA put into one compiled training step. Gradients are not variables
+# shards), and the collectives XLA put into one compiled training step, counted in its **HLO** (High
+# Level Operations: XLA's program of array ops, the text `jax.jit(...).lower(...).compile().as_text()`
+# prints, where each collective is one named op). Gradients are not variables
 # (they live only inside the compiled step), so this measurement sees 12 of the 16 bytes per
 # parameter: the gradients' 4 are still there during the step, and the training state is still 16
 # bytes per parameter (as exercise q3 counts it). The biases stay replicated, so sharded is a little

@@ -269,6 +269,7 @@ import keras  # noqa: F401
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
 # # The strategy's all-reduce of the same four gradients, in a process of its own.
+# cat("all-reducing in a process of its own (most of the wait is TensorFlow starting there) ...\n")
 # by_strategy <- sync_cost$strategy_allreduce(lapply(gradients, np_array), "collective ring", timeout_s = timeout_s)
 # largest <- max(vapply(by_strategy, function(theirs) max(abs(theirs - summed[[1]])), numeric(1)))
 # cat(sprintf("MirroredStrategy's all-reduce equals the ring by hand to float32 precision: %s\n",
@@ -370,7 +371,10 @@ import keras  # noqa: F401
 # NVIDIA's benchmark of GPU collectives, nccl-tests, prints two bandwidths for an all-reduce of n bytes
 # in t seconds: the algorithm bandwidth `algbw` = n/t and the bus bandwidth `busbw` = algbw·2(N−1)/N,
 # the rate at which each device's link carries bytes in a ring. The fitted 1/β here is a bus bandwidth:
-# to compare with nccl-tests, use its busbw (or fit its timings as here), not its algbw.
+# to compare with nccl-tests, use its busbw (or fit its timings as here), not its algbw. The two need
+# not agree at one size: the fit weighs every size alike (by relative error), so at the largest it
+# can miss the measurement by as much as its fit error, and that size's busbw still carries a little
+# latency; the printout below shows both.
 
 # %% language="R"
 # # The largest all-reduce of the collective ring on 4 replicas: its two bandwidths against the fitted 1/beta.
@@ -433,9 +437,10 @@ import keras  # noqa: F401
 # %% language="R"
 # # The model's FLOPs per sample (lesson 8) and this machine's float32 matrix-product rate.
 # flops <- kerasdist$training_flops_per_sample(model)
-# flop_rate <- kd_speed$matmul_flops_per_s("float32")$median  # the median call's rate (a Rate: median, low, high)
-# cat(sprintf("%s training FLOPs per sample; this CPU: %.0f GFLOP/s (float32, median call)\n", comma(flops$total),
-#             flop_rate / 1e9))
+# measured_peak <- kd_speed$matmul_flops_per_s("float32")  # a Rate: median, low, high
+# flop_rate <- measured_peak$median
+# cat(sprintf("%s training FLOPs per sample; this CPU: %.0f GFLOP/s (float32 products, median of 11 calls, spread %.0f to %.0f)\n",
+#             comma(flops$total), flop_rate / 1e9, measured_peak$low / 1e9, measured_peak$high / 1e9))
 # for (row in rows) {
 #   link <- sync_cost$LinkFit(row$alpha, row$beta, row$replicas, row$relative_rms_error)
 #   batch <- sync_cost$break_even_local_batch(flops$total, flop_rate, gradient_bytes, link)
@@ -446,7 +451,8 @@ import keras  # noqa: F401
 # %% [markdown]
 # Now the prediction against a measurement. kerasdist's loop (lesson 6) trains the MLP at a global
 # batch of `global_batch` on 1, 2 and 4 replicas of the `MirroredStrategy` kerasdist uses on CPUs
-# (`ReductionToOneDevice`), timed by `sync_cost$time_synchronous_step()`. Two predictions of each step:
+# (`ReductionToOneDevice`; `kerasdist$make_strategy("mirrored", n)` makes it, the strategy
+# `run_training()` uses), timed by `sync_cost$time_synchronous_step()`. Two predictions of each step:
 # as if every replica had a processor of its own (real GPUs: the local batch's compute, then the
 # all-reduce), and as the replicas really run here, one after another on the same cores (the whole
 # global batch's compute, then the all-reduce). The compute is measured on one replica (its step time
@@ -528,7 +534,8 @@ import keras  # noqa: F401
 # kernels a fraction of the peak, and the specifications give no latency, so α is an assumed order
 # of magnitude. The curves say where scaling bends, not how fast a real cluster is. NVLink joins the
 # 8 GPUs of one HGX/DGX H100 board, so its curves stop at 8 (NVLink Switch systems reach further);
-# beyond, GPUs talk over InfiniBand or Ethernet.
+# beyond, GPUs talk over InfiniBand or Ethernet. The PCIe row stands for GPUs in a server without
+# NVLink, at PCIe 4.0's rate (a previous generation's; the H100 itself speaks PCIe 5.0, twice as fast).
 
 
 # %% language="R"
@@ -592,7 +599,8 @@ import keras  # noqa: F401
 #          main = sprintf("%s, local batch %d", panel, local_batch), cex.main = 0.95)
 #     abline(h = 1, lwd = 0.6)
 #     axis(1, at = counts, labels = counts)
-#     axis(2, at = 10^decades, labels = parse(text = paste0("10^", decades)), las = 1)
+#     ticks <- as.vector(outer(c(1, 2, 5), 10^decades))  # 0.5, 1, 2, 5, 10, ...: read off without powers of ten
+#     axis(2, at = ticks, labels = format(ticks, drop0trailing = TRUE, trim = TRUE), las = 1)
 #     for (curve in Filter(function(curve) curve$panel == panel, curves)) {
 #       lines(curve$counts, curve$speedup, type = "o", pch = 19, cex = 0.5, col = colours[curve$index],
 #             lty = if (curve$overlapped) 2 else 1)
@@ -623,17 +631,23 @@ import keras  # noqa: F401
 # The chart's headline for the small MLP rests on an assumed number: most of its all-reduce is the
 # latency term 2(N−1)·α (the printout above), and α is the assumed column of the links' table, not a
 # published figure. With a smaller α its curves would rise, with a larger one they would fall; the wide
-# MLP's all-reduce is mostly bytes over the bandwidth, a published figure, so its curves depend on α
-# much less.
+# MLP's all-reduce is mostly bytes over the bandwidth, a published figure, so its solid curves depend
+# on α much less. Its dashed curves do not: each bucket pays the ring's 2(N−1) latencies again, so
+# how many buckets pay is a matter of α too. The cell below sets 2 buckets beside 8 (PyTorch's DDP
+# fills buckets of 25 MB by default, about 2 for this gradient).
 
 # %% language="R"
-# # What bfloat16 gradients (half the bytes) and overlap do for the wide MLP: 8 GPUs on NVLink, 64 on InfiniBand.
+# # What bfloat16 gradients (half the bytes) and overlap in 2 or 8 buckets do for the wide MLP: 8 GPUs on NVLink,
+# # 64 on InfiniBand.
 # wide <- models[["an MLP 10x as wide"]]
 # for (case in list(list(gpus = 8L, link_name = "NVLink 4 (H100)"), list(gpus = 64L, link_name = "InfiniBand NDR"))) {
 #   link <- gpu_links[[case$link_name]]
 #   for (setting in list(list(label = "float32 gradients", grad_bytes = wide$gradient_bytes, buckets = NULL),
 #                        list(label = "bfloat16 gradients", grad_bytes = wide$gradient_bytes / 2, buckets = NULL),
+#                        list(label = "float32, 2 buckets overlapped", grad_bytes = wide$gradient_bytes, buckets = 2L),
 #                        list(label = "float32, 8 buckets overlapped", grad_bytes = wide$gradient_bytes, buckets = 8L),
+#                        list(label = "bfloat16, 2 buckets overlapped", grad_bytes = wide$gradient_bytes / 2,
+#                             buckets = 2L),
 #                        list(label = "bfloat16, 8 buckets overlapped", grad_bytes = wide$gradient_bytes / 2,
 #                             buckets = 8L))) {
 #     speedup <- sync_cost$scaling_speedup(list(case$gpus), local_batch, flops_per_sample = wide$flops_per_sample,
@@ -651,8 +665,11 @@ import keras  # noqa: F401
 # the peak and its step is several times longer, but its gradient grew more than its step (the
 # printout gives both): it spends less step time per byte of gradient than the small MLP, whose step
 # was mostly fixed cost. So it gains over NVLink, and over InfiniBand and Ethernet only at the
-# largest counts of the chart; below them, and over PCIe (one machine's 8 GPUs), it loses: a larger model does not
-# scale better by itself; its step time per byte of gradient decides.
+# largest counts of the chart; below them, and over PCIe (one machine's 8 GPUs), it gains little or
+# loses: a larger model does not scale better by itself; its step time per byte of gradient decides.
+# (Lesson 8 found 8 GPUs on PCIe *slower* than one for the small MLP: there the global batch stayed
+# 4096, 512 per GPU, strong scaling; here each GPU keeps its local batch, weak scaling, and N GPUs do
+# N times the work.)
 #
 # Overlapping the all-reduce with the backward pass sends the gradient in buckets, each as soon as its
 # gradients exist (as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward pass as
@@ -667,9 +684,10 @@ import keras  # noqa: F401
 # `batch_all_reduce`: a pack need not "wait for all inputs to be ready"). Keras' `fit()` does not
 # use it: its optimizer all-reduces every gradient in one call with the default options, one pack,
 # which waits for the whole backward pass (lesson 8); the knob needs your own loop that passes the
-# options to the all-reduce. The buckets' extra latencies can cost more than the overlap saves, in a
-# flat ring of 64 GPUs and even in one of 8 (the printout says which way it went for the wide MLP): one
-# reason NCCL all-reduces over trees and by node on large clusters. The remedy that always works is a
+# options to the all-reduce. The buckets' extra latencies can cost more than the overlap saves, even
+# in a ring of 8: the more buckets, the more of the all-reduce hides behind the backward pass and the
+# more latencies are paid (the printout says which way 2 and 8 buckets went for the wide MLP at the
+# assumed α): one reason NCCL all-reduces over trees and by node on large clusters. The remedy that always works is a
 # larger local batch (compute grows, the gradient does not), within what the optimizer tolerates
 # (lesson 3).
 #
@@ -794,7 +812,9 @@ import keras  # noqa: F401
 # every weight; a `LayoutMap` that splits each kernel along the *data* axis of the mesh shards the
 # weights, and Adam's moments take their weight's layout. Measured on four JAX CPU devices, in a process
 # of its own by `jax_collectives$layout_costs()`: the bytes of weights and optimizer variables on each
-# device (the arrays' addressable shards), and the collectives XLA put into one compiled training step.
+# device (the arrays' addressable shards), and the collectives XLA put into one compiled training step,
+# counted in its **HLO** (High Level Operations: XLA's program of array ops, the text
+# `jax.jit(...).lower(...).compile().as_text()` prints, where each collective is one named op).
 # Gradients are not variables (they live only inside the compiled step), so this measurement sees 12 of
 # the 16 bytes per parameter: the gradients' 4 are still there during the step, and the training state
 # is still 16 bytes per parameter (as exercise q3 counts it). The biases stay replicated, so sharded is

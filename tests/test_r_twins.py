@@ -227,7 +227,7 @@ KEY_NUMBERS = {
         ("jit_compile='auto' of the guide's fit", r"^the guide's fit chose jit_compile=(\w+)", None, 0),
         ("test accuracy after the same epochs, per rung of the ladder",
          r"^(fit \(guide\)|fit, 50 steps/call(?:, XLA)?|kerasdist loop(?: \+ XLA)?|Keras on JAX, fit, 50 steps/call|"
-         r"JAX lax\.scan epoch)\s+[\d,]+ samples/s\s+[\d.]+x the guide's\s+"
+         r"JAX lax\.scan epoch)\s+[\d,]+ samples/s \(steady epochs [\d,]+ to [\d,]+\)\s+[\d.]+x the guide's\s+"
          r"test accuracy ([\d.]+)$", None, 0.01),
         ("test accuracy under mixed_bfloat16",
          r"^(kerasdist loop(?: \+ XLA)?, bfloat16)\s+[\d,]+ samples/s\s+test accuracy ([\d.]+)$", None, 0.01),

@@ -124,9 +124,9 @@ LESSONS = (
            "2 JAX devices, " + replicas(2),
            "kernel + 2 JAX processes on 127.0.0.1", "JAX and TensorFlow",
            MNIST),
-    Lesson("08", "08_speed", "Speed", 136, 124, "1 device (a GPU or the CPU)",
+    Lesson("08", "08_speed", "Speed", 141, 123, "1 device (a GPU or the CPU)",
            "kernel + a process per JAX rung", "TensorFlow and JAX", FASHION),
-    Lesson("09", "09_sync_cost", "What synchronization costs", 138, 128, replicas(4) + ", 2-4 JAX devices",
+    Lesson("09", "09_sync_cost", "What synchronization costs", 95, 74, replicas(4) + ", 2-4 JAX devices",
            "kernel + worker processes on 127.0.0.1", "TensorFlow and JAX", MNIST),
 )
 

@@ -21,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -38,14 +39,16 @@ VARIANTS = {
 STEPS = 200
 ROUNDS = 5
 TIMEOUT_S = 600
+PROGRESS = "progress: "  # how the child marks a line of progress on its stderr
 
 
-def measure(data_source="fashion", steps=STEPS, rounds=ROUNDS):
+def measure(data_source="fashion", steps=STEPS, rounds=ROUNDS, progress=True):
     """Each of ``VARIANTS`` measured in a JAX process: its samples/s and the loss of its last step.
 
     Every variant runs ``steps`` steps per round, for a warm-up round and
     ``rounds`` timed ones, from the same start on the same batches, so their
-    last losses agree up to rounding.
+    last losses agree up to rounding. With ``progress``, a line is printed as
+    each round ends.
 
     Returns:
         ``{variant: {"samples_per_s": (median, low, high), "last_loss": float}}``.
@@ -55,15 +58,30 @@ def measure(data_source="fashion", steps=STEPS, rounds=ROUNDS):
     """
     command = [sys.executable, "-m", "kerasdist.measure.scan_variants", "--data", str(data_source),
                "--steps", str(steps), "--rounds", str(rounds)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, KERAS_BACKEND="jax"))
+    errors = []
+
+    def relay():  # the child's stderr: its progress lines are shown, the rest kept for an error message
+        for line in child.stderr:
+            if line.startswith(PROGRESS) and progress:
+                print(line[len(PROGRESS):].rstrip(), flush=True)
+            else:
+                errors.append(line)
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
     try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
-                                   env=dict(os.environ, KERAS_BACKEND="jax"))
+        child.wait(timeout=TIMEOUT_S)  # its stdout holds one line of JSON, which no pipe's buffer fills up on
     except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
         raise KerasdistError(f"the scan variants did not finish within {TIMEOUT_S} s") from None
-    if completed.returncode:
-        raise KerasdistError(f"the scan variants failed (exit {completed.returncode}):\n"
-                             f"{completed.stderr[-speed_ladder.STDERR_TAIL_CHARS:]}")
-    variants = json.loads(completed.stdout.strip().splitlines()[-1])
+    reader.join(timeout=5)
+    output = child.stdout.read()
+    if child.returncode:
+        raise KerasdistError(f"the scan variants failed (exit {child.returncode}):\n"
+                             f"{''.join(errors)[-speed_ladder.STDERR_TAIL_CHARS:]}")
+    variants = json.loads(output.strip().splitlines()[-1])
     return {name: {"samples_per_s": tuple(variant["samples_per_s"]), "last_loss": variant["last_loss"]}
             for name, variant in variants.items()}
 
@@ -113,6 +131,8 @@ def _measure_here(data, steps, rounds, batch_size=speed_ladder.BATCH_SIZE):
             losses[name] = jax.block_until_ready(loss).reshape(-1)[-1]
             if round_number:
                 seconds[name].append(time.perf_counter() - started)
+        done = f"round {round_number} of {rounds}" if round_number else "compiled and warmed up"
+        print(f"{PROGRESS}{done}: {len(runs)} ways, {steps} steps each", file=sys.stderr, flush=True)
     samples = steps * batch_size
     measured = {}
     for name, times in seconds.items():

@@ -261,7 +261,7 @@ def matmul_flops_per_s(dtype="float32", size=1024, repeats=20, rounds=11):
     a = tf.cast(generator.normal((size, size)), dtype)
     b = tf.cast(generator.normal((size, size)) / size**0.5, dtype)  # keeps the chain's values near 1
 
-    @tf.function
+    @tf.function(autograph=False)  # a Python loop of a fixed length: nothing for AutoGraph to convert
     def chain(a, b):
         for _ in range(repeats):
             a = tf.linalg.matmul(a, b)

@@ -427,13 +427,14 @@ _MISREADINGS = (
     (lambda kernels, flop_rate, bandwidth: [_attainable(kernels, flop_rate, bandwidth, bound=min)],
      "takes each kernel's faster limit: the slower one binds, so use the max of flops / flop_rate and "
      "bytes / bandwidth."),
-    (lambda kernels, flop_rate, bandwidth: [
-        bound(sum(k["flops"] for k in kernels) / flop_rate, sum(k["bytes"] for k in kernels) / bandwidth)
-        for bound in (max, lambda a, b: a + b)],
-     "applies the roofline to the whole step: apply it to each kernel, then add the kernels' times."),
+    # Adding arithmetic and memory times kernel by kernel gives the same number as adding them over the whole
+    # step: one message for both.
     (lambda kernels, flop_rate, bandwidth: [_attainable(kernels, flop_rate, bandwidth, bound=lambda a, b: a + b)],
-     "adds each kernel's arithmetic and memory times: they overlap, so a kernel takes the slower of the two, "
-     "their max."),
+     "adds arithmetic and memory times: they overlap, so a kernel takes the slower of the two, their max "
+     "(kernel by kernel, then add the kernels' times)."),
+    (lambda kernels, flop_rate, bandwidth: [
+        max(sum(k["flops"] for k in kernels) / flop_rate, sum(k["bytes"] for k in kernels) / bandwidth)],
+     "applies the roofline to the whole step: apply it to each kernel, then add the kernels' times."),
     (lambda kernels, flop_rate, bandwidth: [1e3 * _attainable(kernels, flop_rate, bandwidth),
                                             1e6 * _attainable(kernels, flop_rate, bandwidth)],
      "is in milliseconds or microseconds: flop_rate is in FLOP/s and bandwidth in bytes/s, so the step "
@@ -508,6 +509,12 @@ q3 = Exercise(
                           "  max(flops / flop_rate, moved / bandwidth)\n"
                           "}"},
                     "applies the roofline to the whole step"),
+        WrongAnswer({"python": "def attainable_step_s(kernels, flop_rate, bandwidth):\n"
+                               "    return sum(k['flops'] / flop_rate + k['bytes'] / bandwidth for k in kernels)",
+                     "r": "attainable_step_s <- function(kernels, flop_rate, bandwidth) {\n"
+                          "  sum(vapply(kernels, function(k) k$flops / flop_rate + k$bytes / bandwidth, numeric(1)))\n"
+                          "}"},
+                    "adds arithmetic and memory times"),
         # The lesson's first bandwidth typed in: right at 1e10 bytes/s only.
         WrongAnswer({"python": "def attainable_step_s(kernels, flop_rate, bandwidth):\n"
                                "    return sum(max(k['flops'] / flop_rate, k['bytes'] / 1e10) for k in kernels)",

@@ -136,6 +136,12 @@ def _check_fit(answers, language):
                         "2(N - 1) column), beta the seconds per byte (that of the 2(N - 1)/N * nbytes column).")
     if beta > 0 and fits(alpha * 1e-6, beta):
         raise Incorrect("alpha looks like microseconds: give it in seconds, as the timings are.")
+    unweighted = _least_squares(columns, seconds, weighted=False)
+    if _close(alpha, unweighted[0], 0.01) and _close(beta, unweighted[1], 0.01):
+        error = _relative_error(nbytes, seconds, devices, alpha, beta)
+        raise Incorrect(f"your alpha and beta fit absolute errors, which the largest tensors dominate ({error:.1%} "
+                        "relative error): divide each row and its seconds by the seconds, so that every size "
+                        "counts alike.")
     lines = [_least_squares((np.ones_like(nbytes), nbytes), seconds, weighted) for weighted in (False, True)]
     if fits(alpha / latency, beta / per_byte) or any(
             _close(alpha, a, 0.01) and _close(beta, b, 0.01) for a, b in lines):
@@ -159,12 +165,7 @@ def _check_fit(answers, language):
     if beta <= 0:
         raise Incorrect(f"beta is {beta:.3g}, but a larger tensor takes longer to send: beta, the seconds per "
                         "byte, is positive.")
-    unweighted = _least_squares(columns, seconds, weighted=False)
     error = _relative_error(nbytes, seconds, devices, alpha, beta)
-    if _close(alpha, unweighted[0], 0.01) and _close(beta, unweighted[1], 0.01):
-        raise Incorrect(f"your alpha and beta fit absolute errors, which the largest tensors dominate ({error:.1%} "
-                        "relative error): divide each row and its seconds by the seconds, so that every size "
-                        "counts alike.")
     raise Incorrect(f"your alpha and beta predict your timings with {error:.1%} error where least squares gets "
                     f"{best:.1%}: fit seconds on the columns 2(N - 1) and 2(N - 1)/N * nbytes, each row divided "
                     "by its seconds.")
