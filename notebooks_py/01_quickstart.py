@@ -77,7 +77,8 @@
 #
 # What is left is the order of floating-point additions: two replicas sum their gradients in
 # another order than one device, so the runs agree to rounding, not bit for bit (lesson 3 measures
-# how closely; a single small step, as below, can happen to match exactly). The MLP used here meets all five conditions. It is
+# how closely; the single step below matches exactly, because a sum of two numbers does not depend
+# on their order and dividing by 32, 2 or 64, powers of two, is exact in floating point). The MLP used here meets all five conditions. It is
 # "the guide's MLP" of this course: 784-256-256-10 with Adam, `get_compiled_model()` of the keras.io guide
 # [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/).
 
@@ -99,7 +100,8 @@
 #   training **faster** on more devices, or with a bigger global batch than one device could hold.
 #   Data that does not fit in memory is the input pipeline's job: `tf.data` streams it from disk
 #   (lesson 4). A **model** that does not fit on one device is the case for model parallelism,
-#   which splits the layers (or the tensors) across devices and passes activations between them.
+#   which splits the layers (or the tensors) across devices and passes activations (a layer's
+#   outputs, the next layer's inputs) between them.
 #   In between sits *sharded* data parallelism: still data parallel (every device computes on
 #   its own share of the batch), but each device keeps only a slice of the weights, of their
 #   gradients and of the optimizer's state, where a replica of this lesson holds all of them in
@@ -174,7 +176,8 @@ print(devices)
 # ## Global batch and per-replica batch
 #
 # The dataset is batched by the **global** batch size. The strategy cuts every global batch into
-# one local batch per replica, so each replica sees `global / replicas` samples per step. The
+# one local batch per replica, so each replica sees `global // replicas` samples per step (a whole
+# number: Python's `//` divides without a remainder). The
 # usual way to choose them: pick the per-replica batch that fits one device well, and multiply.
 #
 # The loader below prints which source it used and how many digits each split holds. With `auto`
@@ -294,7 +297,9 @@ q1.assert_correct()
 # what happens without it.
 
 # %%
-# The course's model, as a function: every model of this lesson is built by it.
+# The course's model, as a function: every model of this lesson is built by it. It uses Keras' functional API
+# (each layer called on the tensor before it, then keras.Model(inputs, outputs)), the same MLP as a Sequential.
+# Its last layer gives logits, the scores before softmax, hence from_logits=True in the losses.
 def build_mlp():
     inputs = keras.Input(shape=(784,), name="digits")
     hidden = keras.layers.Dense(256, activation="relu", name="dense_1")(inputs)
@@ -466,7 +471,8 @@ print(f"= {weight_bytes / 1e6:.2f} MB (1 MB = 1,000,000 bytes)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# The same MLP built outside the scope, beside the one built inside it.
+# The same MLP built outside the scope, beside the one built inside it (.value: the TensorFlow variable inside
+# a Keras variable).
 outside = build_mlp()
 for where, built in (("inside the scope", model), ("outside the scope", outside)):
     print(f"built {where}: {type(built.distribute_strategy).__name__} with "
@@ -648,9 +654,9 @@ print("components after the write:", [float(c.numpy()) for c in written.value.va
       "; read outside the step:", float(written.numpy()))
 
 # %% [markdown]
-# **Predict, then run.** After three epochs of training, do the components of this mirrored
-# variable still hold exactly the same numbers, or have they drifted apart by rounding? Decide,
-# then run.
+# **Predict, then run.** After three epochs of training, do the components of the first Dense
+# layer's kernel (`mirrored`, the mirrored variable looked at above, not the `written` one) still hold
+# exactly the same numbers, or have they drifted apart by rounding? Decide, then run.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -695,16 +701,17 @@ for synchronized in (False, True):
     copies = [c.numpy() for c in moving_mean.values]
     kernel_copies = [c.numpy() for c in normalized.get_layer("dense_1").kernel.value.values]
     moving_mean_spread[synchronized] = float(np.max(np.abs(copies[0] - copies[1])))
-    print(f"synchronized={synchronized}: moving_mean copies identical: {np.array_equal(*copies)}; "
+    print(f"synchronized={synchronized}: moving_mean copies identical: {all(np.array_equal(copies[0], other) for other in copies[1:])}; "
           f"read outside the step = replica 0's: {np.array_equal(moving_mean.numpy(), copies[0])}; "
-          f"dense_1 kernel copies identical: {np.array_equal(*kernel_copies)}")
+          f"dense_1 kernel copies identical: {all(np.array_equal(kernel_copies[0], other) for other in kernel_copies[1:])}")
 
 # %%
 # How far apart the two copies of the moving mean are after those steps.
 print({f"synchronized={key}": f"{value:.1e}" for key, value in moving_mean_spread.items()})
 
 # %% [markdown]
-# Without synchronization the copies part from the first step, although the weights the optimizer
+# Without synchronization the copies part as soon as the replicas see different data (the printout
+# shows them after the steps above), although the weights the optimizer
 # updates stay identical. `save()` and `get_weights()` then give replica 0's statistics, gathered
 # from half of the data, while `evaluate()` and `predict()` under the strategy normalise each shard
 # with its own replica's copy (the same example can get another prediction on another replica).
@@ -741,7 +748,7 @@ keras.utils.set_random_seed(0)
 one_device_dropout = keras.layers.Dropout(0.5, seed=1)
 one_device_mask = (tf.function(lambda x: one_device_dropout(x, training=True))(ones).numpy() > 0).astype(int)
 half = len(replica_masks[0])
-print("the replicas draw the same mask:", np.array_equal(*replica_masks))
+print("the replicas draw the same mask:", all(np.array_equal(replica_masks[0], other) for other in replica_masks[1:]))
 print("it is the mask one device draws for the first rows:", np.array_equal(replica_masks[0], one_device_mask[:half]),
       "; for the last rows:", np.array_equal(replica_masks[0], one_device_mask[half:]))
 
@@ -808,7 +815,8 @@ print(f"the clipped step moved the weights by up to {clipped_move:.1e}")
 # else for each N.
 #
 # **Op determinism.** Lesson 3 calls `tf.config.experimental.enable_op_determinism()`. It makes
-# TensorFlow choose deterministic kernels and `tf.data` keep its order, so that the same program on
+# TensorFlow choose deterministic kernels (here: the ops' compiled routines, not a Dense layer's
+# weights) and `tf.data` keep its order, so that the same program on
 # the same machine repeats its numbers bit for bit. It does not make 1 device and N replicas add in
 # the same order: their gap stays at rounding, not zero.
 #

@@ -81,7 +81,8 @@
 #
 # What is left is the order of floating-point additions: two replicas sum their gradients in
 # another order than one device, so the runs agree to rounding, not bit for bit (lesson 3 measures
-# how closely; a single small step, as below, can happen to match exactly). The MLP used here meets all five conditions. It is
+# how closely; the single step below matches exactly, because a sum of two numbers does not depend
+# on their order and dividing by 32, 2 or 64, powers of two, is exact in floating point). The MLP used here meets all five conditions. It is
 # "the guide's MLP" of this course: 784-256-256-10 with Adam, `get_compiled_model()` of the keras.io guide
 # [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/).
 
@@ -103,7 +104,8 @@
 #   training **faster** on more devices, or with a bigger global batch than one device could hold.
 #   Data that does not fit in memory is the input pipeline's job: tfdatasets streams it from disk
 #   (lesson 4). A **model** that does not fit on one device is the case for model parallelism,
-#   which splits the layers (or the tensors) across devices and passes activations between them.
+#   which splits the layers (or the tensors) across devices and passes activations (a layer's
+#   outputs, the next layer's inputs) between them.
 #   In between sits *sharded* data parallelism: still data parallel (every device computes on
 #   its own share of the batch), but each device keeps only a slice of the weights, of their
 #   gradients and of the optimizer's state, where a replica of this lesson holds all of them in
@@ -311,7 +313,9 @@ import keras  # noqa: F401
 # shows what happens without it.
 
 # %% language="R"
-# # The course's model, as a function: every model of this lesson is built by it.
+# # The course's model, as a function: every model of this lesson is built by it. It uses keras3's functional API
+# # (each layer applied to the tensor before it, then keras_model(inputs, outputs)), the same MLP as a sequential
+# # model. Its last layer gives logits, the scores before softmax, hence from_logits = TRUE in the losses.
 # build_mlp <- function() {
 #   inputs <- keras_input(shape = 784, name = "digits")
 #   logits <- inputs |>
@@ -692,9 +696,9 @@ import keras  # noqa: F401
 #     "; read outside the step:", as.numeric(written$numpy()), "\n")
 
 # %% [markdown]
-# **Predict, then run.** After three epochs of training, do the components of this mirrored
-# variable still hold exactly the same numbers, or have they drifted apart by rounding? Decide,
-# then run.
+# **Predict, then run.** After three epochs of training, do the components of the first Dense
+# layer's kernel (`mirrored`, the mirrored variable looked at above, not the `written` one) still hold
+# exactly the same numbers, or have they drifted apart by rounding? Decide, then run.
 
 # %% language="R"
 # # NBVAL_CHECK_OUTPUT
@@ -744,8 +748,9 @@ import keras  # noqa: F401
 #   moving_mean_spread[sprintf("synchronized=%s", synchronized)] <- max(abs(copies[[1]] - copies[[2]]))
 #   cat(sprintf(paste("synchronized=%s: moving_mean copies identical: %s; read outside the step = replica 0's: %s;",
 #                     "dense_1 kernel copies identical: %s\n"),
-#               synchronized, identical(copies[[1]], copies[[2]]), identical(moving_mean$numpy(), copies[[1]]),
-#               identical(kernel_copies[[1]], kernel_copies[[2]])))
+#               synchronized, all(vapply(copies[-1], function(other) identical(copies[[1]], other), logical(1))),
+#               identical(moving_mean$numpy(), copies[[1]]),
+#               all(vapply(kernel_copies[-1], function(other) identical(kernel_copies[[1]], other), logical(1)))))
 # }
 
 # %% language="R"
@@ -753,7 +758,8 @@ import keras  # noqa: F401
 # print(sprintf("%.1e", moving_mean_spread))
 
 # %% [markdown]
-# Without synchronization the copies part from the first step, although the weights the optimizer
+# Without synchronization the copies part as soon as the replicas see different data (the printout
+# shows them after the steps above), although the weights the optimizer
 # updates stay identical. `save_model()` and `get_weights()` then give replica 0's statistics,
 # gathered from half of the data, while `evaluate()` and `predict()` under the strategy normalise
 # each shard with its own replica's copy (the same example can get another prediction on another
@@ -795,7 +801,7 @@ import keras  # noqa: F401
 # one_device_dropout <- layer_dropout(rate = 0.5, seed = 1L)
 # one_device_mask <- (tf_function(function(x) one_device_dropout(x, training = TRUE))(ones)$numpy() > 0) * 1L
 # half <- nrow(replica_masks[[1]])
-# cat("the replicas draw the same mask:", identical(replica_masks[[1]], replica_masks[[2]]), "\n")
+# cat("the replicas draw the same mask:", all(vapply(replica_masks[-1], function(other) identical(replica_masks[[1]], other), logical(1))), "\n")
 # cat("it is the mask one device draws for the first rows:",
 #     identical(replica_masks[[1]], one_device_mask[seq_len(half), ]),
 #     "; for the last rows:", identical(replica_masks[[1]], one_device_mask[half + seq_len(half), ]), "\n")
@@ -865,7 +871,8 @@ import keras  # noqa: F401
 # else for each N.
 #
 # **Op determinism.** Lesson 3 calls `tf$config$experimental$enable_op_determinism()`. It makes
-# TensorFlow choose deterministic kernels and `tf.data` keep its order, so that the same program on
+# TensorFlow choose deterministic kernels (here: the ops' compiled routines, not a Dense layer's
+# weights) and `tf.data` keep its order, so that the same program on
 # the same machine repeats its numbers bit for bit. It does not make 1 device and N replicas add in
 # the same order: their gap stays at rounding, not zero.
 #

@@ -33,8 +33,7 @@
 #   and each rung's **MFU** (model FLOPs utilization);
 # - what of this carries over to GPUs.
 #
-# **What you need**: lessons 1 and 3 (and 7 for JAX: `jax.jit` and Keras' stateless API, which the
-# scan rung uses; this lesson recalls what it needs), the project's virtualenv as the kernel (with JAX, the `jax`
+# **What you need**: lessons 1 and 3 (the JAX it uses is explained where it comes), the project's virtualenv as the kernel (with JAX, the `jax`
 # extra that set-up installs), Debian's `dataset-fashion-mnist` package (set-up installs it as root;
 # without it Keras downloads the files), and about 3 minutes on a 2-core CPU. Unlike the other
 # lessons this one always trains on **Fashion-MNIST**: 70,000 real 28x28 photos of clothing in 10
@@ -54,16 +53,20 @@
 # This lesson measures that on a data set of full size: first the ladder of settings, then the parts
 # of one step, then the machine's limits, so that every speed-up has a reason.
 #
-# Words this lesson uses. The **host** is the CPU side that drives a computation: your Python (or R)
-# program and the framework's runtime; on a GPU machine the *device* is the GPU, here the device is
-# the same CPU. Each operation of a model (a product, an addition) runs as a **kernel**, a compiled
-# routine for that op on that device (not a Jupyter kernel, nor a Dense layer's `kernel` weights).
-# TensorFlow's **executor** is the runtime that runs a graph's ops, each as soon as its inputs are
-# ready; to **dispatch** a call is the host's work of handing it to the runtime. The first call of a
-# `tf.function` (or of JAX's `jax.jit`) runs the Python code once to record its graph, **tracing**,
-# then compiles it. **XLA** (Accelerated Linear Algebra) is the compiler TensorFlow and JAX share:
-# it compiles a whole function at once and **fuses** ops, computing several of them in one kernel
-# and one pass over memory instead of one kernel and one pass each.
+# Words this lesson uses. The **host** is the CPU side that drives a computation: your Python program
+# and the framework's runtime; on a GPU machine the *device* is the GPU, here the device is the same
+# CPU. Each operation of a model (a product, an addition) runs as a **kernel**, a routine for that op
+# on that device (not a Jupyter kernel, nor a Dense layer's `kernel` weights). TensorFlow's
+# **executor** is the runtime that runs a graph's ops, each as soon as its inputs are ready; to
+# **dispatch** a call is the host's work of handing it to the runtime. The first call of a
+# `tf.function` runs the Python code once to record its graph, **tracing**, then optimizes the graph
+# (it traces again for inputs of new shapes or dtypes). **XLA** (Accelerated Linear Algebra) is the
+# compiler TensorFlow and JAX share: it compiles a whole function to machine code at once and
+# **fuses** ops, computing several of them in one kernel and one pass over memory instead of one
+# kernel and one pass each. JAX's `jax.jit` traces a Python function and compiles it with XLA;
+# `jax.lax.scan` runs one function over the items of an array inside one compiled loop; and Keras'
+# stateless API (`model.stateless_call`, `optimizer.stateless_apply`) computes a step from the
+# weights' values passed in and returned, without assigning variables, which is what `jax.jit` needs.
 
 # %% [markdown]
 # ## Setup
@@ -82,6 +85,7 @@ import statistics
 import kerasdist
 import keras
 import matplotlib.pyplot as plt
+import ml_dtypes
 import numpy as np
 import tensorflow as tf
 from kerasdist import data as data_module
@@ -245,9 +249,10 @@ print(f"one step: {BATCH_SIZE / rung_rate * 1e6:,.0f} µs in the scan, {BATCH_SI
 
 # %% [markdown]
 # Read each ratio against the spreads: a ratio whose spreads overlap the rung's means that choice makes
-# no difference on this machine. Donation saves memory (the old state's buffers are reused, not
-# copied), which is what it is for on an accelerator with little of it; it need not save time, and the
-# printout says what it did to the time here. The difference between a step dispatched from Python and the same step
+# no difference on this machine. Donation lets XLA write the new state into the old state's buffers
+# instead of allocating new ones: it saves memory, which is what it is for on an accelerator with
+# little of it. It need not save time: where the printout shows it slower, as it can on a CPU, it cost
+# time here, for a reason this lesson does not take apart. The difference between a step dispatched from Python and the same step
 # in the scan is what the host costs per step when nothing else is in the way. Keras' `fit` on JAX
 # pays more than that: its data adapter slices every batch from the arrays in Python and hands it to
 # the jitted step (`get_jax_iterator` in `keras/src/trainers/data_adapters/array_data_adapter.py`),
@@ -311,9 +316,6 @@ q1.assert_correct()
 # `keras/src/trainers/trainer.py`); a custom loop must call `optimizer.scale_loss(loss)` before taking
 # the gradients (the `LossScaleOptimizer` unscales them in `apply_gradients`), as kerasdist's loop
 # does. The cell below shows all of that on this machine.
-# TensorFlow may log a line under it about oneDNN and `DT_HALF` (float16's name inside TensorFlow):
-# it says TensorFlow falls back from oneDNN's kernels to its own (Eigen's) for float16 on this CPU;
-# the lesson trains nothing in float16.
 
 # %%
 # Which bfloat16 instructions this CPU has; what float16 and bfloat16 make of small gradients; what
@@ -324,9 +326,12 @@ if bf16_instructions:
 else:
     print("this CPU lacks bfloat16 instructions (no avx512_bf16 or amx_bf16): TensorFlow emulates "
           "bfloat16 with float32 and it is slower, not faster")
+# The two types' rounding, by NumPy's float16 and ml_dtypes' bfloat16 (the bfloat16 of TensorFlow and JAX):
+# the same numbers as TensorFlow's casts, without running a float16 kernel on this CPU.
+number_types = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 for small_gradient in (1e-6 / BATCH_SIZE, 1e-4 / BATCH_SIZE):
-    for dtype in ("float16", "bfloat16"):
-        print(f"a gradient of {small_gradient:.3e} in {dtype}: {float(tf.cast(small_gradient, dtype)):.3e}")
+    for dtype, number_type in number_types.items():
+        print(f"a gradient of {small_gradient:.3e} in {dtype}: {float(np.asarray(small_gradient, number_type)):.3e}")
 keras.mixed_precision.set_global_policy("mixed_float16")
 try:
     float16_model = model_module.build_model()
@@ -434,7 +439,7 @@ def python_loop_of_steps(xs, ys):
         one_step_per_call(x, y)
 
 
-pipeline = data_module.train_dataset(data.x_train, data.y_train, BATCH_SIZE, SEED, 0, 1)
+pipeline = data_module.train_dataset(data.x_train, data.y_train, BATCH_SIZE, SEED, 0, 1)  # epochs 0 to 1
 batches_per_epoch = len(data.y_train) // BATCH_SIZE
 drain = tf.function(lambda: pipeline.reduce(tf.constant(0.0), lambda total, batch: total + batch[0][0, 0]))
 
@@ -547,7 +552,7 @@ figure.savefig("results/figures/08_step_time.png", dpi=100, bbox_inches="tight")
 plt.show()
 
 # %% [markdown]
-# Read the bars from the bottom. The top bar's parts add up to the step measured at one step per call
+# Read the bars from the bottom. The bottom bar's parts add up to the step measured at one step per call
 # (the black mark, with its spread). At one step per call, the host's work around each step is paid every
 # step; `steps_per_execution` and the loop engine pay it once per 50 steps. The backward pass has
 # 1.25 times the forward pass's FLOPs for this MLP (the next section counts them: the first layer,
@@ -567,8 +572,9 @@ plt.show()
 # step per call, as the guide's `fit` runs it: each op is a bar on the thread of TensorFlow's
 # executor that ran it, coloured by the part of the step it belongs to (from its name scope:
 # `gradient_tape/` for the backward pass, the optimizer's name, `optimizer.name`, for the update).
-# Recording adds a little time to every op, so the traced step is a little slower than the steps
-# timed above. TensorFlow's executor also learns which ops are cheap: once a function has run many
+# Recording adds time to every op, and a freshly made function runs slower than one that has run
+# many times (below), so the traced step is slower than the steps timed above: read the trace for
+# the order and the gaps, not for the time. TensorFlow's executor learns which ops are cheap: once a function has run many
 # times, it runs those ops inline and the profiler no longer records them. So the cell traces a
 # freshly made `tf.function` of the same step, whose first calls record far more of its ops; the
 # printout sets the ops recorded beside the ops of the step's graph (which also counts constants and
@@ -581,7 +587,8 @@ ops_by_part = collections.defaultdict(list)
 for op in traced["ops"]:
     ops_by_part[op["part"]].append(op)
 threads = sorted({op["thread"] for op in traced["ops"]})
-print(f"one traced step: {traced['seconds'] * 1e3:.3f} ms, {len(traced['ops'])} ops recorded (its graph has "
+print(f"one traced step: {traced['seconds'] * 1e3:.3f} ms (untraced, at 1 per call: {median['whole step, 1 per call']:.3f} ms), "
+      f"{len(traced['ops'])} ops recorded (its graph has "
       f"{len(graphs['whole step'])}) on {len(threads)} threads; no recorded op running for "
       f"{1 - trace.busy_seconds(traced['ops']) / traced['seconds']:.0%} of it")
 for part, ops in ops_by_part.items():
@@ -608,13 +615,16 @@ plt.show()
 
 # %% [markdown]
 # Read the trace from the left. TensorFlow's executor starts an op as soon as its inputs are ready,
-# on whichever of its threads is free: the forward products follow one another, then the backward
-# ones, and a weight's update can start as soon as its gradient exists, while other gradients are
-# still being computed. Most ops are short: their bars are slivers, and the printout names the
-# longest of each part. The white space, where no recorded op runs, is mostly the host's share of a
-# step: the Python call, the function's dispatch and the executor's scheduling between ops (with the
-# few ops the profiler left out). That is the overhead that more steps per call and XLA's fusion
-# remove.
+# on whichever of its threads is free. So the update's ops that depend on nothing computed in the
+# step (reading the variables, Adam's step count and bias corrections, all scalars) can run at once,
+# before or beside the forward pass: the first orange slivers. Then the forward products follow one
+# another, then the backward ones, and a weight's update can start as soon as its gradient exists,
+# while other gradients are still being computed. Most ops are short: their bars are slivers, and the printout names the
+# longest of each part. The white space, where no recorded op runs, is the host's share of this step:
+# the Python call, the function's dispatch and the executor's scheduling between ops (with the ops the
+# profiler left out). A fresh function sends every op through the executor's threads, so its white
+# space is larger than the host's overhead of a step that has run many times (the breakdown above
+# measured that one); it is the kind of overhead that more steps per call and XLA's fusion remove.
 
 # %% [markdown]
 # ### Exercise q2: the host's overhead in your timings
@@ -671,12 +681,13 @@ print(f"training FLOPs per sample: {flops['forward']:,} forward + {flops['backwa
 # read from the CPU below. A core's FLOPs per cycle come from its vector instructions: one **fused
 # multiply-add** (FMA) computes `a x b + c` on every lane of a vector register at once, two FLOPs per
 # lane (16 float32 lanes in AVX-512's 512-bit registers), and a core has up to two FMA units. Two
-# assumptions make this a bound on most CPUs, a loose one on some: two FMA units per core (AMD's Zen
-# 4, for one, runs AVX-512 on 256-bit units: half the FLOPs per cycle), and the highest clock the
-# system reports (a virtual machine may report only its timer's clock, below what the cores run at).
-# MFU against it can read low, the share of the measured peak reads high; the truth lies between.
+# assumptions stand in this figure. Two FMA units per core can count too many (AMD's Zen 4, for one,
+# runs AVX-512 on 256-bit units: half the FLOPs per cycle), which makes the bound loose and MFU read
+# low. The highest clock the system reports can be too low (a virtual machine may report only its
+# timer's clock, below what the cores run at), which can make it no bound at all: the cell says so if
+# a measured rate beats it. The share of the measured peak, beside MFU, reads high.
 # Beside it the **measured peak**: the median rate of large chained products, what this CPU
-# really reaches. `BW` is main memory's (DRAM) bandwidth, measured by STREAM's triad (`a = b + 3 c`, on
+# really reaches. `BW` is main memory's (DRAM) bandwidth, measured by the triad of STREAM, the standard benchmark of memory bandwidth (`a = b + 3 c`, on
 # every core). Adam's update is the memory-bound part: per weight it reads the gradient, both moments
 # and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
 # The step's matrix products, with the batch of 64:
@@ -703,9 +714,14 @@ print(f"CPU: {nominal.model}")
 print(f"nominal peak: {nominal.cores} cores x {nominal.flops_per_cycle} FLOPs per cycle ({nominal.instructions}, "
       f"{speed_module.FMA_UNITS_PER_CORE} FMA units assumed) x {nominal.clock_hz / 1e9:.2f} GHz "
       f"({nominal.clock_source}) = {nominal.flops_per_s / 1e9:,.0f} GFLOP/s float32")
+if nominal.model.startswith("AMD") and nominal.instructions == "avx512f":
+    print("an AMD CPU with AVX-512: if it is a Zen 4, it runs AVX-512 on 256-bit units, so its nominal peak is half "
+          "this and every MFU below twice as high")
 peak = kerasdist.matmul_flops_per_s("float32")
 print(f"measured peak: {peak.median / 1e9:,.0f} GFLOP/s (spread {peak.low / 1e9:,.0f} to {peak.high / 1e9:,.0f}), "
       f"{peak.median / nominal.flops_per_s:.0%} of the nominal peak")
+if peak.high > nominal.flops_per_s:
+    print("the measured peak beat the nominal one: the cores run faster than the clock reported, so it is no bound here")
 bandwidth = memory_bytes_per_s()
 print(f"main memory: {bandwidth.median / 1e9:,.1f} GB/s (triad, spread {bandwidth.low / 1e9:,.1f} to "
       f"{bandwidth.high / 1e9:,.1f})")
@@ -756,7 +772,7 @@ for index, kernel in enumerate(step):
     point = (kernel["flops"] / kernel["bytes"], measured.median / 1e9)
     axis.errorbar(*point, yerr=[[(measured.median - measured.low) / 1e9], [(measured.high - measured.median) / 1e9]],
                   fmt="o", markersize=4, capsize=2)
-    axis.annotate(kernel["name"], point, fontsize=7, xytext=(5, 9 - 9 * (index % 3)), textcoords="offset points")
+    axis.annotate(kernel["name"], point, fontsize=7, xytext=(5, 14 - 14 * (index % 3)), textcoords="offset points")
 axis.axvline(12 * mlp.count_params() / adam_bytes, color="tab:orange", linestyle=":", label="Adam's update (intensity)")
 axis.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s",
          title="This CPU's roofline and the MLP's products (batch 64, float32; medians)")
@@ -823,11 +839,12 @@ for shape, products in (((BATCH_SIZE, 784, 256), 50), ((1024, 1024, 1024), 10)):
 
 # %% [markdown]
 # Compare the four rates of each shape. Where the CPU has bfloat16 instructions, TensorFlow's kernel
-# (oneDNN) uses them; whether XLA's kernel for this CPU does is what the row shows. A bfloat16 rate
+# (from oneDNN, the library of CPU kernels TensorFlow uses for products on x86) uses them; whether XLA's kernel for this CPU does is what the row shows. A bfloat16 rate
 # measured with one kernel does not bound a run that uses another: judge the `+ XLA, bfloat16` rung
 # against XLA's bfloat16 rate. A bfloat16 step also does work a float32 step does not: every float32
 # weight is cast to bfloat16 each step and every gradient back, and element-wise ops convert on the
-# way. Where the products gain little, those casts can make the bfloat16 rungs slower than float32,
+# way. Where the products are a small part of the step, those casts can make a bfloat16 rung slower
+# than float32 even when its products run faster,
 # as the mixed-precision table above shows on some CPUs.
 
 # %% [markdown]
@@ -869,7 +886,8 @@ q3.assert_correct()
 #   Keras does **not** turn XLA on for the guide's code there: `jit_compile="auto"` is off for any
 #   model built under a `tf.distribute` strategy (the source printed above), and passing
 #   `jit_compile=True` does not help: `fit()` compiled by XLA fails under a `MirroredStrategy` of two or
-#   more replicas (one XLA cluster would read every replica's copy of a variable; keras-team/keras#19005).
+#   more replicas (the one program XLA would compile would read every replica's copy of a variable;
+#   keras-team/keras#19005).
 #   XLA works on one device (the ladder's rung), in kerasdist's loop (which compiles each replica's
 #   gradient, not the all-reduce), and on the JAX backend under `keras.distribution` (lesson 7),
 #   where XLA compiles the whole step of every device.
@@ -893,7 +911,7 @@ q3.assert_correct()
 # - **Compute shrinks, communication does not.** In lesson 3's model (a fixed global batch: **strong
 #   scaling**) a step on N devices takes `each device's compute + all-reduce(N) + input`, with no
 #   overlap: Keras and kerasdist all-reduce in
-#   `apply_gradients`, after the whole backward pass (PyTorch's DDP and XLA's asynchronous
+#   `apply_gradients`, after the whole backward pass (PyTorch's DistributedDataParallel, DDP, and XLA's asynchronous
 #   collectives overlap the two, which hides part of the all-reduce). Anything that makes compute
 #   faster leaves the all-reduce as it is, so the speed-up from more devices drops.
 
@@ -919,7 +937,8 @@ for number_type in ("tensorfloat32", "bfloat16"):
     print(hardware.describe_step(hardware.DENSE_LAYERS, MODEL_GLOBAL_BATCH, dtype=number_type))
     step_s = {n: sum(plots.step_time_model(
         n, hardware.predicted_step(hardware.DENSE_LAYERS, MODEL_GLOBAL_BATCH // n, dtype=number_type)["seconds"],
-        gradient_bytes, link["bandwidth"], link["alpha"], 0.0)) for n in (1, 8)}
+        gradient_bytes, link["bandwidth"], link["alpha"], 0.0)) for n in (1, 8)}  # alpha: the link's latency per
+    # step of a ring (lesson 9's model), 0.0: no input pipeline in the model
     one_gpu_s[number_type] = step_s[1]
     print(f"model, {number_type}: 8 GPUs on PCIe {step_s[1] / step_s[8]:.2f}x as fast as 1")
 print(f"model: mixed bfloat16 makes one GPU {one_gpu_s['tensorfloat32'] / one_gpu_s['bfloat16']:.2f}x as fast "
@@ -1051,7 +1070,7 @@ for batch in (64, 256, 1024, 4096):
 #
 # Build it with `keras.Sequential` and `keras.Input(shape=(784,))`; `kerasdist.training_flops_per_sample`
 # and `step_kernels` read the kernels' shapes of any model made of Dense layers; time the epochs
-# with `speed_ladder.TrainingTimer()`.
+# with `speed_ladder.TrainingTimer()`, a Keras callback that records each epoch's training seconds.
 # </details>
 #
 # <details><summary>Solution</summary>

@@ -38,7 +38,7 @@
 #   and each rung's **MFU** (model FLOPs utilization);
 # - what of this carries over to GPUs.
 #
-# **What you need**: lessons 1 and 3, R with keras3, tfdatasets and tensorflow, rpy2 and JAX in the
+# **What you need**: lessons 1 and 3 (the JAX it uses is explained where it comes), R with keras3, tfdatasets and tensorflow, rpy2 and JAX in the
 # kernel's Python environment (the project's virtualenv, with the `jax` extra that set-up installs),
 # Debian's `dataset-fashion-mnist` package (set-up installs it as root; without it Keras downloads
 # the files), and about 3 minutes on a 2-core CPU. Unlike the other lessons this one always trains
@@ -57,6 +57,21 @@
 #
 # This lesson measures that on a data set of full size: first the ladder of settings, then the parts
 # of one step, then the machine's limits, so that every speed-up has a reason.
+#
+# Words this lesson uses. The **host** is the CPU side that drives a computation: your R program (and
+# the Python that reticulate calls) and the framework's runtime; on a GPU machine the *device* is the
+# GPU, here the device is the same CPU. Each operation of a model (a product, an addition) runs as a
+# **kernel**, a routine for that op on that device (not a Jupyter kernel, nor a Dense layer's `kernel`
+# weights). TensorFlow's **executor** is the runtime that runs a graph's ops, each as soon as its
+# inputs are ready; to **dispatch** a call is the host's work of handing it to the runtime. The first
+# call of a `tf_function()` runs the code once to record its graph, **tracing**, then optimizes the
+# graph (it traces again for inputs of new shapes or dtypes). **XLA** (Accelerated Linear Algebra) is
+# the compiler TensorFlow and JAX share: it compiles a whole function to machine code at once and
+# **fuses** ops, computing several of them in one kernel and one pass over memory instead of one
+# kernel and one pass each. JAX's `jax.jit` traces a Python function and compiles it with XLA;
+# `jax.lax.scan` runs one function over the items of an array inside one compiled loop; and Keras'
+# stateless API (`model.stateless_call`, `optimizer.stateless_apply`) computes a step from the
+# weights' values passed in and returned, without assigning variables, which is what `jax.jit` needs.
 
 # %% [markdown]
 # ## Setup
@@ -227,7 +242,7 @@ import keras  # noqa: F401
 # %% [markdown]
 # **Predict, then run.** Which rung is fastest, and how many times the guide's `fit()` speed does it
 # reach? Does any rung buy its speed with a worse model after the same epochs? Decide from the
-# table above, then run the check.
+# speeds printed above, then run the next cell: it checks the accuracies and names the fastest rung.
 
 # %% language="R"
 # # Check: every rung reaches about the same accuracy (speeds are printed, not asserted: they vary with
@@ -304,9 +319,10 @@ import keras  # noqa: F401
 
 # %% [markdown]
 # Read each ratio against the spreads: a ratio whose spreads overlap the rung's means that choice makes
-# no difference on this machine. Donation saves memory (the old state's buffers are reused, not
-# copied), which is what it is for on an accelerator with little of it; it need not save time, and the
-# printout says what it did to the time here. The difference between a step dispatched from Python and the same step
+# no difference on this machine. Donation lets XLA write the new state into the old state's buffers
+# instead of allocating new ones: it saves memory, which is what it is for on an accelerator with
+# little of it. It need not save time: where the printout shows it slower, as it can on a CPU, it cost
+# time here, for a reason this lesson does not take apart. The difference between a step dispatched from Python and the same step
 # in the scan is what the host costs per step when nothing else is in the way. Keras' `fit()` on JAX
 # pays more than that: its data adapter slices every batch from the arrays in Python and hands it to
 # the jitted step (`get_jax_iterator` in `keras/src/trainers/data_adapters/array_data_adapter.py`),
@@ -370,9 +386,6 @@ import keras  # noqa: F401
 # `TRUE` (see `Trainer.compile` in `keras/src/trainers/trainer.py`); a custom loop must call `optimizer$scale_loss(loss)` before
 # taking the gradients (the `LossScaleOptimizer` unscales them in `apply_gradients`), as kerasdist's
 # loop does. The cell below shows all of that on this machine.
-# TensorFlow may log a line under it about oneDNN and `DT_HALF` (float16's name inside TensorFlow):
-# it says TensorFlow falls back from oneDNN's kernels to its own (Eigen's) for float16 on this CPU;
-# the lesson trains nothing in float16.
 
 # %% language="R"
 # # Which bfloat16 instructions this CPU has; what float16 and bfloat16 make of small gradients; what
@@ -384,10 +397,14 @@ import keras  # noqa: F401
 #   cat("this CPU lacks bfloat16 instructions (no avx512_bf16 or amx_bf16): TensorFlow emulates",
 #       "bfloat16 with float32 and it is slower, not faster\n")
 # }
+# # The two types' rounding, by NumPy's float16 and ml_dtypes' bfloat16 (the bfloat16 of TensorFlow and JAX):
+# # the same numbers as TensorFlow's casts, without running a float16 kernel on this CPU.
+# numpy <- import("numpy", convert = FALSE)
+# number_types <- list(float16 = numpy$float16, bfloat16 = import("ml_dtypes")$bfloat16)
 # for (small_gradient in c(1e-6, 1e-4) / batch_size) {
-#   for (dtype in c("float16", "bfloat16")) {
-#     # Back to float32 (exactly) before R reads it: R has no half-precision floats.
-#     value <- as.numeric(tf$cast(tf$cast(small_gradient, dtype), "float32"))
+#   for (dtype in names(number_types)) {
+#     # Back to float64 (exactly) before R reads it: R has no half-precision floats.
+#     value <- py_to_r(numpy$asarray(small_gradient, number_types[[dtype]])$astype("float64")$item())
 #     cat(sprintf("a gradient of %.3e in %s: %.3e\n", small_gradient, dtype, value))
 #   }
 # }
@@ -419,11 +436,13 @@ import keras  # noqa: F401
 # ladder:
 
 # %% language="R"
-# # kerasdist's loop, without and with XLA, under mixed_bfloat16.
+# # kerasdist's loop, without and with XLA, under mixed_bfloat16 (a bar across the two).
+# progress <- import("keras")$utils$Progbar(2L, unit_name = "rung")
 # for (name in c("kerasdist loop", "kerasdist loop + XLA")) {
 #   run <- speed_ladder$measure(name, data_source, epochs, data = data, precision = "mixed_bfloat16")
 #   speed[[paste0(name, ", bfloat16")]] <- steady_samples_per_s(run)
 #   accuracy[[paste0(name, ", bfloat16")]] <- run$test_accuracy
+#   progress$add(1L)
 # }
 # for (name in c("kerasdist loop", "kerasdist loop, bfloat16", "kerasdist loop + XLA", "kerasdist loop + XLA, bfloat16")) {
 #   cat(sprintf("%-32s %8s samples/s  test accuracy %.3f\n", name, comma(speed[[name]]), accuracy[[name]]))
@@ -514,24 +533,25 @@ import keras  # noqa: F401
 # step_by_step <- function(xs, ys) {
 #   for (i in seq_along(x_batches)) one_step_per_call(x_batches[[i]], y_batches[[i]])
 # }
-# pipeline <- kd_data$train_dataset(data$x_train, data$y_train, batch_size, seed, 0L, 1L)
+# pipeline <- kd_data$train_dataset(data$x_train, data$y_train, batch_size, seed, 0L, 1L)  # epochs 0 to 1
 # batches_per_epoch <- n_train %/% batch_size
 # drain <- tf_function(function() pipeline$reduce(tf$constant(0), function(total, batch) total + batch[[1]][1, 1]))
 # per_step_ms <- function(timing, steps) timing / steps * 1e3
-# timings <- list(  # milliseconds per step
-#   "input pipeline" = per_step_ms(time_calls(drain), batches_per_epoch),
-#   "forward" = per_step_ms(time_calls(steps_in_one_call(forward), x_steps, y_steps), steps_per_call),
-#   "forward + backward" = per_step_ms(time_calls(steps_in_one_call(forward_backward), x_steps, y_steps),
-#                                      steps_per_call),
-#   "optimizer update" = per_step_ms(time_calls(steps_in_one_call(optimizer_update), x_steps, y_steps),
-#                                    steps_per_call),
-#   "whole step" = per_step_ms(time_calls(steps_in_one_call(whole_step), x_steps, y_steps), steps_per_call),
-#   "whole step, 1 per call" = per_step_ms(time_calls(step_by_step, x_steps, y_steps), steps_per_call),
-#   "whole step, XLA" = per_step_ms(time_calls(steps_in_one_call(whole_step, jit_compile = TRUE), x_steps, y_steps),
-#                                   steps_per_call)
+# batches <- list(x_steps, y_steps)
+# programs <- list(  # each program, its arguments, and the steps one call runs
+#   "input pipeline" = list(drain, list(), batches_per_epoch),
+#   "forward" = list(steps_in_one_call(forward), batches, steps_per_call),
+#   "forward + backward" = list(steps_in_one_call(forward_backward), batches, steps_per_call),
+#   "optimizer update" = list(steps_in_one_call(optimizer_update), batches, steps_per_call),
+#   "whole step" = list(steps_in_one_call(whole_step), batches, steps_per_call),
+#   "whole step, 1 per call" = list(step_by_step, batches, steps_per_call),
+#   "whole step, XLA" = list(steps_in_one_call(whole_step, jit_compile = TRUE), batches, steps_per_call)
 # )
-# for (name in names(timings)) {
-#   timing <- timings[[name]]
+# timings <- list()  # milliseconds per step, printed as each is measured
+# for (name in names(programs)) {
+#   program <- programs[[name]]
+#   timing <- per_step_ms(do.call(time_calls, c(list(program[[1]]), program[[2]])), program[[3]])
+#   timings[[name]] <- timing
 #   cat(sprintf("%-24s %6.3f ms per step (spread %.3f to %.3f ms)\n", name, timing[["median"]], timing[["low"]],
 #               timing[["high"]]))
 # }
@@ -581,6 +601,9 @@ import keras  # noqa: F401
 # cat(sprintf("shares of one step at 1 step per call: %s\n",
 #             paste(sprintf("%s %.0f%%", names(parts), 100 * parts / median_ms[["whole step, 1 per call"]]),
 #                   collapse = ", ")))
+# for (name in names(parts)[parts < 0]) {
+#   cat(sprintf("%s came out below zero: smaller than the timings' noise here; run the timing cell again\n", name))
+# }
 
 # %% [markdown]
 # **The input pipeline shares the cores.** On a GPU machine the input pipeline runs on the CPU while
@@ -589,7 +612,8 @@ import keras  # noqa: F401
 # alone (its batches already in memory, 50 steps in one compiled loop) against a step of kerasdist's
 # loop + XLA rung bounds what this costs: the rung reads its batches from that pipeline, and it also
 # calls its compiled step once per step from a TensorFlow loop and keeps per-step statistics, so the
-# difference is the pipeline's cost at most:
+# difference is the pipeline's cost at most (on a busy machine it can even come out below zero, when
+# the noise is larger than the cost):
 
 # %% language="R"
 # # The XLA step alone against the same step in training (the loop + XLA rung of the ladder), per step; and
@@ -641,13 +665,15 @@ import keras  # noqa: F401
 # draw_step_time()
 
 # %% [markdown]
-# Read the bars from the bottom. The top bar's parts add up to the step measured at one step per call
+# Read the bars from the bottom. The bottom bar's parts add up to the step measured at one step per call
 # (the black mark, with its spread). At one step per call, the host's work around each step is paid every
 # step; `steps_per_execution` and the loop engine pay it once per 50 steps. The backward pass has
 # 1.25 times the forward pass's FLOPs for this MLP (the next section counts them: the first layer,
 # three quarters of the forward FLOPs, needs no input gradient). Adam's update is little arithmetic
 # but many small element-wise ops over every weight. XLA fuses the update's ops, and the bias and
-# ReLU ops, into few kernels; the XLA bar shows what that saves.
+# ReLU ops, into few kernels; the XLA bar shows what that saves here, if anything. On a busy machine a
+# part can even come out below zero: the programs were timed at different moments, and a difference
+# smaller than the noise has no sign (the cell above then says so); run the timing cell again.
 
 # %% [markdown]
 # ### A profiler's trace of one step
@@ -659,8 +685,9 @@ import keras  # noqa: F401
 # step at one step per call, as the guide's `fit()` runs it: each op is a bar on the thread of
 # TensorFlow's executor that ran it, coloured by the part of the step it belongs to (from its name
 # scope: `gradient_tape/` for the backward pass, the optimizer's name, `optimizer$name`, for the
-# update). Recording adds a little time to every op, so the traced step is a little slower than the
-# steps timed above. TensorFlow's executor also learns which ops are cheap: once a function has run
+# update). Recording adds time to every op, and a freshly made function runs slower than one that
+# has run many times (below), so the traced step is slower than the steps timed above: read the trace
+# for the order and the gaps, not for the time. TensorFlow's executor learns which ops are cheap: once a function has run
 # many times, it runs those ops inline and the profiler no longer records them. So the cell traces a
 # freshly made `tf_function()` of the same step, whose first calls record far more of its ops; the
 # printout sets the ops recorded beside the ops of the step's graph (which also counts constants and
@@ -673,8 +700,8 @@ import keras  # noqa: F401
 #                                                                    seconds = op$seconds, name = op$name,
 #                                                                    type = op$type, part = op$part)))
 # threads <- sort(unique(ops$thread))
-# cat(sprintf("one traced step: %.3f ms, %d ops recorded (its graph has %d) on %d threads; no recorded op running for %.0f%% of it\n",
-#             traced$seconds * 1e3, nrow(ops), length(graphs[["whole step"]]), length(threads),
+# cat(sprintf("one traced step: %.3f ms (untraced, at 1 per call: %.3f ms), %d ops recorded (its graph has %d) on %d threads; no recorded op running for %.0f%% of it\n",
+#             traced$seconds * 1e3, median_ms[["whole step, 1 per call"]], nrow(ops), length(graphs[["whole step"]]), length(threads),
 #             100 * (1 - kd_trace$busy_seconds(traced$ops) / traced$seconds)))
 # for (part in unique(ops$part)) {
 #   mine <- ops[ops$part == part, ]
@@ -685,7 +712,9 @@ import keras  # noqa: F401
 
 # %% magic_args="-w 11 -h 2.6 --units in -r 100" language="R"
 # # Draw the trace: one row per executor thread, each op a bar from its start to its end.
-# part_colors <- setNames(c("steelblue", "orange", "lightblue")[seq_along(unique(ops$part))], unique(ops$part))
+# part_colors <- c("steelblue", "lightblue", "orange")  # the colours of the step's parts above
+# names(part_colors) <- c(kd_trace$OTHER_PART, "backward", "optimizer update")
+# part_colors <- part_colors[unique(ops$part)]
 # draw_trace <- function() {
 #   old <- par(mar = c(4.5, 6, 3, 13))
 #   on.exit(par(old))
@@ -707,13 +736,17 @@ import keras  # noqa: F401
 
 # %% [markdown]
 # Read the trace from the left. TensorFlow's executor starts an op as soon as its inputs are ready,
-# on whichever of its threads is free: the forward products follow one another, then the backward
-# ones, and a weight's update can start as soon as its gradient exists, while other gradients are
-# still being computed. Most ops are short: their bars are slivers, and the printout names the
-# longest of each part. The white space, where no recorded op runs, is mostly the host's share of a
-# step: the call from R through reticulate, the function's dispatch and the executor's scheduling
-# between ops (with the few ops the profiler left out). That is the overhead that more steps per call
-# and XLA's fusion remove.
+# on whichever of its threads is free. So the update's ops that depend on nothing computed in the
+# step (reading the variables, Adam's step count and bias corrections, all scalars) can run at once,
+# before or beside the forward pass: the first orange slivers. Then the forward products follow one
+# another, then the backward ones, and a weight's update can start as soon as its gradient exists,
+# while other gradients are still being computed. Most ops are short: their bars are slivers, and the printout names the
+# longest of each part. The white space, where no recorded op runs, is the host's share of this step:
+# the call from R through reticulate, the function's dispatch and the executor's scheduling between
+# ops (with the ops the profiler left out). A fresh function sends every op through the executor's
+# threads, so its white space is larger than the host's overhead of a step that has run many times
+# (the breakdown above measured that one); it is the kind of overhead that more steps per call and
+# XLA's fusion remove.
 
 # %% [markdown]
 # ### Exercise q2: the host's overhead in your timings
@@ -772,12 +805,13 @@ import keras  # noqa: F401
 # read from the CPU below. A core's FLOPs per cycle come from its vector instructions: one **fused
 # multiply-add** (FMA) computes `a x b + c` on every lane of a vector register at once, two FLOPs per
 # lane (16 float32 lanes in AVX-512's 512-bit registers), and a core has up to two FMA units. Two
-# assumptions make this a bound on most CPUs, a loose one on some: two FMA units per core (AMD's Zen
-# 4, for one, runs AVX-512 on 256-bit units: half the FLOPs per cycle), and the highest clock the
-# system reports (a virtual machine may report only its timer's clock, below what the cores run at).
-# MFU against it can read low, the share of the measured peak reads high; the truth lies between.
+# assumptions stand in this figure. Two FMA units per core can count too many (AMD's Zen 4, for one,
+# runs AVX-512 on 256-bit units: half the FLOPs per cycle), which makes the bound loose and MFU read
+# low. The highest clock the system reports can be too low (a virtual machine may report only its
+# timer's clock, below what the cores run at), which can make it no bound at all: the cell says so if
+# a measured rate beats it. The share of the measured peak, beside MFU, reads high.
 # Beside it the **measured peak**: the median rate of large chained products, what this CPU
-# really reaches. `BW` is main memory's (DRAM) bandwidth, measured by STREAM's triad (`a = b + 3 c`, on
+# really reaches. `BW` is main memory's (DRAM) bandwidth, measured by the triad of STREAM, the standard benchmark of memory bandwidth (`a = b + 3 c`, on
 # every core). Adam's update is the memory-bound part: per weight it reads the gradient, both moments
 # and the weight and writes three of them back, about 12 FLOPs for 28 bytes.
 # The step's matrix products, with the batch of 64, from `kerasdist.measure.speed`'s `step_kernels()`:
@@ -798,12 +832,31 @@ import keras  # noqa: F401
 # stopifnot(sum(vapply(step, function(kernel) kernel$flops, numeric(1))) == batch_size * flops$total)
 
 # %% language="R"
-# # The machine, each rate the median of its calls with their spread: the nominal peak (read from the CPU), the
-# # measured peak (chained 1024 x 1024 products), each product's rate at its own shape (the faster of
-# # TensorFlow's kernel and XLA's), and main memory's bandwidth (the triad).
+# # The machine, each rate the median of its calls with their spread, printed as measured: the nominal peak (read
+# # from the CPU), the measured peak (chained 1024 x 1024 products), main memory's bandwidth (the triad), and
+# # each product's rate at its own shape (the faster of TensorFlow's kernel and XLA's).
 # as_rate <- function(rate) c(median = rate$median, low = rate$low, high = rate$high)  # a Rate, as an R vector
 # nominal <- kd_speed$nominal_flops_per_s("float32")
+# cat(sprintf("CPU: %s\n", nominal$model))
+# cat(sprintf("nominal peak: %d cores x %d FLOPs per cycle (%s, %d FMA units assumed) x %.2f GHz (%s) = %s GFLOP/s float32\n",
+#             nominal$cores, nominal$flops_per_cycle, nominal$instructions, kd_speed$FMA_UNITS_PER_CORE,
+#             nominal$clock_hz / 1e9, nominal$clock_source, comma(nominal$flops_per_s / 1e9)))
+# if (startsWith(nominal$model, "AMD") && nominal$instructions == "avx512f") {
+#   cat("an AMD CPU with AVX-512: if it is a Zen 4, it runs AVX-512 on 256-bit units, so its nominal peak is half",
+#       "this and every MFU below twice as high\n")
+# }
 # peak <- as_rate(kerasdist$matmul_flops_per_s("float32"))
+# cat(sprintf("measured peak: %s GFLOP/s (spread %s to %s), %.0f%% of the nominal peak\n", comma(peak[["median"]] / 1e9),
+#             comma(peak[["low"]] / 1e9), comma(peak[["high"]] / 1e9), 100 * peak[["median"]] / nominal$flops_per_s))
+# if (peak[["high"]] > nominal$flops_per_s) {
+#   cat("the measured peak beat the nominal one: the cores run faster than the clock reported, so it is no bound here\n")
+# }
+# bandwidth <- as_rate(kd_speed$memory_bytes_per_s())
+# cat(sprintf("main memory: %.1f GB/s (triad, spread %.1f to %.1f)\n", bandwidth[["median"]] / 1e9,
+#             bandwidth[["low"]] / 1e9, bandwidth[["high"]] / 1e9))
+# ridge <- nominal$flops_per_s / bandwidth[["median"]]  # the intensity where the two roofs meet
+# cat(sprintf("ridge point: %.1f FLOP/byte; the largest product moves %.2f MB\n", ridge,
+#             max(vapply(step, function(kernel) kernel$bytes, numeric(1))) / 1e6))
 # shape_of <- function(kernel) paste(kernel$m, kernel$k, kernel$n)
 # rate <- list()
 # for (kernel in step) {
@@ -812,20 +865,6 @@ import keras  # noqa: F401
 #                                                                                       jit_compile = jit)))
 #     rate[[shape_of(kernel)]] <- rates[[which.max(vapply(rates, function(r) r[["median"]], numeric(1)))]]
 #   }
-# }
-# bandwidth <- as_rate(kd_speed$memory_bytes_per_s())
-# cat(sprintf("CPU: %s\n", nominal$model))
-# cat(sprintf("nominal peak: %d cores x %d FLOPs per cycle (%s, %d FMA units assumed) x %.2f GHz (%s) = %s GFLOP/s float32\n",
-#             nominal$cores, nominal$flops_per_cycle, nominal$instructions, kd_speed$FMA_UNITS_PER_CORE,
-#             nominal$clock_hz / 1e9, nominal$clock_source, comma(nominal$flops_per_s / 1e9)))
-# cat(sprintf("measured peak: %s GFLOP/s (spread %s to %s), %.0f%% of the nominal peak\n", comma(peak[["median"]] / 1e9),
-#             comma(peak[["low"]] / 1e9), comma(peak[["high"]] / 1e9), 100 * peak[["median"]] / nominal$flops_per_s))
-# cat(sprintf("main memory: %.1f GB/s (triad, spread %.1f to %.1f)\n", bandwidth[["median"]] / 1e9,
-#             bandwidth[["low"]] / 1e9, bandwidth[["high"]] / 1e9))
-# ridge <- nominal$flops_per_s / bandwidth[["median"]]  # the intensity where the two roofs meet
-# cat(sprintf("ridge point: %.1f FLOP/byte; the largest product moves %.2f MB\n", ridge,
-#             max(vapply(step, function(kernel) kernel$bytes, numeric(1))) / 1e6))
-# for (kernel in step) {
 #   intensity <- kernel$flops / kernel$bytes
 #   measured <- rate[[shape_of(kernel)]]
 #   roof <- min(nominal$flops_per_s, intensity * bandwidth[["median"]])
@@ -951,11 +990,12 @@ import keras  # noqa: F401
 
 # %% [markdown]
 # Compare the four rates of each shape. Where the CPU has bfloat16 instructions, TensorFlow's kernel
-# (oneDNN) uses them; whether XLA's kernel for this CPU does is what the row shows. A bfloat16 rate
+# (from oneDNN, the library of CPU kernels TensorFlow uses for products on x86) uses them; whether XLA's kernel for this CPU does is what the row shows. A bfloat16 rate
 # measured with one kernel does not bound a run that uses another: judge the `+ XLA, bfloat16` rung
 # against XLA's bfloat16 rate. A bfloat16 step also does work a float32 step does not: every float32
 # weight is cast to bfloat16 each step and every gradient back, and element-wise ops convert on the
-# way. Where the products gain little, those casts can make the bfloat16 rungs slower than float32,
+# way. Where the products are a small part of the step, those casts can make a bfloat16 rung slower
+# than float32 even when its products run faster,
 # as the mixed-precision table above shows on some CPUs.
 
 # %% [markdown]
@@ -998,7 +1038,8 @@ import keras  # noqa: F401
 #   Keras does **not** turn XLA on for the guide's code there: `jit_compile = "auto"` is off for any
 #   model built under a `tf.distribute` strategy (the source printed above), and passing
 #   `jit_compile = TRUE` does not help: `fit()` compiled by XLA fails under a `MirroredStrategy` of two or
-#   more replicas (one XLA cluster would read every replica's copy of a variable; keras-team/keras#19005).
+#   more replicas (the one program XLA would compile would read every replica's copy of a variable;
+#   keras-team/keras#19005).
 #   XLA works on one device (the ladder's rung), in kerasdist's loop (which compiles each replica's
 #   gradient, not the all-reduce), and on the JAX backend under `keras.distribution` (lesson 7),
 #   where XLA compiles the whole step of every device.
@@ -1022,7 +1063,7 @@ import keras  # noqa: F401
 # - **Compute shrinks, communication does not.** In lesson 3's model (a fixed global batch: **strong
 #   scaling**) a step on N devices takes `each device's compute + all-reduce(N) + input`, with no
 #   overlap: Keras and kerasdist all-reduce in
-#   `apply_gradients`, after the whole backward pass (PyTorch's DDP and XLA's asynchronous
+#   `apply_gradients`, after the whole backward pass (PyTorch's DistributedDataParallel, DDP, and XLA's asynchronous
 #   collectives overlap the two, which hides part of the all-reduce). Anything that makes compute
 #   faster leaves the all-reduce as it is, so the speed-up from more devices drops.
 

@@ -66,7 +66,8 @@
 #   **mesh** of devices with named axes (here one axis, *data* or *batch*); a `LayoutMap` maps variable
 #   names to how they split over the axes; each device holds the **addressable shards** of an array.
 #   **XLA** is the compiler that JAX (and TensorFlow's `jit_compile`) hands a whole step to; it inserts
-#   the collectives a layout needs. An **all-to-all** is the collective in which every device sends a
+#   the collectives a layout needs. A **collective** is an operation in which every device takes part
+#   (an all-reduce, all-gather, reduce-scatter); an **all-to-all** is the one in which every device sends a
 #   different piece to every other, here to move a tensor from one split to another.
 
 # %% [markdown]
@@ -225,7 +226,9 @@ print(table.to_string(index=False))
 # %% [markdown]
 # ## Measured: four transports
 #
-# Each transport is timed in a process of its own: an all-reduce of a float32 tensor of each size, a
+# A **transport** here is one way of moving the bytes between replicas: TensorFlow's collective ring,
+# its reduction to one device, JAX's CPU collectives, and worker processes over loopback (TCP on this
+# machine). Each transport is timed in a process of its own: an all-reduce of a float32 tensor of each size, a
 # few times, keeping the median. `measure_transports` fits α and β to each and prints a line as each
 # transport finishes (the cell takes about a minute). The **fit error** it prints is the relative RMS
 # error: the root of the mean, over the sizes, of ((predicted − measured) / measured)², so 20% means the
@@ -266,8 +269,7 @@ plt.show()
 # the rate at which each device's link carries bytes in a ring. The fitted 1/β here is a bus bandwidth:
 # to compare with nccl-tests, use its busbw (or fit its timings as here), not its algbw. The two need
 # not agree at one size: the fit weighs every size alike (by relative error), so at the largest it
-# can miss the measurement by as much as its fit error, and that size's busbw still carries a little
-# latency; the printout below shows both.
+# can miss the measurement by as much as its fit error; the printout below shows both.
 
 # %%
 # The largest all-reduce of the collective ring on 4 replicas: its two bandwidths against the fitted 1/beta.
@@ -374,7 +376,8 @@ print(step_table.round(2).to_string(index=False))
 # speed-up. The gap is also what α-β leaves out: Adam's update on every
 # replica, and the runtime's work per replica, which grow with N; and one replica's small ops do not
 # keep both cores busy, while N replicas run side by side. So the "shared cores" line is an estimate,
-# not a bound: a measured step can fall on either side of it (compare the first two columns).
+# not a bound: a measured step can fall on either side of it (compare the measured column with the
+# shared-cores one).
 
 # %% [markdown]
 # ### Exercise q2: the break-even local batch
@@ -419,6 +422,11 @@ q2.assert_correct()
 # 8 GPUs of one HGX/DGX H100 board, so its curves stop at 8 (NVLink Switch systems reach further);
 # beyond, GPUs talk over InfiniBand or Ethernet. The PCIe row stands for GPUs in a server without
 # NVLink, at PCIe 4.0's rate (a previous generation's; the H100 itself speaks PCIe 5.0, twice as fast).
+# The chart also draws each link with the all-reduce **overlapped** with the backward pass: the
+# gradient sent in 8 **buckets**, each as soon as the backward pass has computed it (as PyTorch's
+# DistributedDataParallel, DDP, does), so that compute and communication run at the same time; the
+# text after the chart weighs it. The step printed first is the hardware model's line of lessons 3
+# and 8, in TensorFloat-32, for comparison.
 
 # %%
 # Published figures: the links' bandwidth per GPU and direction, and one GPU's step in the hardware model for
@@ -460,8 +468,10 @@ for axis, (name, size) in zip(axes, models.items()):
     axis.axhline(1, color="black", linewidth=0.6)
     axis.set(xscale="log", yscale="log", xlabel="GPUs N", title=f"{name}, local batch {LOCAL_BATCH}")
     axis.set_xticks(counts, [str(c) for c in counts])
-    axis.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))  # 0.5, 1, 2, ... not 10^k
-    axis.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    # Ticks at 1, 2 and 5 times each power of ten, written out (0.5, 1, 2, ...), as the R twin's.
+    axis.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    axis.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 axes[0].set_ylabel("speed-up over one GPU (model)")
 axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
 figure.suptitle("A model from specifications, not a measurement")
@@ -484,7 +494,7 @@ for name, size in models.items():
 # MLP's all-reduce is mostly bytes over the bandwidth, a published figure, so its solid curves depend
 # on α much less. Its dashed curves do not: each bucket pays the ring's 2(N−1) latencies again, so
 # how many buckets pay is a matter of α too. The cell below sets 2 buckets beside 8 (PyTorch's DDP
-# fills buckets of 25 MB by default, about 2 for this gradient).
+# fills buckets of up to 25 MB by default, a few for this gradient).
 
 # %%
 # What bfloat16 gradients (half the bytes) and overlap in 2 or 8 buckets do for the wide MLP: 8 GPUs on NVLink,
@@ -516,8 +526,9 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 # N times the work.)
 #
 # Overlapping the all-reduce with the backward pass sends the gradient in buckets, each as soon as its
-# gradients exist (as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward pass as
-# two thirds of the compute and sends the buckets one after another). Where latency dominates, as for
+# gradients exist (as DDP does; the model takes the backward pass as
+# two thirds of the compute, the rule for large layers, where this MLP's is 56% (lesson 8), and sends
+# the buckets one after another). Where latency dominates, as for
 # the small MLP on every link, that is worse than no overlap: each bucket pays the ring's 2(N−1)
 # latencies again, and the dashed curves lie below the solid ones. Where bandwidth limits, as for the
 # wide MLP, halving the bytes (bfloat16 gradients) helps, and overlap can: the printout says which way
@@ -537,7 +548,8 @@ for gpus, link_name in ((8, "NVLink 4 (H100)"), (64, "InfiniBand NDR")):
 #
 # **Sending bfloat16 gradients** is not a Keras switch: `fit()` all-reduces the gradients in their own
 # dtype, float32 under `mixed_bfloat16` (lesson 8). In your own loop (lesson 6), cast each gradient to
-# bfloat16 before the replica context's all-reduce, `ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+# bfloat16 before the replica context's all-reduce (`ctx = tf.distribute.get_replica_context()`),
+# `ctx.all_reduce(tf.distribute.ReduceOp.SUM,
 # [tf.cast(g, tf.bfloat16) for g in grads])`, and back to float32 before the optimizer; in JAX, cast
 # before `jax.lax.psum`. The price is precision: bfloat16 keeps 8 significant bits (2 to 3 decimal
 # digits), every partial sum on the way is rounded to them, and over many replicas small contributions
@@ -566,7 +578,7 @@ for k in (1, 4, 16):
 # %% [markdown]
 # **A two-level all-reduce.** A cluster of 8-GPU nodes need not run one flat ring of 64 over InfiniBand:
 # each node first reduce-scatters over NVLink, then each GPU all-reduces its 1/g share with the GPUs of
-# the same rank in the other nodes over InfiniBand (g such rings side by side, one network port per
+# the same rank (the same index within its node) in the other nodes over InfiniBand (g such rings side by side, one network port per
 # GPU), then each node all-gathers over NVLink. With g GPUs per node and M nodes,
 #
 #     T_two_level = 2(g−1)·α_NVLink + 2(g−1)/g·n·β_NVLink + 2(M−1)·α_IB + 2(M−1)/M·(n/g)·β_IB
@@ -656,7 +668,7 @@ sharded = layouts["sharded data parallel"]["collectives"]
 print("the sharded step reduce-scatters its gradients:", sharded["reduce-scatter"] > 0,
       "; it all-reduces them whole:", sharded["all-reduce"] >= layouts["data parallel"]["collectives"]["all-reduce"])
 print("sharded over replicated bytes:",
-      round(layouts["sharded data parallel"]["bytes_per_device"] / layouts["data parallel"]["bytes_per_device"], 2))
+      round(layouts["sharded data parallel"]["bytes_per_device"] / layouts["data parallel"]["bytes_per_device"], 3))
 # What the sharded step all-gathers, read from its compiled HLO: kernels, or batch-sized activation gradients.
 kernel_shapes = [f"f32[{n_in},{n_out}]" for n_in, n_out in hardware.DENSE_LAYERS]
 gathered = layouts["sharded data parallel"]["all_gathers"]

@@ -72,7 +72,8 @@
 #   **mesh** of devices with named axes (here one axis, *data* or *batch*); a `LayoutMap` maps variable
 #   names to how they split over the axes; each device holds the **addressable shards** of an array.
 #   **XLA** is the compiler that JAX (and TensorFlow's `jit_compile`) hands a whole step to; it inserts
-#   the collectives a layout needs. An **all-to-all** is the collective in which every device sends a
+#   the collectives a layout needs. A **collective** is an operation in which every device takes part
+#   (an all-reduce, all-gather, reduce-scatter); an **all-to-all** is the one in which every device sends a
 #   different piece to every other, here to move a tensor from one split to another.
 
 # %% [markdown]
@@ -308,7 +309,9 @@ import keras  # noqa: F401
 # %% [markdown]
 # ## Measured: four transports
 #
-# Each transport is timed in a process of its own: an all-reduce of a float32 tensor of each size, a
+# A **transport** here is one way of moving the bytes between replicas: TensorFlow's collective ring,
+# its reduction to one device, JAX's CPU collectives, and worker processes over loopback (TCP on this
+# machine). Each transport is timed in a process of its own: an all-reduce of a float32 tensor of each size, a
 # few times, keeping the median. `sync_cost$measure_transports()` fits α and β to each and prints a
 # line as each transport finishes (the cell takes about a minute). (Python takes lists where the R
 # vectors of more than one element go, and a length-one vector would reach it as a single value: a
@@ -373,8 +376,7 @@ import keras  # noqa: F401
 # the rate at which each device's link carries bytes in a ring. The fitted 1/β here is a bus bandwidth:
 # to compare with nccl-tests, use its busbw (or fit its timings as here), not its algbw. The two need
 # not agree at one size: the fit weighs every size alike (by relative error), so at the largest it
-# can miss the measurement by as much as its fit error, and that size's busbw still carries a little
-# latency; the printout below shows both.
+# can miss the measurement by as much as its fit error; the printout below shows both.
 
 # %% language="R"
 # # The largest all-reduce of the collective ring on 4 replicas: its two bandwidths against the fitted 1/beta.
@@ -490,7 +492,8 @@ import keras  # noqa: F401
 # speed-up. The gap is also what α-β leaves out: Adam's update on every
 # replica, and the runtime's work per replica, which grow with N; and one replica's small ops do not
 # keep both cores busy, while N replicas run side by side. So the "shared cores" line is an estimate,
-# not a bound: a measured step can fall on either side of it (compare the first two columns).
+# not a bound: a measured step can fall on either side of it (compare the measured column with the
+# shared-cores one).
 
 # %% [markdown]
 # ### Exercise q2: the break-even local batch
@@ -536,6 +539,11 @@ import keras  # noqa: F401
 # 8 GPUs of one HGX/DGX H100 board, so its curves stop at 8 (NVLink Switch systems reach further);
 # beyond, GPUs talk over InfiniBand or Ethernet. The PCIe row stands for GPUs in a server without
 # NVLink, at PCIe 4.0's rate (a previous generation's; the H100 itself speaks PCIe 5.0, twice as fast).
+# The chart also draws each link with the all-reduce **overlapped** with the backward pass: the
+# gradient sent in 8 **buckets**, each as soon as the backward pass has computed it (as PyTorch's
+# DistributedDataParallel, DDP, does), so that compute and communication run at the same time; the
+# text after the chart weighs it. The step printed first is the hardware model's line of lessons 3
+# and 8, in TensorFloat-32, for comparison.
 
 
 # %% language="R"
@@ -634,7 +642,7 @@ import keras  # noqa: F401
 # MLP's all-reduce is mostly bytes over the bandwidth, a published figure, so its solid curves depend
 # on α much less. Its dashed curves do not: each bucket pays the ring's 2(N−1) latencies again, so
 # how many buckets pay is a matter of α too. The cell below sets 2 buckets beside 8 (PyTorch's DDP
-# fills buckets of 25 MB by default, about 2 for this gradient).
+# fills buckets of up to 25 MB by default, a few for this gradient).
 
 # %% language="R"
 # # What bfloat16 gradients (half the bytes) and overlap in 2 or 8 buckets do for the wide MLP: 8 GPUs on NVLink,
@@ -672,8 +680,9 @@ import keras  # noqa: F401
 # N times the work.)
 #
 # Overlapping the all-reduce with the backward pass sends the gradient in buckets, each as soon as its
-# gradients exist (as PyTorch's DistributedDataParallel, DDP, does; the model takes the backward pass as
-# two thirds of the compute and sends the buckets one after another). Where latency dominates, as for
+# gradients exist (as DDP does; the model takes the backward pass as
+# two thirds of the compute, the rule for large layers, where this MLP's is 56% (lesson 8), and sends
+# the buckets one after another). Where latency dominates, as for
 # the small MLP on every link, that is worse than no overlap: each bucket pays the ring's 2(N−1)
 # latencies again, and the dashed curves lie below the solid ones. Where bandwidth limits, as for the
 # wide MLP, halving the bytes (bfloat16 gradients) helps, and overlap can: the printout says which way
@@ -693,7 +702,8 @@ import keras  # noqa: F401
 #
 # **Sending bfloat16 gradients** is not a Keras switch: `fit()` all-reduces the gradients in their own
 # dtype, float32 under `mixed_bfloat16` (lesson 8). In your own loop (lesson 6), cast each gradient to
-# bfloat16 before the replica context's all-reduce, `ctx$all_reduce(tf$distribute$ReduceOp$SUM,
+# bfloat16 before the replica context's all-reduce (`ctx <- tf$distribute$get_replica_context()`),
+# `ctx$all_reduce(tf$distribute$ReduceOp$SUM,
 # lapply(grads, function(g) tf$cast(g, tf$bfloat16)))`, and back to float32 before the optimizer; in
 # JAX, cast before `jax.lax.psum`. The price is precision: bfloat16 keeps 8 significant bits (2 to 3
 # decimal digits), every partial sum on the way is rounded to them, and over many replicas small
@@ -723,7 +733,7 @@ import keras  # noqa: F401
 # %% [markdown]
 # **A two-level all-reduce.** A cluster of 8-GPU nodes need not run one flat ring of 64 over InfiniBand:
 # each node first reduce-scatters over NVLink, then each GPU all-reduces its 1/g share with the GPUs of
-# the same rank in the other nodes over InfiniBand (g such rings side by side, one network port per
+# the same rank (the same index within its node) in the other nodes over InfiniBand (g such rings side by side, one network port per
 # GPU), then each node all-gathers over NVLink. With g GPUs per node and M nodes,
 #
 #     T_two_level = 2(g−1)·α_NVLink + 2(g−1)/g·n·β_NVLink + 2(M−1)·α_IB + 2(M−1)/M·(n/g)·β_IB
@@ -837,7 +847,7 @@ import keras  # noqa: F401
 #             sharded[["reduce-scatter"]] > 0,
 #             sharded[["all-reduce"]] >= layouts[["data parallel"]]$collectives[["all-reduce"]]))
 # cat(sprintf("sharded over replicated bytes: %s\n", round(layouts[["sharded data parallel"]]$bytes_per_device /
-#                                                          layouts[["data parallel"]]$bytes_per_device, 2)))
+#                                                          layouts[["data parallel"]]$bytes_per_device, 3)))
 # # What the sharded step all-gathers, read from its compiled HLO: kernels, or batch-sized activation gradients.
 # kernel_shapes <- vapply(hardware$DENSE_LAYERS, function(layer) sprintf("f32[%d,%d]", layer[[1]], layer[[2]]),
 #                         character(1))

@@ -56,7 +56,7 @@ TIME_UNIT = r"(?:s/epoch|samples/s|ms/step|ms|s|seconds?|GFLOP/s|GB/s)(?![\w/])"
 NAMED = r"[A-Za-z_]\w* [\d.,]+"
 TIMING = re.compile(rf"(?:{NAMED}, )+{NAMED} ?{TIME_UNIT}|[\d.,]+ ?{TIME_UNIT}|\bx[\d.]+ faster|\d+% less time"
                     r"|MFU +[\d.]+%|\d+% of (?:peak|the attainable|the roof|the nominal peak|the bound|the isolated)"
-                    r"|share of the measured peak +[\d.]+%|-?[\d,]+ µs|[\d.]+ FLOP/byte|spread [\d.]+ to [\d.]+"
+                    r"|share of the measured peak +[\d.]+%|-?[\d,]+ µs|[\d.]+ FLOP/byte|spread +[\d.,]+ to +[\d.,]+"
                     r"|shares of one step[^\n]*|\b\d+(?:\.\d+)?x(?!\w)"
                     r"|fit error \d+%|break-even local batch [\d,]+")
 RUN_TIMEOUT_S = 600
@@ -228,6 +228,7 @@ def test_numbers_are_read_as_a_reader_reads_them():
         "ridge point: 16.1 FLOP/byte; ( 67% of peak), MFU 19.7%, (triad, spread 12.0 to 13.2); 89% accuracy\n"
         "reaches 99% of the attainable estimate; 2.2x the time, 12x the guide's; 0.75 x 64\n"
         "45% of the roof at its intensity; MFU  4.4%, share of the measured peak 21.3%; costs -84 µs more\n"
+        "layer 3 forward  14.3 GFLOP/s (spread  11.3 to  15.1)\n"
         "shares of one step at 1 step per call: forward 15%, backward 18%, optimizer update 24%")}]}
     assert numbers(printed_text(timings)) == {"0.908", "52", "89", "0.75", "64"}
     assert typed_numbers({"cell_type": "code", "source": "plt.plot(x * 1000, alpha=0.3, lw=1.25) # 52"}) == {"1.25", "52"}

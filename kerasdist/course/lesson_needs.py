@@ -109,7 +109,7 @@ class Lesson:
 LESSONS = (
     Lesson("00", "00_R_with_reticulate_R", "R with reticulate", None, 52, replicas(2), KERNEL,
            "TensorFlow", MNIST, "reticulate, kerasdist (R; make setup installs both)"),
-    Lesson("01", "01_quickstart", "Quickstart", 29, 28, replicas(2), KERNEL, "TensorFlow", MNIST),
+    Lesson("01", "01_quickstart", "Quickstart", 24, 28, replicas(2), KERNEL, "TensorFlow", MNIST),
     Lesson("02", "02_checkpoints_resume", "Checkpoints and resume", 72, 55, replicas(2),
            "kernel + a training process it kills", "TensorFlow", MNIST),
     Lesson("03", "03_convergence", "Convergence", 73, 106, "1 device, " + replicas(2),
@@ -124,9 +124,9 @@ LESSONS = (
            "2 JAX devices, " + replicas(2),
            "kernel + 2 JAX processes on 127.0.0.1", "JAX and TensorFlow",
            MNIST),
-    Lesson("08", "08_speed", "Speed", 141, 123, "1 device (a GPU or the CPU)",
+    Lesson("08", "08_speed", "Speed", 117, 123, "1 device (a GPU or the CPU)",
            "kernel + a process per JAX rung", "TensorFlow and JAX", FASHION),
-    Lesson("09", "09_sync_cost", "What synchronization costs", 95, 74, replicas(4) + ", 2-4 JAX devices",
+    Lesson("09", "09_sync_cost", "What synchronization costs", 67, 69, replicas(4) + ", 2-4 JAX devices",
            "kernel + worker processes on 127.0.0.1", "TensorFlow and JAX", MNIST),
 )
 

@@ -287,7 +287,7 @@ def nominal_flops_per_s(dtype="float32", cpuinfo="/proc/cpuinfo",
     (bfloat16 is then converted). The clock is the highest of cpufreq's
     maximum, the model name's "@ ...GHz" and the "cpu MHz" lines (on a virtual
     machine only the host's timer or base clock may show, and the cores may run
-    faster: the FMA units assumed make up for that on most CPUs).
+    faster: the figure is then no bound, which a measured rate above it shows).
 
     Example:
         >>> nominal_flops_per_s().flops_per_s > 1e9  # doctest: +SKIP
