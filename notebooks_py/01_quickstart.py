@@ -77,8 +77,10 @@
 #
 # What is left is the order of floating-point additions: two replicas sum their gradients in
 # another order than one device, so the runs agree to rounding, not bit for bit (lesson 3 measures
-# how closely; the single step below matches exactly, because a sum of two numbers does not depend
-# on their order and dividing by 32, 2 or 64, powers of two, is exact in floating point). The MLP used here meets all five conditions. It is
+# how closely). The step by hand below adds the same two replicas' gradients as the strategy, and
+# matches it exactly (a sum of two numbers does not depend on their order, and dividing by 32, 2 or
+# 64, powers of two, is exact in floating point); against one device's mean gradient the gap is a
+# rounding error, as printed there. The MLP used here meets all five conditions. It is
 # "the guide's MLP" of this course: 784-256-256-10 with Adam, `get_compiled_model()` of the keras.io guide
 # [Multi-GPU distributed training with TensorFlow](https://keras.io/guides/distributed_training_with_tensorflow/).
 

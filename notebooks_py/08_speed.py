@@ -94,7 +94,7 @@ from kerasdist.experiments import plots
 from kerasdist.measure import hardware, scan_variants, speed_ladder, trace
 from kerasdist.measure import speed as speed_module
 from kerasdist.measure.speed import (ADAM_BYTES_PER_WEIGHT, Timing, dense_kernels, gemm_flops_per_s, memory_bytes_per_s,
-                             nominal_flops_per_s, step_breakdown, step_kernels, time_calls)
+                             nominal_flops_per_s, step_breakdown, step_kernels, time_calls, time_programs)
 from kerasdist.course.exercises.lesson08 import q1, q2, q3  # this lesson's checked exercises
 
 # %%
@@ -326,12 +326,12 @@ if bf16_instructions:
 else:
     print("this CPU lacks bfloat16 instructions (no avx512_bf16 or amx_bf16): TensorFlow emulates "
           "bfloat16 with float32 and it is slower, not faster")
-# The two types' rounding, by NumPy's float16 and ml_dtypes' bfloat16 (the bfloat16 of TensorFlow and JAX):
-# the same numbers as TensorFlow's casts, without running a float16 kernel on this CPU.
+# The two types' rounding, by NumPy's float16 and ml_dtypes' bfloat16 (the bfloat16 of TensorFlow and JAX), from
+# float32 as TensorFlow's casts round: the same numbers, without running a float16 kernel on this CPU.
 number_types = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 for small_gradient in (1e-6 / BATCH_SIZE, 1e-4 / BATCH_SIZE):
     for dtype, number_type in number_types.items():
-        print(f"a gradient of {small_gradient:.3e} in {dtype}: {float(np.asarray(small_gradient, number_type)):.3e}")
+        print(f"a gradient of {small_gradient:.3e} in {dtype}: {float(np.float32(small_gradient).astype(number_type)):.3e}")
 keras.mixed_precision.set_global_policy("mixed_float16")
 try:
     float16_model = model_module.build_model()
@@ -378,8 +378,10 @@ for name in ("kerasdist loop", "kerasdist loop, bfloat16", "kerasdist loop + XLA
 # - the **input pipeline** alone: kerasdist's `tf.data` pipeline (shuffle, batch, gather, prefetch),
 #   drained without training.
 #
-# Each program is called eleven times after a warm-up call; the tables give the **median** and the
-# spread (25th to 75th percentile) of those calls, the statistic of every rate in this lesson. On a shared machine a few calls are slowed down by other
+# The programs take turns: after a warm-up call of each, eleven rounds call every program once, so
+# that a busy spell of the machine falls on all of them (`time_programs`). The tables give the
+# **median** and the spread (25th to 75th percentile) of each program's calls, the statistic of every
+# rate in this lesson. On a shared machine a few calls are slowed down by other
 # programs: the median ignores them, the spread shows them.
 
 # %%
@@ -457,9 +459,13 @@ programs = {  # each program, its arguments, and the steps one call runs
     "whole step, 1 per call": (python_loop_of_steps, (x_steps, y_steps), STEPS_PER_CALL),
     "whole step, XLA": (steps_per_call(whole_step, jit_compile=True), (x_steps, y_steps), STEPS_PER_CALL),
 }
-timings = {}  # milliseconds per step, printed as each is measured
-for name, (program, arguments, steps) in programs.items():
-    timings[name] = timing = per_step_ms(time_calls(program, *arguments), steps)
+# The programs take turns, 11 rounds of one call each (a bar across the rounds), so that a busy spell of the
+# machine falls on all of them and the parts below, their differences, hold.
+progress = keras.utils.Progbar(11, unit_name="round")
+per_call = time_programs({name: (program, arguments) for name, (program, arguments, _) in programs.items()},
+                         rounds=11, on_round=lambda: progress.add(1))
+timings = {name: per_step_ms(per_call[name], steps) for name, (_, _, steps) in programs.items()}  # ms per step
+for name, timing in timings.items():
     print(f"{name:24s} {timing.median:6.3f} ms per step (spread {timing.low:.3f} to {timing.high:.3f} ms)")
 graphs = {name: tf.function(part).get_concrete_function(x_steps[0], y_steps[0]).graph.get_operations()
           for name, part in (("forward", forward), ("forward + backward", forward_backward),
@@ -545,7 +551,8 @@ for label, name, color in (("50 steps per call", "whole step", "tab:gray"),
               color=color, label=None if name == "optimizer update" else name, capsize=3)
 axis.set(xlabel="milliseconds per step of 64 samples (median and spread of 11 calls)",
          title="Where one training step's time goes")
-axis.set_xlim(0, 1.05 * max(left, whole.high))
+axis.set_xlim(0, 1.05 * max([left, whole.high] + [timings[name].high for name in
+                                                    ("whole step", "whole step, XLA", "optimizer update", "input pipeline")]))
 axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
 figure.tight_layout()
 figure.savefig("results/figures/08_step_time.png", dpi=100, bbox_inches="tight")
@@ -572,7 +579,8 @@ plt.show()
 # step per call, as the guide's `fit` runs it: each op is a bar on the thread of TensorFlow's
 # executor that ran it, coloured by the part of the step it belongs to (from its name scope:
 # `gradient_tape/` for the backward pass, the optimizer's name, `optimizer.name`, for the update).
-# Recording adds time to every op, and a freshly made function runs slower than one that has run
+# (The products' kernels are named `_Mkl...`: oneDNN's, under its former name, MKL-DNN.) Recording adds
+# time to every op, and a freshly made function runs slower than one that has run
 # many times (below), so the traced step is slower than the steps timed above: read the trace for
 # the order and the gaps, not for the time. TensorFlow's executor learns which ops are cheap: once a function has run many
 # times, it runs those ops inline and the profiler no longer records them. So the cell traces a
@@ -683,7 +691,8 @@ print(f"training FLOPs per sample: {flops['forward']:,} forward + {flops['backwa
 # lane (16 float32 lanes in AVX-512's 512-bit registers), and a core has up to two FMA units. Two
 # assumptions stand in this figure. Two FMA units per core can count too many (AMD's Zen 4, for one,
 # runs AVX-512 on 256-bit units: half the FLOPs per cycle), which makes the bound loose and MFU read
-# low. The highest clock the system reports can be too low (a virtual machine may report only its
+# low. The highest clock the system reports (its source is printed: `cpu MHz` is /proc/cpuinfo's line,
+# `cpufreq maximum` the kernel's frequency driver's) can be too low (a virtual machine may report only its
 # timer's clock, below what the cores run at), which can make it no bound at all: the cell says so if
 # a measured rate beats it. The share of the measured peak, beside MFU, reads high.
 # Beside it the **measured peak**: the median rate of large chained products, what this CPU
@@ -714,9 +723,6 @@ print(f"CPU: {nominal.model}")
 print(f"nominal peak: {nominal.cores} cores x {nominal.flops_per_cycle} FLOPs per cycle ({nominal.instructions}, "
       f"{speed_module.FMA_UNITS_PER_CORE} FMA units assumed) x {nominal.clock_hz / 1e9:.2f} GHz "
       f"({nominal.clock_source}) = {nominal.flops_per_s / 1e9:,.0f} GFLOP/s float32")
-if nominal.model.startswith("AMD") and nominal.instructions == "avx512f":
-    print("an AMD CPU with AVX-512: if it is a Zen 4, it runs AVX-512 on 256-bit units, so its nominal peak is half "
-          "this and every MFU below twice as high")
 peak = kerasdist.matmul_flops_per_s("float32")
 print(f"measured peak: {peak.median / 1e9:,.0f} GFLOP/s (spread {peak.low / 1e9:,.0f} to {peak.high / 1e9:,.0f}), "
       f"{peak.median / nominal.flops_per_s:.0%} of the nominal peak")
@@ -762,21 +768,20 @@ print(f"isolated-kernel estimate: {estimate_s * 1e3:.3f} ms per step (Adam's upd
 
 # %%
 # The roofline chart: the bound's two roofs, the measured peak, and each product at its intensity and measured rate.
-figure, axis = plt.subplots(figsize=(8.5, 4.4))
+figure, axis = plt.subplots(figsize=(10, 4.4))
 intensity = np.logspace(-1, 3, 200)
 axis.plot(intensity, np.minimum(nominal.flops_per_s, intensity * bandwidth.median) / 1e9, color="black",
           label="roofline: min(nominal peak, intensity x main memory's bandwidth)")
 axis.axhline(peak.median / 1e9, color="gray", linestyle="--", label="measured peak (median)")
-for index, kernel in enumerate(step):
+for kernel, marker in zip(step, "os^Dv<>P"):  # a marker per product, named in the legend (labels would overlap)
     measured = rate[(kernel["m"], kernel["k"], kernel["n"])]
     point = (kernel["flops"] / kernel["bytes"], measured.median / 1e9)
     axis.errorbar(*point, yerr=[[(measured.median - measured.low) / 1e9], [(measured.high - measured.median) / 1e9]],
-                  fmt="o", markersize=4, capsize=2)
-    axis.annotate(kernel["name"], point, fontsize=7, xytext=(5, 14 - 14 * (index % 3)), textcoords="offset points")
+                  fmt=marker, markersize=5, capsize=2, label=kernel["name"])
 axis.axvline(12 * mlp.count_params() / adam_bytes, color="tab:orange", linestyle=":", label="Adam's update (intensity)")
 axis.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s",
          title="This CPU's roofline and the MLP's products (batch 64, float32; medians)")
-axis.legend(fontsize=8, loc="lower right")
+axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
 figure.tight_layout()
 figure.savefig("results/figures/08_roofline.png", dpi=100, bbox_inches="tight")
 plt.show()

@@ -397,14 +397,14 @@ import keras  # noqa: F401
 #   cat("this CPU lacks bfloat16 instructions (no avx512_bf16 or amx_bf16): TensorFlow emulates",
 #       "bfloat16 with float32 and it is slower, not faster\n")
 # }
-# # The two types' rounding, by NumPy's float16 and ml_dtypes' bfloat16 (the bfloat16 of TensorFlow and JAX):
-# # the same numbers as TensorFlow's casts, without running a float16 kernel on this CPU.
+# # The two types' rounding, by NumPy's float16 and ml_dtypes' bfloat16 (the bfloat16 of TensorFlow and JAX), from
+# # float32 as TensorFlow's casts round: the same numbers, without running a float16 kernel on this CPU.
 # numpy <- import("numpy", convert = FALSE)
 # number_types <- list(float16 = numpy$float16, bfloat16 = import("ml_dtypes")$bfloat16)
 # for (small_gradient in c(1e-6, 1e-4) / batch_size) {
 #   for (dtype in names(number_types)) {
 #     # Back to float64 (exactly) before R reads it: R has no half-precision floats.
-#     value <- py_to_r(numpy$asarray(small_gradient, number_types[[dtype]])$astype("float64")$item())
+#     value <- py_to_r(numpy$float32(small_gradient)$astype(number_types[[dtype]])$astype("float64")$item())
 #     cat(sprintf("a gradient of %.3e in %s: %.3e\n", small_gradient, dtype, value))
 #   }
 # }
@@ -470,14 +470,19 @@ import keras  # noqa: F401
 # - the **input pipeline** alone: kerasdist's `tf.data` pipeline (shuffle, batch, gather, prefetch),
 #   drained without training.
 #
-# Each program is called eleven times after a warm-up call, each call timed with `Sys.time()` (which
-# resolves microseconds); the tables give the **median** and the spread (25th to 75th percentile) of
-# those calls, as `kerasdist.measure.speed.time_calls` does in the Python lesson: the statistic of
-# every rate in this lesson. On a shared machine a few
+# The programs take turns: after a warm-up call of each, eleven rounds call every program once, so
+# that a busy spell of the machine falls on all of them, each call timed with `Sys.time()` (which
+# resolves microseconds). The tables give the **median** and the spread (25th to 75th percentile) of
+# each program's calls, as `kerasdist.measure.speed.time_programs` does in the Python lesson: the
+# statistic of every rate in this lesson. On a shared machine a few
 # calls are slowed down by other programs: the median ignores them, the spread shows them.
 
 # %% language="R"
 # # Time each program, per step, in milliseconds (median and spread of 11 calls).
+# # Every tf_function() of an R function shares one Python function, so TensorFlow counts this cell's first
+# # traces together and takes them for retracing: kerasdist leaves that warning out while the cell runs.
+# quiet <- kd_speed$retracing_warning_left_out()
+# invisible(quiet$`__enter__`())
 # time_calls <- function(f, ..., rounds = 11L) {
 #   call <- function() {  # .numpy() waits for the result: the time includes finishing the work
 #     result <- f(...)
@@ -491,6 +496,26 @@ import keras  # noqa: F401
 #   }, numeric(1))
 #   # Type 6 is the quantile of Python's statistics.quantiles(), which time_calls uses.
 #   setNames(quantile(seconds, c(0.5, 0.25, 0.75), type = 6, names = FALSE), c("median", "low", "high"))
+# }
+# # Several programs (each a list of a function and its arguments) timed in turns, as time_programs() in Python.
+# time_programs <- function(programs, rounds = 11L) {
+#   finish <- function(result) {  # .numpy() waits for the result
+#     if (inherits(result, "python.builtin.object") && py_has_attr(result, "numpy")) result$numpy()
+#   }
+#   for (program in programs) finish(do.call(program[[1]], program[[2]]))  # warm-up (and tracing)
+#   seconds <- matrix(NA_real_, rounds, length(programs), dimnames = list(NULL, names(programs)))
+#   progress <- import("keras")$utils$Progbar(rounds, unit_name = "round")
+#   for (round in seq_len(rounds)) {
+#     for (name in names(programs)) {
+#       started <- Sys.time()
+#       finish(do.call(programs[[name]][[1]], programs[[name]][[2]]))
+#       seconds[round, name] <- as.numeric(difftime(Sys.time(), started, units = "secs"))
+#     }
+#     progress$add(1L)
+#   }
+#   lapply(setNames(nm = names(programs)), function(name) {
+#     setNames(quantile(seconds[, name], c(0.5, 0.25, 0.75), type = 6, names = FALSE), c("median", "low", "high"))
+#   })
 # }
 # set_random_seed(seed)
 # mlp <- build_mlp()
@@ -547,11 +572,12 @@ import keras  # noqa: F401
 #   "whole step, 1 per call" = list(step_by_step, batches, steps_per_call),
 #   "whole step, XLA" = list(steps_in_one_call(whole_step, jit_compile = TRUE), batches, steps_per_call)
 # )
-# timings <- list()  # milliseconds per step, printed as each is measured
-# for (name in names(programs)) {
-#   program <- programs[[name]]
-#   timing <- per_step_ms(do.call(time_calls, c(list(program[[1]]), program[[2]])), program[[3]])
-#   timings[[name]] <- timing
+# # The programs take turns, 11 rounds of one call each (a bar across the rounds), so that a busy spell of the
+# # machine falls on all of them and the parts below, their differences, hold.
+# per_call <- time_programs(lapply(programs, function(program) program[1:2]))
+# timings <- lapply(setNames(nm = names(programs)), function(name) per_step_ms(per_call[[name]], programs[[name]][[3]]))
+# for (name in names(timings)) {
+#   timing <- timings[[name]]
 #   cat(sprintf("%-24s %6.3f ms per step (spread %.3f to %.3f ms)\n", name, timing[["median"]], timing[["low"]],
 #               timing[["high"]]))
 # }
@@ -568,6 +594,7 @@ import keras  # noqa: F401
 # large <- vapply(graphs, function(graph) sum(vapply(graph, is_large, logical(1))), integer(1))
 # cat(sprintf("ops in one step's graph: %s\n",
 #             paste(sprintf("%s %d (%d large)", names(graphs), lengths(graphs), large), collapse = ", ")))
+# invisible(quiet$`__exit__`(NULL, NULL, NULL))
 
 # %% [markdown]
 # The programs above are nested: forward; forward + backward; the whole step (forward, backward and
@@ -645,7 +672,7 @@ import keras  # noqa: F401
 #   old <- par(mar = c(4.5, 11, 3, 14))
 #   on.exit(par(old))
 #   centers <- barplot(stack, horiz = TRUE, las = 1, cex.names = 0.8, col = colors,
-#                      xlim = c(0, 1.05 * max(sum(parts), timings[["whole step, 1 per call"]][["high"]])),
+#                      xlim = c(0, 1.05 * max(sum(parts), vapply(timings, function(t) t[["high"]], numeric(1)))),
 #                      xlab = "milliseconds per step of 64 samples (median and spread of 11 calls)",
 #                      main = "Where one training step's time goes")
 #   for (i in seq_along(alone)) {
@@ -685,7 +712,8 @@ import keras  # noqa: F401
 # step at one step per call, as the guide's `fit()` runs it: each op is a bar on the thread of
 # TensorFlow's executor that ran it, coloured by the part of the step it belongs to (from its name
 # scope: `gradient_tape/` for the backward pass, the optimizer's name, `optimizer$name`, for the
-# update). Recording adds time to every op, and a freshly made function runs slower than one that
+# update). (The products' kernels are named `_Mkl...`: oneDNN's, under its former name, MKL-DNN.)
+# Recording adds time to every op, and a freshly made function runs slower than one that
 # has run many times (below), so the traced step is slower than the steps timed above: read the trace
 # for the order and the gaps, not for the time. TensorFlow's executor learns which ops are cheap: once a function has run
 # many times, it runs those ops inline and the profiler no longer records them. So the cell traces a
@@ -807,7 +835,8 @@ import keras  # noqa: F401
 # lane (16 float32 lanes in AVX-512's 512-bit registers), and a core has up to two FMA units. Two
 # assumptions stand in this figure. Two FMA units per core can count too many (AMD's Zen 4, for one,
 # runs AVX-512 on 256-bit units: half the FLOPs per cycle), which makes the bound loose and MFU read
-# low. The highest clock the system reports can be too low (a virtual machine may report only its
+# low. The highest clock the system reports (its source is printed: `cpu MHz` is /proc/cpuinfo's line,
+# `cpufreq maximum` the kernel's frequency driver's) can be too low (a virtual machine may report only its
 # timer's clock, below what the cores run at), which can make it no bound at all: the cell says so if
 # a measured rate beats it. The share of the measured peak, beside MFU, reads high.
 # Beside it the **measured peak**: the median rate of large chained products, what this CPU
@@ -841,10 +870,6 @@ import keras  # noqa: F401
 # cat(sprintf("nominal peak: %d cores x %d FLOPs per cycle (%s, %d FMA units assumed) x %.2f GHz (%s) = %s GFLOP/s float32\n",
 #             nominal$cores, nominal$flops_per_cycle, nominal$instructions, kd_speed$FMA_UNITS_PER_CORE,
 #             nominal$clock_hz / 1e9, nominal$clock_source, comma(nominal$flops_per_s / 1e9)))
-# if (startsWith(nominal$model, "AMD") && nominal$instructions == "avx512f") {
-#   cat("an AMD CPU with AVX-512: if it is a Zen 4, it runs AVX-512 on 256-bit units, so its nominal peak is half",
-#       "this and every MFU below twice as high\n")
-# }
 # peak <- as_rate(kerasdist$matmul_flops_per_s("float32"))
 # cat(sprintf("measured peak: %s GFLOP/s (spread %s to %s), %.0f%% of the nominal peak\n", comma(peak[["median"]] / 1e9),
 #             comma(peak[["low"]] / 1e9), comma(peak[["high"]] / 1e9), 100 * peak[["median"]] / nominal$flops_per_s))

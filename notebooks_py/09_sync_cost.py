@@ -821,7 +821,8 @@ print(kinds.to_string(index=False))
 # - Timed on this machine's transports, each all-reduce fits 2(N−1)·α + 2(N−1)/N·n·β to the printed
 #   error; processes over loopback pay a larger α than devices in one process.
 # - Data parallelism pays above the break-even local batch, where computing outlasts the all-reduce;
-#   virtual devices that share cores do not show that, real GPUs do.
+#   virtual devices that share cores do not show that, GPUs with processors of their own would (the
+#   model's prediction).
 # - From specifications, a small model barely scales on any link; bfloat16 gradients and a larger
 #   local batch push the bend further out, overlapping with buckets only where latency is small.
 # - Data parallelism copies 16 bytes per parameter to every device (float32 Adam); ZeRO stages 1 and 2
@@ -852,7 +853,7 @@ print(kinds.to_string(index=False))
 #
 # 2. With the published figures, at which local batch does the MLP's compute on 8 GPUs last as long
 #    as its all-reduce over NVLink 4 (the break-even batch; hiding the all-reduce behind the backward
-#    pass alone, two thirds of the compute, takes a larger batch still)?
+#    pass alone, two thirds of the compute in the model's rule, takes a larger batch still)?
 #
 # <details><summary>Solution</summary>
 #

@@ -1,11 +1,13 @@
 """Tests for kerasdist/measure/speed.py (the machine's limits: FLOPs, bytes, rates, timings) and training under a
 mixed-precision policy."""
 
+import logging
 import math
 import time
 
 import keras
 import pytest
+import tensorflow as tf
 
 import kerasdist
 from kerasdist import model
@@ -104,3 +106,46 @@ def test_both_engines_train_under_mixed_bfloat16_with_float32_logits(sample_data
         keras.mixed_precision.set_global_policy("float32")
     assert built.layers[1].compute_dtype == "bfloat16" and built.layers[-1].compute_dtype == "float32"
     assert math.isfinite(result.history["loss"][0]) and result.test["accuracy"] > 0.5
+
+
+def test_programs_timed_together_take_turns_and_are_recorded():
+    order, rounds = [], []
+    programs = {name: (order.append, (name,)) for name in ("forward", "whole step")}
+    timings = speed.time_programs(programs, rounds=3, on_round=lambda: rounds.append(len(order)))
+    assert order == ["forward", "whole step"] * 4  # one warm-up call each, then 3 rounds in turn
+    assert rounds == [4, 6, 8]
+    assert list(timings) == ["forward", "whole step"]
+    assert all(timing in speed.measured_timings() for timing in timings.values())
+
+
+def test_the_warm_up_of_programs_made_by_one_function_gives_no_retracing_warning():
+    def steps(k):
+        @tf.function
+        def run(x):
+            return x * k
+        return run
+
+    def same_steps(k):  # another Python function: TensorFlow counts traces (and warns at most twice) per function
+        @tf.function
+        def run(x):
+            return x * k
+        return run
+
+    class Kept(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    kept = Kept()
+    logging.getLogger("tensorflow").addHandler(kept)
+    try:
+        speed.time_programs({f"program {k}": (steps(k), (tf.constant(1.0),)) for k in range(6)}, rounds=3)
+        assert not [message for message in kept.messages if "retracing" in message]
+        for k in range(6):  # the same warm-up, outside time_programs: TensorFlow's own warning
+            same_steps(k)(tf.constant(1.0))
+        assert [message for message in kept.messages if "retracing" in message]
+    finally:
+        logging.getLogger("tensorflow").removeHandler(kept)

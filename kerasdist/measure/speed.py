@@ -1,6 +1,8 @@
 """A machine's limit for training a model: FLOPs and bytes per step, the CPU's matmul and memory rates."""
 
 import collections
+import contextlib
+import logging
 import os
 import re
 import statistics
@@ -61,19 +63,73 @@ def time_calls(function, *arguments, rounds=11):
         >>> time_calls(sum, range(1000)).median < 1  # doctest: +SKIP
         True
     """
-    def call():
-        result = function(*arguments)
-        if hasattr(result, "numpy"):
-            result.numpy()
+    return time_programs({"the function": (function, arguments)}, rounds=rounds)["the function"]
 
-    call()
-    seconds = []
+
+def time_programs(programs, rounds=11, on_round=None):
+    """The ``Timing`` of each of several programs, timed in turns: each round calls every program once.
+
+    ``programs`` maps a name to ``(function, arguments)``. Taking turns, the
+    programs share whatever else the machine does while they are timed, so a
+    busy spell lands on all of them instead of on one, and their differences
+    hold. Each program is called once to warm up; ``on_round()``, if given, is
+    called after each round (a progress bar).
+
+    Returns:
+        ``{name: Timing}`` in seconds per call, each also recorded (``measured_timings``).
+
+    Example:
+        >>> timings = time_programs({"short": (sum, (range(10),)), "long": (sum, (range(10**5),))})
+        >>> timings["short"].median < timings["long"].median
+        True
+    """
+    def finished(function, arguments):
+        def call():
+            result = function(*arguments)
+            if hasattr(result, "numpy"):
+                result.numpy()
+        return call
+
+    calls = {name: finished(function, arguments) for name, (function, arguments) in programs.items()}
+    with retracing_warning_left_out():
+        for call in calls.values():
+            call()
+    seconds = {name: [] for name in calls}
     for _ in range(rounds):
-        started = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - started)
-    low, median, high = statistics.quantiles(seconds, n=4)
-    return _remember(Timing(median, low, high))
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call()
+            seconds[name].append(time.perf_counter() - started)
+        if on_round is not None:
+            on_round()
+    timings = {}
+    for name, times in seconds.items():
+        low, median, high = statistics.quantiles(times, n=4)
+        timings[name] = _remember(Timing(median, low, high))
+    return timings
+
+
+@contextlib.contextmanager
+def retracing_warning_left_out():
+    """Leave out TensorFlow's warning that a ``tf.function`` is traced again and again, while the block runs.
+
+    TensorFlow counts traces per Python function, so warming up several
+    programs made by one function (each traced once, in a row) looks like
+    retracing to it; nothing is traced again.
+
+    Example:
+        >>> with retracing_warning_left_out():
+        ...     pass
+    """
+    def not_retracing(record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+    logger = logging.getLogger("tensorflow")
+    logger.addFilter(not_retracing)
+    try:
+        yield
+    finally:
+        logger.removeFilter(not_retracing)
 
 
 def measured_timings():
@@ -287,7 +343,7 @@ def nominal_flops_per_s(dtype="float32", cpuinfo="/proc/cpuinfo",
     (bfloat16 is then converted). The clock is the highest of cpufreq's
     maximum, the model name's "@ ...GHz" and the "cpu MHz" lines (on a virtual
     machine only the host's timer or base clock may show, and the cores may run
-    faster: the figure is then no bound, which a measured rate above it shows).
+    faster: the figure is then no bound, which a measured rate above it reveals).
 
     Example:
         >>> nominal_flops_per_s().flops_per_s > 1e9  # doctest: +SKIP
