@@ -365,8 +365,8 @@ for name in ("kerasdist loop", "kerasdist loop, bfloat16", "kerasdist loop + XLA
 # %% [markdown]
 # ## Where a step's time goes
 #
-# Each of these programs is timed on its own, on batches already in memory, in a `tf.function` that
-# runs `STEPS_PER_CALL` steps per call (so Python's overhead is paid once per 50 steps):
+# Each of these programs runs on batches already in memory, in a `tf.function` that runs
+# `STEPS_PER_CALL` steps per call (so Python's overhead is paid once per 50 steps):
 #
 # - **forward**: the model's logits and loss;
 # - **forward + backward**: and the gradients of all weights;
@@ -566,8 +566,8 @@ plt.show()
 # three quarters of the forward FLOPs, needs no input gradient). Adam's update is little arithmetic
 # but many small element-wise ops over every weight. XLA fuses the update's ops, and the bias and
 # ReLU ops, into few kernels; the XLA bar shows what that saves here, if anything. On a busy machine a
-# part can even come out below zero: the programs were timed at different moments, and a difference
-# smaller than the noise has no sign (the cell above then says so); run the timing cell again.
+# part can even come out below zero: each median comes from its own program's calls, and a difference
+# smaller than their spread has no sign (the cell above then says so); run the timing cell again.
 
 # %% [markdown]
 # ### A profiler's trace of one step

@@ -456,8 +456,8 @@ import keras  # noqa: F401
 # %% [markdown]
 # ## Where a step's time goes
 #
-# Each of these programs is timed on its own, on batches already in memory, in a `tf_function()` that
-# runs `steps_per_call` steps per call (so the host's overhead is paid once per 50 steps):
+# Each of these programs runs on batches already in memory, in a `tf_function()` that runs
+# `steps_per_call` steps per call (so the host's overhead is paid once per 50 steps):
 #
 # - **forward**: the model's logits and loss;
 # - **forward + backward**: and the gradients of all weights;
@@ -479,10 +479,6 @@ import keras  # noqa: F401
 
 # %% language="R"
 # # Time each program, per step, in milliseconds (median and spread of 11 calls).
-# # Every tf_function() of an R function shares one Python function, so TensorFlow counts this cell's first
-# # traces together and takes them for retracing: kerasdist leaves that warning out while the cell runs.
-# quiet <- kd_speed$retracing_warning_left_out()
-# invisible(quiet$`__enter__`())
 # time_calls <- function(f, ..., rounds = 11L) {
 #   call <- function() {  # .numpy() waits for the result: the time includes finishing the work
 #     result <- f(...)
@@ -502,7 +498,10 @@ import keras  # noqa: F401
 #   finish <- function(result) {  # .numpy() waits for the result
 #     if (inherits(result, "python.builtin.object") && py_has_attr(result, "numpy")) result$numpy()
 #   }
-#   for (program in programs) finish(do.call(program[[1]], program[[2]]))  # warm-up (and tracing)
+#   # Warm-up (and tracing), one call each. Every tf_function() of an R function with the same arguments shares
+#   # one code object, so TensorFlow takes these first traces, in a row, for retracing: kerasdist leaves that
+#   # warning out during the warm-up.
+#   with(kd_speed$retracing_warning_left_out(), for (program in programs) finish(do.call(program[[1]], program[[2]])))
 #   seconds <- matrix(NA_real_, rounds, length(programs), dimnames = list(NULL, names(programs)))
 #   progress <- import("keras")$utils$Progbar(rounds, unit_name = "round")
 #   for (round in seq_len(rounds)) {
@@ -594,7 +593,6 @@ import keras  # noqa: F401
 # large <- vapply(graphs, function(graph) sum(vapply(graph, is_large, logical(1))), integer(1))
 # cat(sprintf("ops in one step's graph: %s\n",
 #             paste(sprintf("%s %d (%d large)", names(graphs), lengths(graphs), large), collapse = ", ")))
-# invisible(quiet$`__exit__`(NULL, NULL, NULL))
 
 # %% [markdown]
 # The programs above are nested: forward; forward + backward; the whole step (forward, backward and
@@ -699,8 +697,8 @@ import keras  # noqa: F401
 # three quarters of the forward FLOPs, needs no input gradient). Adam's update is little arithmetic
 # but many small element-wise ops over every weight. XLA fuses the update's ops, and the bias and
 # ReLU ops, into few kernels; the XLA bar shows what that saves here, if anything. On a busy machine a
-# part can even come out below zero: the programs were timed at different moments, and a difference
-# smaller than the noise has no sign (the cell above then says so); run the timing cell again.
+# part can even come out below zero: each median comes from its own program's calls, and a difference
+# smaller than their spread has no sign (the cell above then says so); run the timing cell again.
 
 # %% [markdown]
 # ### A profiler's trace of one step

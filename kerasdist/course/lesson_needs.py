@@ -124,7 +124,7 @@ LESSONS = (
            "2 JAX devices, " + replicas(2),
            "kernel + 2 JAX processes on 127.0.0.1", "JAX and TensorFlow",
            MNIST),
-    Lesson("08", "08_speed", "Speed", 115, 123, "1 device (a GPU or the CPU)",
+    Lesson("08", "08_speed", "Speed", 115, 118, "1 device (a GPU or the CPU)",
            "kernel + a process per JAX rung", "TensorFlow and JAX", FASHION),
     Lesson("09", "09_sync_cost", "What synchronization costs", 67, 69, replicas(4) + ", 2-4 JAX devices",
            "kernel + worker processes on 127.0.0.1", "TensorFlow and JAX", MNIST),

@@ -16,8 +16,9 @@ import numpy as np
 ADAM_BYTES_PER_WEIGHT = 28
 
 
-# Every Timing that ``time_calls`` returned in this process, newest last: the record that lesson 08's check
-# compares a student's ``timings`` with, so that redefining ``timings`` cannot change what it checks.
+# Every Timing that ``time_calls`` or ``time_programs`` returned in this process, newest last: the record
+# that lesson 08's check compares a student's ``timings`` with, so that redefining ``timings`` cannot change
+# what it checks.
 _MEASURED = collections.deque(maxlen=256)
 
 
@@ -113,9 +114,10 @@ def time_programs(programs, rounds=11, on_round=None):
 def retracing_warning_left_out():
     """Leave out TensorFlow's warning that a ``tf.function`` is traced again and again, while the block runs.
 
-    TensorFlow counts traces per Python function, so warming up several
-    programs made by one function (each traced once, in a row) looks like
-    retracing to it; nothing is traced again.
+    TensorFlow counts traces per function code (``__code__``), so warming up
+    several programs made by one function (each traced once, in a row) looks
+    like retracing to it; nothing is traced again. A warning left out still
+    counts toward TensorFlow's two per code.
 
     Example:
         >>> with retracing_warning_left_out():
@@ -133,7 +135,7 @@ def retracing_warning_left_out():
 
 
 def measured_timings():
-    """The ``Timing``s that ``time_calls`` returned in this process, oldest first (the last 256)."""
+    """The ``Timing``s that ``time_calls`` and ``time_programs`` returned, oldest first (the last 256)."""
     return list(_MEASURED)
 
 

@@ -303,7 +303,7 @@ def _step_medians(timings, language):
         for name, timing in found.items():
             if not any(all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(timing, measured))
                        for measured in recorded):
-                raise Incorrect(f"timings{_item(name, language)} is not what time_calls measured in this "
+                raise Incorrect(f"timings{_item(name, language)} is not what kerasdist timed in this "
                                 "session, and the check reads kerasdist's own record: run the timing cell "
                                 "again (it makes timings), then this check.")
     return {name: timing[0] for name, timing in found.items()}
