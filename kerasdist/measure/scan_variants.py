@@ -18,16 +18,15 @@ Example:
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 
 from kerasdist.errors import KerasdistError
 from kerasdist.measure import speed_ladder
+from kerasdist.measure.speed import time_programs
 
 VARIANTS = {
     "scan, each batch gathered in its step (the rung)": {"scan": True, "gather": "in step", "unroll": 1},
@@ -121,25 +120,27 @@ def _measure_here(data, steps, rounds, batch_size=speed_ladder.BATCH_SIZE):
             return state, loss
         return per_step_calls
 
-    runs = {name: run_of(variant) for name, variant in VARIANTS.items()}
     states = {name: jax.tree_util.tree_map(jnp.copy, start) for name in VARIANTS}  # donation consumes a state
-    seconds, losses = {name: [] for name in VARIANTS}, {}
-    for round_number in range(rounds + 1):  # round 0 compiles and warms up; rounds interleave the variants
-        for name, run in runs.items():
-            started = time.perf_counter()
+    losses = {}
+
+    def program(name, run):
+        def one_call():  # runs the steps from this variant's own state, and waits for their end
             states[name], loss = run(states[name], order)
             losses[name] = jax.block_until_ready(loss).reshape(-1)[-1]
-            if round_number:
-                seconds[name].append(time.perf_counter() - started)
-        done = f"round {round_number} of {rounds}" if round_number else "compiled and warmed up"
-        print(f"{PROGRESS}{done}: {len(runs)} ways, {steps} steps each", file=sys.stderr, flush=True)
+        return one_call, ()
+
+    rounds_done = []
+
+    def report_round():
+        rounds_done.append(1)
+        print(f"{PROGRESS}round {len(rounds_done)} of {rounds}: {len(VARIANTS)} ways, {steps} steps each",
+              file=sys.stderr, flush=True)
+
+    timings = time_programs({name: program(name, run_of(variant)) for name, variant in VARIANTS.items()},
+                            rounds=rounds, on_round=report_round)
     samples = steps * batch_size
-    measured = {}
-    for name, times in seconds.items():
-        low, median, high = statistics.quantiles(times, n=4)
-        measured[name] = {"samples_per_s": (samples / median, samples / high, samples / low),
-                          "last_loss": float(losses[name])}
-    return measured
+    return {name: {"samples_per_s": (samples / timing.median, samples / timing.high, samples / timing.low),
+                   "last_loss": float(losses[name])} for name, timing in timings.items()}
 
 
 def main(argv=None):
