@@ -293,6 +293,13 @@ ZERO_STAGES = {
 }
 
 
+def _zero_stage(stage):
+    """``ZERO_STAGES[stage]``, or a clear error for a stage that does not exist."""
+    if stage not in ZERO_STAGES:
+        raise ValueError(f"stage must be one of {list(ZERO_STAGES)}. Received: {stage!r}")
+    return ZERO_STAGES[stage]
+
+
 def zero_stage_shards(stage):
     """The parts of the training state that ZeRO ``stage`` (0 to 3) splits over the devices.
 
@@ -300,9 +307,7 @@ def zero_stage_shards(stage):
         >>> zero_stage_shards(2)[1:]
         ['float32 master weights', 'gradients']
     """
-    if stage not in ZERO_STAGES:
-        raise ValueError(f"stage must be one of {list(ZERO_STAGES)}. Received: {stage!r}")
-    return list(ZERO_STAGES[stage][0])
+    return list(_zero_stage(stage)[0])
 
 
 def zero_stage_bytes(stage, devices, precision=ZERO_MIXED):
@@ -314,9 +319,7 @@ def zero_stage_bytes(stage, devices, precision=ZERO_MIXED):
         >>> [zero_stage_bytes(stage, 8) for stage in (0, 1, 2, 3)]
         [16.0, 5.5, 3.75, 2.0]
     """
-    if stage not in ZERO_STAGES:
-        raise ValueError(f"stage must be one of {list(ZERO_STAGES)}. Received: {stage!r}")
-    sharded = ZERO_STAGES[stage][0]
+    sharded = _zero_stage(stage)[0]
     parts = STATE_BYTES[precision].items()
     return float(sum(per / devices if part in sharded else per for part, per in parts))
 
@@ -329,9 +332,7 @@ def zero_stage_traffic(stage, devices):
         >>> [zero_stage_traffic(stage, 8) for stage in (0, 1, 2, 3)]
         [1.75, 1.75, 1.75, 2.625]
     """
-    if stage not in ZERO_STAGES:
-        raise ValueError(f"stage must be one of {list(ZERO_STAGES)}. Received: {stage!r}")
-    return ZERO_STAGES[stage][1] * (devices - 1) / devices
+    return _zero_stage(stage)[1] * (devices - 1) / devices
 
 
 def accumulated_step_seconds(micro_batch, accumulation_steps, flops_per_sample, flop_rate, gradient_bytes,
